@@ -1,0 +1,197 @@
+"""Frozen value types shared by every layer.
+
+Units live in field names (``memory_total_bytes``); ``None`` always means *unknown*, never 0.
+Devices are identified physically (PCI address, UUID); ordinals appear only when a child's
+environment is written (see :mod:`xpulaunch.core.env`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Vendor(str, Enum):
+    NVIDIA = "nvidia"
+    INTEL = "intel"
+    AMD = "amd"
+
+
+class Backend(str, Enum):
+    """Which vendor stack a job runs on."""
+
+    CUDA = "cuda"
+    XPU = "xpu"
+    ROCM = "rocm"
+    CPU = "cpu"
+
+    @property
+    def vendor(self) -> Vendor | None:
+        return _BACKEND_VENDOR.get(self)
+
+
+_BACKEND_VENDOR = {Backend.CUDA: Vendor.NVIDIA, Backend.XPU: Vendor.INTEL, Backend.ROCM: Vendor.AMD}
+
+
+class Hierarchy(str, Enum):
+    """Level Zero device hierarchy (``ZE_FLAT_DEVICE_HIERARCHY``)."""
+
+    FLAT = "FLAT"
+    COMPOSITE = "COMPOSITE"
+    COMBINED = "COMBINED"
+
+    @property
+    def hands_out_tiles(self) -> bool:
+        return self is not Hierarchy.COMPOSITE
+
+
+class DeviceMap(str, Enum):
+    """What a single process spanning the selection should use (accelerate names)."""
+
+    BALANCED = "balanced"
+    BALANCED_LOW_0 = "balanced_low_0"
+    SEQUENTIAL = "sequential"
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One NVIDIA MIG instance."""
+
+    uuid: str
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One physical accelerator card, as in the inventory document (contract section 3)."""
+
+    vendor: Vendor
+    index: int
+    name: str | None = None
+    pci_bus_id: str | None = None
+    uuid: str | None = None
+    integrated: bool = False
+    tiles: int = 1
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    utilization_percent: float | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    # Keys of the document we do not model (driver versions, device ids ...), kept for dumps.
+    extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """Stable physical identity: PCI address, else UUID, else vendor and index."""
+        return self.pci_bus_id or self.uuid or f"{self.vendor.value}:{self.index}"
+
+    @property
+    def memory_free_bytes(self) -> int | None:
+        if self.memory_total_bytes is None or self.memory_used_bytes is None:
+            return None
+        return max(self.memory_total_bytes - self.memory_used_bytes, 0)
+
+    def label(self) -> str:
+        """Short human name: ``nvidia 0 (0000:00:06.0)``."""
+        where = self.pci_bus_id or self.uuid
+        return f"{self.vendor.value} {self.index}" + (f" ({where})" if where else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something a probe could not measure or a source that failed. Never swallowed."""
+
+    source: str
+    message: str
+    device: str | None = None
+
+    def __str__(self) -> str:
+        where = f" [{self.device}]" if self.device else ""
+        return f"{self.source}{where}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """Every accelerator of a host, plus what could not be measured."""
+
+    devices: tuple[Device, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    def of(self, vendor: Vendor) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.vendor is vendor)
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What is handed out: a whole card, or one tile of an Intel card under FLAT/COMBINED."""
+
+    device: Device
+    tile: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Lease key: the card's key, with ``/tileN`` when a tile is handed out."""
+        return self.device.key if self.tile is None else f"{self.device.key}/tile{self.tile}"
+
+    @property
+    def memory_total_bytes(self) -> int | None:
+        total = self.device.memory_total_bytes
+        if total is None or self.tile is None:
+            return total
+        return total // max(self.device.tiles, 1)
+
+    @property
+    def memory_free_bytes(self) -> int | None:
+        free = self.device.memory_free_bytes
+        if free is None or self.tile is None:
+            return free
+        return free // max(self.device.tiles, 1)
+
+    def label(self) -> str:
+        base = self.device.label()
+        return base if self.tile is None else f"{base} tile {self.tile}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """One child process: its argv and every variable that differs from the parent's env.
+
+    ``env`` maps a name to its new value, or to ``None`` when the child must not have it.
+    ``units`` are positions in :attr:`Plan.devices` this worker is meant to use.
+    """
+
+    name: str
+    rank: int
+    local_rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str | None]
+    units: tuple[int, ...] = ()
+
+    def child_env(self, parent_env: Mapping[str, str]) -> dict[str, str]:
+        """The complete environment of the child, as a fresh dict."""
+        env = dict(parent_env)
+        for name, value in self.env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The answer to "which devices, and what does each child get?" (contract section 4)."""
+
+    backend: Backend
+    devices: tuple[Unit, ...]
+    workers: tuple[WorkerPlan, ...]
+    device_map: DeviceMap | None
+    notes: tuple[str, ...] = ()
+    isolate: bool = False
+    hierarchy: Hierarchy | None = None
+
+    @property
+    def lease_keys(self) -> tuple[str, ...]:
+        return tuple(u.key for u in self.devices)
