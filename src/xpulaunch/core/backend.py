@@ -1,0 +1,138 @@
+"""Which vendor stack a job uses (contract section 2, hybrid hosts)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.selection import GpuMode, GpuRequest
+from xpulaunch.errors import SelectionError, UsageError
+from xpulaunch.model import Backend, Device, Unit, Vendor
+
+# With --backend auto and several vendors visible: NVIDIA first (contract section 2), then
+# AMD, then Intel. Users of the other stacks say so with --backend / XPULAUNCH_BACKEND.
+PREFERENCE = (Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL)
+_BACKEND_OF = {Vendor.NVIDIA: Backend.CUDA, Vendor.INTEL: Backend.XPU, Vendor.AMD: Backend.ROCM}
+_NAMES = {Vendor.NVIDIA: "NVIDIA", Vendor.INTEL: "Intel", Vendor.AMD: "AMD"}
+
+
+def parse_backend(text: str | None) -> Backend | None:
+    """``auto`` (or nothing) -> None; otherwise a Backend."""
+    value = (text or "auto").strip().lower()
+    if value == "auto":
+        return None
+    try:
+        return Backend(value)
+    except ValueError:
+        raise UsageError(
+            f"--backend/XPULAUNCH_BACKEND {text!r}: expected auto, cuda, xpu, rocm or cpu"
+        ) from None
+
+
+def backend_for(vendor: Vendor) -> Backend:
+    return _BACKEND_OF[vendor]
+
+
+def choose_backend(
+    requested: Backend | None,
+    gpus: GpuRequest,
+    devices: Sequence[Device],
+    visible: Mapping[Vendor, Sequence[Unit]],
+) -> tuple[Backend, tuple[str, ...]]:
+    """Pick the backend; every decision comes with a note.
+
+    ``visible`` holds, per vendor present on the host, the units the parent lets us hand out.
+    """
+    if gpus.mode is GpuMode.NONE or requested is Backend.CPU:
+        return Backend.CPU, (
+            "backend cpu: " + ("--gpus none" if requested is None else "--backend cpu"),
+        )
+    if requested is not None:
+        return _explicit(requested, devices, visible)
+    named = _vendor_named_by_ids(gpus, devices)
+    if named is not None:
+        return backend_for(named), (
+            f"backend {backend_for(named).value}: the devices named in "
+            f"--gpus are {_NAMES[named]} GPUs",
+        )
+    return _automatic(gpus, devices, visible)
+
+
+def _explicit(
+    requested: Backend, devices: Sequence[Device], visible: Mapping[Vendor, Sequence[Unit]]
+) -> tuple[Backend, tuple[str, ...]]:
+    vendor = requested.vendor
+    assert vendor is not None  # CPU handled by the caller
+    if not any(d.vendor is vendor for d in devices):
+        raise SelectionError(
+            f"--backend {requested.value}: no {_NAMES[vendor]} GPU on this host; "
+            f"present: {_present(devices)}"
+        )
+    if not visible.get(vendor):
+        raise SelectionError(
+            f"--backend {requested.value}: every {_NAMES[vendor]} GPU is hidden by the parent's "
+            "visibility variables"
+        )
+    return requested, (f"backend {requested.value}: requested",)
+
+
+def _automatic(
+    gpus: GpuRequest, devices: Sequence[Device], visible: Mapping[Vendor, Sequence[Unit]]
+) -> tuple[Backend, tuple[str, ...]]:
+    notes: list[str] = []
+    usable = []
+    for vendor in PREFERENCE:
+        if not any(d.vendor is vendor for d in devices):
+            continue
+        units = visible.get(vendor, ())
+        if not units:
+            notes.append(
+                f"{_NAMES[vendor]} GPUs are hidden by the parent's visibility "
+                "variables: not considered"
+            )
+        elif all(u.device.integrated for u in units) and gpus.mode is not GpuMode.EXPLICIT:
+            notes.append(
+                f"{_NAMES[vendor]}: only integrated GPUs, which are used only when named explicitly"
+            )
+        else:
+            usable.append(vendor)
+    if not usable:
+        if gpus.mode is GpuMode.AUTO:
+            return Backend.CPU, (*notes, "no usable accelerator is visible: running on the CPU")
+        raise SelectionError(
+            f"--gpus {gpus.text}: no usable accelerator is visible"
+            + (f" ({'; '.join(notes)})" if notes else f"; present: {_present(devices)}")
+        )
+    chosen = usable[0]
+    if len(usable) > 1:
+        others = " and ".join(_NAMES[v] for v in usable[1:])
+        alt = ", ".join(f"--backend {backend_for(v).value}" for v in usable[1:])
+        name = _NAMES[chosen]
+        notes.append(
+            f"backend {backend_for(chosen).value}: {name} and {others} GPUs are visible; "
+            f"{name} is preferred (use {alt} for the others)"
+        )
+    else:
+        notes.append(
+            f"backend {backend_for(chosen).value}: the visible accelerators are "
+            f"{_NAMES[chosen]} GPUs"
+        )
+    return backend_for(chosen), tuple(notes)
+
+
+def _vendor_named_by_ids(gpus: GpuRequest, devices: Sequence[Device]) -> Vendor | None:
+    """UUIDs and PCI addresses name one vendor; plain indices exist once per vendor."""
+    if gpus.mode is not GpuMode.EXPLICIT:
+        return None
+    vendors = set()
+    for ident in gpus.ids:
+        bus = normalize_bus_id(ident)
+        for d in devices:
+            uuids = {(d.uuid or "").lower(), *(m.uuid.lower() for m in d.mig_devices)} - {""}
+            if (bus is not None and bus == d.pci_bus_id) or ident.lower() in uuids:
+                vendors.add(d.vendor)
+    return vendors.pop() if len(vendors) == 1 else None
+
+
+def _present(devices: Sequence[Device]) -> str:
+    return ", ".join(sorted({_NAMES[d.vendor] for d in devices})) or "no accelerators"

@@ -1,0 +1,38 @@
+"""Human sizes: ``8GiB`` -> bytes and back."""
+
+from __future__ import annotations
+
+import re
+
+from xpulaunch.errors import UsageError
+
+_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgtp]?i?b?)\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def parse_size(text: str, *, option: str = "size") -> int:
+    """``8GiB``/``8G`` -> 8 * 2**30; ``8GB`` -> 8 * 10**9; a bare number is bytes.
+
+    >>> parse_size("1.5GiB")
+    1610612736
+    """
+    match = _SIZE.match(text)
+    if match is None:
+        raise UsageError(f"{option}: {text!r} is not a size; use e.g. 8GiB, 512MiB or 8000000000")
+    unit = match["unit"].lower()
+    prefix = unit[:1] if unit[:1] in _POWERS and unit[:1] else ""
+    binary = "i" in unit or unit in {"k", "m", "g", "t", "p"}
+    base = 1024 if binary else 1000
+    return int(float(match["num"]) * base ** _POWERS[prefix])
+
+
+def format_bytes(value: int | None) -> str:
+    """``None`` -> ``?``; otherwise the largest binary unit with one decimal."""
+    if value is None:
+        return "?"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover - loop always returns
