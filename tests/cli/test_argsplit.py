@@ -19,9 +19,12 @@ ARITY = {"--gpus": 1, "--dry-run": 0, "--json": 0, "--nproc-per-node": 1, "-h": 
         (["--bogus", "train.py"], ["--bogus"], ["train.py"]),
         (["train.py", "-h"], [], ["train.py", "-h"]),
         (["-h"], ["-h"], []),
-        (["python", "-c", "print(1)", "--nproc-per-node", "auto"],
-         ["--nproc-per-node", "auto"], ["python", "-c", "print(1)"]),
+        (
+            ["python", "-c", "print(1)", "--nproc-per-node", "auto"],
+            ["--nproc-per-node", "auto"],
+            ["python", "-c", "print(1)"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_split(argv: list[str], ours: list[str], program: list[str]) -> None:
     assert split_args(argv, ARITY) == (ours, program)

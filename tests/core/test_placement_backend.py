@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import load_inventory
 
+from helpers import load_inventory
 from xpulaunch.core import devicemap
 from xpulaunch.core.backend import choose_backend, parse_backend
 from xpulaunch.core.placement import place, split_evenly, worker_count
@@ -29,7 +29,9 @@ GiB = 1 << 30
         (2, 4, False, ((0, 1),) * 4),
     ],
 )
-def test_place(units: int, workers: int, isolate: bool, expected: tuple[tuple[int, ...], ...]) -> None:
+def test_place(
+    units: int, workers: int, isolate: bool, expected: tuple[tuple[int, ...], ...]
+) -> None:
     assert place(units, workers, isolate=isolate) == expected
 
 

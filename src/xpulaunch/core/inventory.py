@@ -17,9 +17,18 @@ from xpulaunch.model import Device, Inventory, MigDevice, Problem, Vendor
 SCHEMA = "xpulaunch.inventory/1"
 
 _DEVICE_KEYS = (
-    "vendor", "index", "name", "pci_bus_id", "uuid", "integrated", "tiles",
-    "memory_total_bytes", "memory_used_bytes", "utilization_percent", "mig_devices",
-)  # fmt: skip
+    "vendor",
+    "index",
+    "name",
+    "pci_bus_id",
+    "uuid",
+    "integrated",
+    "tiles",
+    "memory_total_bytes",
+    "memory_used_bytes",
+    "utilization_percent",
+    "mig_devices",
+)
 
 
 def loads(text: str, *, source: str = "inventory") -> Inventory:
@@ -43,8 +52,10 @@ def from_dict(doc: object, *, source: str = "inventory") -> Inventory:
         raise InventoryError(f"{source}: 'devices' must be a list")
     devices = tuple(_device(d, f"{source}: devices[{i}]") for i, d in enumerate(raw_devices))
     _check_unique(devices, source)
-    problems = tuple(_problem(p, f"{source}: problems[{i}]")
-                     for i, p in enumerate(_list(doc.get("problems", []), f"{source}: problems")))
+    problems = tuple(
+        _problem(p, f"{source}: problems[{i}]")
+        for i, p in enumerate(_list(doc.get("problems", []), f"{source}: problems"))
+    )
     extra = {k: v for k, v in doc.items() if k not in ("schema", "devices", "problems")}
     return Inventory(devices=devices, problems=problems, extra=extra)
 
@@ -67,17 +78,25 @@ def dumps(inventory: Inventory) -> str:
 
 def _device_doc(d: Device) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "vendor": d.vendor.value, "index": d.index, "name": d.name,
-        "pci_bus_id": d.pci_bus_id, "uuid": d.uuid, "integrated": d.integrated,
-        "tiles": d.tiles, "memory_total_bytes": d.memory_total_bytes,
+        "vendor": d.vendor.value,
+        "index": d.index,
+        "name": d.name,
+        "pci_bus_id": d.pci_bus_id,
+        "uuid": d.uuid,
+        "integrated": d.integrated,
+        "tiles": d.tiles,
+        "memory_total_bytes": d.memory_total_bytes,
         "memory_used_bytes": d.memory_used_bytes,
         "utilization_percent": d.utilization_percent,
         "mig_devices": [
-            {"uuid": m.uuid, "memory_total_bytes": m.memory_total_bytes,
-             "memory_used_bytes": m.memory_used_bytes}
+            {
+                "uuid": m.uuid,
+                "memory_total_bytes": m.memory_total_bytes,
+                "memory_used_bytes": m.memory_used_bytes,
+            }
             for m in d.mig_devices
         ],
-    }  # fmt: skip
+    }
     doc.update({k: v for k, v in d.extra.items() if k not in doc})
     return doc
 
@@ -146,8 +165,7 @@ def _problem(raw: object, where: str) -> Problem:
 def _check_unique(devices: tuple[Device, ...], source: str) -> None:
     seen: dict[tuple[str, object], int] = {}
     for i, d in enumerate(devices):
-        for key in (("index", (d.vendor, d.index)), ("pci_bus_id", d.pci_bus_id),
-                    ("uuid", d.uuid)):  # fmt: skip
+        for key in (("index", (d.vendor, d.index)), ("pci_bus_id", d.pci_bus_id), ("uuid", d.uuid)):
             name, value = key
             if value is None:
                 continue

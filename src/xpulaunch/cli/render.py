@@ -1,0 +1,44 @@
+"""Plain-text rendering of plans (the JSON form is core.plan.to_dict)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from xpulaunch.core.units import format_bytes
+from xpulaunch.model import Plan, Unit
+
+
+def plan_text(plan: Plan) -> str:
+    """A readable plan: devices and memory, why, and each worker's environment."""
+    lines = [f"backend: {plan.backend.value}"]
+    if plan.hierarchy is not None:
+        lines.append(f"level zero hierarchy: {plan.hierarchy.value}")
+    lines.append("devices:" if plan.devices else "devices: none (CPU)")
+    lines += [f"  {_unit_line(u)}" for u in plan.devices]
+    if plan.device_map is not None:
+        lines.append(f"device map: {plan.device_map.value}")
+    lines.append("workers:" + ("  (--isolate)" if plan.isolate else ""))
+    for worker in plan.workers:
+        lines.append(f"  [{worker.name}] rank {worker.rank}: {shlex.join(worker.argv)}")
+        for name, value in worker.env.items():
+            shown = "(removed)" if value is None else _quote(value)
+            lines.append(f"      {name}={shown}")
+    lines.append("why:")
+    lines += [f"  - {note}" for note in plan.notes]
+    return "\n".join(lines)
+
+
+def _unit_line(unit: Unit) -> str:
+    device = unit.device
+    memory = (
+        f"{format_bytes(unit.memory_free_bytes)} free of {format_bytes(unit.memory_total_bytes)}"
+    )
+    where = device.pci_bus_id or device.uuid or "-"
+    tile = f" tile {unit.tile}" if unit.tile is not None else ""
+    name = device.name or "unknown"
+    return f"{device.vendor.value} {device.index}{tile}  {name}  {where}  {memory}"
+
+
+def _quote(value: str) -> str:
+    return json.dumps(value) if (not value or any(c.isspace() for c in value)) else value

@@ -1,0 +1,84 @@
+"""``xpulaunch [run] [OPTIONS] PROGRAM [ARGS]...``"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from xpulaunch.cli.argsplit import ProgramCommand
+from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
+from xpulaunch.errors import UsageError
+from xpulaunch.model import DeviceMap
+
+
+@click.command(cls=ProgramCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@plan_options
+@click.option(
+    "--nproc-per-node",
+    default="1",
+    show_default=True,
+    metavar="N|auto",
+    help="Worker processes; auto = one per selected device.",
+)
+@click.option("--isolate", is_flag=True, help="Each worker sees only its own devices.")
+@click.option(
+    "--device-map",
+    type=click.Choice([m.value for m in DeviceMap]),
+    help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one device, "
+    "balanced for several).",
+)
+@click.option("--master-addr", default="127.0.0.1", show_default=True)
+@click.option("--master-port", type=click.IntRange(1, 65535), help="Default: a free port.")
+@click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
+    """Launch PROGRAM on selected accelerators and supervise it.
+
+    A PROGRAM ending in .py runs under this Python; anything else is looked up on PATH.
+    xpulaunch's own options may also follow PROGRAM; everything else after PROGRAM, and
+    everything after --, is passed to PROGRAM.
+    """
+    from xpulaunch import api
+
+    plan = api.plan(list(program), **_plan_kwargs(options), must_exist=not dry_run)
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps(api.plan_document(plan), indent=2))
+        else:
+            from xpulaunch.cli.render import plan_text
+
+            click.echo(plan_text(plan))
+        return 0
+    if as_json:
+        raise UsageError("--json goes with --dry-run")
+    raise UsageError("execution is not wired in yet")
+
+
+def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "gpus": options["gpus"],
+        "backend": options["backend"],
+        "nproc_per_node": _nproc(options["nproc_per_node"]),
+        "isolate": options["isolate"],
+        "min_free_memory_bytes": size_option(options["min_free_memory"], "--min-free-memory"),
+        "max_utilization_percent": percent_option(options["max_utilization"], "--max-utilization"),
+        "device_map": options["device_map"],
+        "master_addr": options["master_addr"],
+        "master_port": options["master_port"],
+        "inventory": options["inventory"],
+        "parent_env": dict(os.environ),
+    }
+
+
+def _nproc(value: str) -> int | None:
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UsageError(f"--nproc-per-node {value!r}: expected a count of at least 1, or auto")
+    return count

@@ -1,0 +1,242 @@
+"""``make_plan``: which devices, and what goes into each child's environment.
+
+Pure function of (request, inventory, parent env, leases). The plan document
+(``xpulaunch.plan/1``, contract section 4) is produced by :func:`to_dict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xpulaunch.core import devicemap
+from xpulaunch.core.backend import choose_backend, parse_backend
+from xpulaunch.core.masks import resolve_hierarchy
+from xpulaunch.core.placement import place, worker_count
+from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
+from xpulaunch.core.visibility import child_visibility_env, parent_visible
+from xpulaunch.errors import SelectionError
+from xpulaunch.model import (
+    Backend,
+    DeviceMap,
+    Hierarchy,
+    Inventory,
+    Plan,
+    Unit,
+    Vendor,
+    WorkerPlan,
+)
+
+SCHEMA = "xpulaunch.plan/1"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What the user asked for; ``argv`` is the resolved command of every worker."""
+
+    argv: tuple[str, ...]
+    gpus: str = "auto"
+    backend: str | None = None
+    nproc_per_node: int | None = 1  # None = auto: one per selected unit
+    isolate: bool = False
+    min_free_memory_bytes: int | None = None
+    max_utilization_percent: float | None = None
+    device_map: DeviceMap | None = None
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+
+
+def make_plan(
+    request: LaunchRequest,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    *,
+    unavailable: Mapping[str, str] | None = None,
+) -> Plan:
+    """Resolve devices, workers and child environments. Raises on requests that cannot be met."""
+    gpus = parse_gpus(request.gpus)
+    requested = parse_backend(request.backend)
+    hierarchy, notes = _hierarchy(inventory, parent_env)
+    visible: dict[Vendor, tuple[Unit, ...]] = {}
+    for vendor in sorted({d.vendor for d in inventory.devices}, key=lambda v: v.value):
+        seen = parent_visible(
+            inventory, vendor, parent_env, hierarchy=hierarchy if vendor is Vendor.INTEL else None
+        )
+        visible[vendor] = seen.units
+        notes += list(seen.notes)
+    backend, backend_notes = choose_backend(requested, gpus, inventory.devices, visible)
+    notes += list(backend_notes)
+    job = _Job(request, backend, (), inventory, parent_env, hierarchy)
+    units, selection_notes = _select_units(job, gpus, visible, unavailable)
+    job = _Job(request, backend, units, inventory, parent_env, hierarchy)
+    workers, worker_notes = _workers(job)
+    return Plan(
+        backend=backend,
+        devices=units,
+        workers=workers,
+        device_map=devicemap.choose_device_map(len(units), request.device_map),
+        notes=(*notes, *selection_notes, *worker_notes),
+        isolate=request.isolate,
+        hierarchy=hierarchy if backend is Backend.XPU else None,
+    )
+
+
+def _hierarchy(
+    inventory: Inventory, parent_env: Mapping[str, str]
+) -> tuple[Hierarchy | None, list[str]]:
+    intel = inventory.of(Vendor.INTEL)
+    if not intel:
+        return None, []
+    hierarchy, note = resolve_hierarchy(parent_env.get("ZE_FLAT_DEVICE_HIERARCHY"), intel)
+    return hierarchy, [note]
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every worker of one plan shares."""
+
+    request: LaunchRequest
+    backend: Backend
+    units: tuple[Unit, ...]
+    inventory: Inventory
+    parent_env: Mapping[str, str]
+    hierarchy: Hierarchy | None
+
+
+def _select_units(
+    job: _Job,
+    gpus: GpuRequest,
+    visible: Mapping[Vendor, tuple[Unit, ...]],
+    unavailable: Mapping[str, str] | None,
+) -> tuple[tuple[Unit, ...], tuple[str, ...]]:
+    vendor = job.backend.vendor
+    if vendor is None:
+        return (), ()
+    request = job.request
+    filters = Filters(request.min_free_memory_bytes, request.max_utilization_percent)
+    selection = select(
+        gpus, visible[vendor], job.inventory.of(vendor), filters=filters, unavailable=unavailable
+    )
+    if not selection.units and gpus.mode is GpuMode.AUTO:
+        raise SelectionError(
+            "--gpus auto: no free device among the visible ones ("
+            + "; ".join(selection.notes)
+            + "); wait with --wait, name devices explicitly, or use --gpus none for the CPU"
+        )
+    return selection.units, selection.notes
+
+
+def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
+    units, env = job.units, job.parent_env
+    count = worker_count(job.request.nproc_per_node, len(units))
+    shares = place(len(units), count, isolate=job.request.isolate)
+    notes: list[str] = []
+    if not job.request.isolate and units and count > len(units):
+        notes.append(
+            f"{count} workers share {len(units)} device(s): "
+            f"LOCAL_RANK modulo {len(units)} picks each worker's device"
+        )
+    if count > 1 and "OMP_NUM_THREADS" not in env:
+        notes.append(
+            "OMP_NUM_THREADS=1 for every worker "
+            "(as torchrun does with several workers and no OMP_NUM_THREADS set)"
+        )
+    if units and job.request.isolate:
+        notes.append("visibility: each worker sees only its own devices (--isolate)")
+    elif units:
+        notes.append("visibility: every worker sees all selected devices, LOCAL_RANK picks one")
+    workers = tuple(_worker(job, share, rank, count) for rank, share in enumerate(shares))
+    return workers, tuple(notes)
+
+
+def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerPlan:
+    request, parent_env = job.request, job.parent_env
+    mine = [job.units[i] for i in share]
+    env: dict[str, str | None] = dict(
+        child_visibility_env(
+            job.backend.vendor, mine, job.inventory, parent_env, hierarchy=job.hierarchy
+        )
+    )
+    env.update(rank_env(rank, count, request.master_addr, request.master_port))
+    if count > 1 and "OMP_NUM_THREADS" not in parent_env:
+        env["OMP_NUM_THREADS"] = "1"
+    env["XPULAUNCH_BACKEND"] = job.backend.value
+    env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
+    chosen_map = devicemap.choose_device_map(len(mine), request.device_map)
+    env["XPULAUNCH_DEVICE_MAP"] = chosen_map.value if chosen_map else None
+    env["XPULAUNCH_MAX_MEMORY"] = devicemap.max_memory_json(mine) if mine else None
+    return WorkerPlan(
+        name=str(rank),
+        rank=rank,
+        local_rank=rank,
+        argv=request.argv,
+        env=env_diff(env, parent_env),
+        units=share,
+    )
+
+
+def rank_env(rank: int, world: int, master_addr: str, master_port: int) -> dict[str, str]:
+    """torchrun's per-worker variables for a single-node job."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def env_diff(
+    changes: Mapping[str, str | None], parent_env: Mapping[str, str]
+) -> dict[str, str | None]:
+    """Keep only real differences: a value the parent lacks or has otherwise, or a removal of
+    a variable the parent has (``None``)."""
+    diff: dict[str, str | None] = {}
+    for name, value in changes.items():
+        if value is None:
+            if name in parent_env:
+                diff[name] = None
+        elif parent_env.get(name) != value:
+            diff[name] = value
+    return dict(sorted(diff.items()))
+
+
+def to_dict(plan: Plan) -> dict[str, Any]:
+    """The plan document (contract section 4)."""
+    return {
+        "schema": SCHEMA,
+        "backend": plan.backend.value,
+        "devices": [
+            {
+                "vendor": u.device.vendor.value,
+                "index": u.device.index,
+                "tile": u.tile,
+                "pci_bus_id": u.device.pci_bus_id,
+                "uuid": u.device.uuid,
+                "name": u.device.name,
+                "memory_total_bytes": u.memory_total_bytes,
+                "memory_free_bytes": u.memory_free_bytes,
+            }
+            for u in plan.devices
+        ],
+        "workers": [
+            {
+                "name": w.name,
+                "rank": w.rank,
+                "local_rank": w.local_rank,
+                "argv": list(w.argv),
+                "env": dict(w.env),
+                "devices": list(w.units),
+            }
+            for w in plan.workers
+        ],
+        "device_map": plan.device_map.value if plan.device_map else None,
+        "isolate": plan.isolate,
+        "hierarchy": plan.hierarchy.value if plan.hierarchy else None,
+        "notes": list(plan.notes),
+    }

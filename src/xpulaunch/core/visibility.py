@@ -1,0 +1,301 @@
+"""What the parent lets us hand out, per vendor, and the visibility variables of one child.
+
+Pure: inventory and parent env in; units, notes and an env dict out. Devices are kept by
+physical identity; mask syntax only appears in the env written for a child, computed from
+that identity, and it replaces the parent's mask (contract section 2; reference 7.3 and
+pitfalls 4-8, 16).
+
+MIG decision: a GPU in MIG mode stays one :class:`~xpulaunch.model.Unit` (its key is the
+card's PCI address), because a CUDA process enumerates a single MIG instance anyway [unv,
+MIG user guide via pytorch #130181] and :mod:`xpulaunch.model` has no MIG unit. Its child
+gets the MIG UUID of the instance the parent's ``CUDA_VISIBLE_DEVICES`` named, else of the
+card's first instance, so the mask stays physical; a note says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from xpulaunch.core.masks import (
+    CUDA_VAR,
+    HIP_VAR,
+    ODS_VAR,
+    ROCR_VAR,
+    ZE_HIDE_ALL,
+    ZE_HIERARCHY_VAR,
+    ZE_MASK_VAR,
+    CudaEntry,
+    CudaVisible,
+    amd_visible,
+    format_cuda_visible_devices,
+    format_rocr_visible_devices,
+    format_ze_affinity_mask,
+    parse_cuda_visible_devices,
+    parse_oneapi_device_selector,
+    parse_ze_affinity_mask,
+    regroup_units,
+    resolve_hierarchy,
+)
+from xpulaunch.errors import MaskError, SelectionError
+from xpulaunch.model import Device, Hierarchy, Inventory, MigDevice, Unit, Vendor
+
+CUDA_ORDER_VAR = "CUDA_DEVICE_ORDER"
+PCI_ORDER_VAR = "ZE_ENABLE_PCI_ID_DEVICE_ORDER"
+SYCL_FILTER_VAR = "SYCL_DEVICE_FILTER"
+GPU_ORDINAL_VAR = "GPU_DEVICE_ORDINAL"
+
+# The variables through which a parent restricts each vendor.
+VENDOR_VARS: Mapping[Vendor, tuple[str, ...]] = {
+    Vendor.NVIDIA: (CUDA_VAR,),
+    Vendor.INTEL: (ZE_MASK_VAR, ZE_HIERARCHY_VAR, ODS_VAR, SYCL_FILTER_VAR),
+    Vendor.AMD: (ROCR_VAR, HIP_VAR, GPU_ORDINAL_VAR),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Visible:
+    """The units of one vendor the parent lets us hand out, in the child runtime's order.
+
+    ``hidden_all``: the vendor has devices but the parent's variables hide every one.
+    ``hierarchy``: for Intel, the Level Zero hierarchy these units belong to.
+    """
+
+    units: tuple[Unit, ...]
+    hidden_all: bool = False
+    notes: tuple[str, ...] = ()
+    hierarchy: Hierarchy | None = None
+
+
+def parent_visible(
+    inventory: Inventory,
+    vendor: Vendor,
+    parent_env: Mapping[str, str],
+    *,
+    hierarchy: Hierarchy | None,
+) -> Visible:
+    """Units of ``vendor`` visible under the parent's variables.
+
+    ``hierarchy`` (Intel only) is the hierarchy children will get; None = the parent's own.
+    Intel FLAT/COMBINED gives one unit per tile, COMPOSITE one per card (or per visible tile
+    of a card the parent's mask shows only in part). Raises :class:`MaskError`.
+    """
+    devices = inventory.of(vendor)
+    if vendor is Vendor.NVIDIA:
+        return _nvidia_visible(devices, parent_env)
+    if vendor is Vendor.INTEL:
+        return _intel_visible(devices, parent_env, hierarchy)
+    return _amd_visible(devices, parent_env)
+
+
+def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
+    value = env.get(CUDA_VAR)
+    parsed = parse_cuda_visible_devices(value, devices)
+    notes = list(parsed.notes)
+    units: list[Unit] = []
+    for entry in parsed.entries:
+        if any(u.device.key == entry.device.key for u in units):
+            notes.append(f"{CUDA_VAR} names {entry.device.label()} and a MIG instance of it")
+            continue
+        units.append(Unit(entry.device))
+        mig = _mig_instance(entry.device, parsed)
+        if mig is not None:
+            notes.append(
+                f"{entry.device.label()} is in MIG mode: it is handed out whole and its child "
+                f"sees MIG instance {mig.uuid} only (one MIG instance per CUDA process [unv])"
+            )
+    numeric = value is not None and any(e.strip()[:1].isdigit() for e in value.split(","))
+    if numeric and env.get(CUDA_ORDER_VAR) != "PCI_BUS_ID" and len({d.name for d in devices}) > 1:
+        notes.append(
+            f"{CUDA_VAR}={value!r} is read as nvidia-smi indices, but without "
+            f"{CUDA_ORDER_VAR}=PCI_BUS_ID CUDA may number these mixed GPUs fastest-first"
+        )
+    return Visible(tuple(units), bool(devices) and not units, tuple(notes))
+
+
+def _mig_instance(device: Device, parsed: CudaVisible) -> MigDevice | None:
+    """The MIG instance a child of ``device`` gets: the parent's pick, else the first."""
+    if not device.mig_devices:
+        return None
+    named = (e.mig for e in parsed.entries if e.device.key == device.key and e.mig is not None)
+    return next(named, device.mig_devices[0])
+
+
+def _intel_visible(
+    devices: Sequence[Device], env: Mapping[str, str], hierarchy: Hierarchy | None
+) -> Visible:
+    parent_h, _ = resolve_hierarchy(env.get(ZE_HIERARCHY_VAR), devices)
+    child_h = hierarchy or parent_h
+    if not devices:
+        return Visible((), hierarchy=child_h)
+    pci_order = env.get(PCI_ORDER_VAR) == "1"
+    # ZE_AFFINITY_MASK acts inside the driver, under the parent's hierarchy; SYCL's selector
+    # then numbers the surviving root devices from 0 (reference 2.2 "Composition").
+    ze = parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
+    roots = _root_devices(ze.units, parent_h)
+    ods = parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
+    kept = [unit for position in ods.positions for unit in roots[position]]
+    units = regroup_units(kept, devices, child_h, pci_order=pci_order)
+    notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
+    return Visible(units, not units, tuple(notes), child_h)
+
+
+def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit]]:
+    """Units grouped as Level Zero root devices: a tile each under FLAT, a card (or the
+    visible part of one) under COMPOSITE."""
+    if hierarchy.hands_out_tiles:
+        return [[unit] for unit in units]
+    roots: list[list[Unit]] = []
+    for unit in units:
+        if roots and roots[-1][0].device.key == unit.device.key:
+            roots[-1].append(unit)
+        else:
+            roots.append([unit])
+    return roots
+
+
+def _intel_notes(
+    env: Mapping[str, str], parent_h: Hierarchy, child_h: Hierarchy, units: Sequence[Unit]
+) -> list[str]:
+    notes: list[str] = []
+    if child_h is not parent_h:
+        notes.append(
+            f"children get {ZE_HIERARCHY_VAR}={child_h.value}; the parent's "
+            f"{ZE_MASK_VAR} was read under {parent_h.value}"
+        )
+    if SYCL_FILTER_VAR in env:
+        notes.append(f"{SYCL_FILTER_VAR} is obsolete ({ODS_VAR} replaced it): children lose it")
+    if not child_h.hands_out_tiles:
+        split = sorted({u.device.label() for u in units if u.tile is not None})
+        if split:
+            # oneapi-src/level-zero #86: two or more tiles of one card are exposed as their
+            # parent device, with those tiles as its sub-devices.
+            notes.append(
+                f"only some tiles of {', '.join(split)} are visible; a child given several of "
+                "them sees one device with those tiles as sub-devices"
+            )
+    return notes
+
+
+def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
+    hip_name, hip_value = _hip_source(env)
+    seen = amd_visible(env.get(ROCR_VAR), hip_value, devices, hip_name=hip_name)
+    notes = list(seen.notes)
+    if hip_name == CUDA_VAR:
+        notes.append(f"HIP reads {CUDA_VAR}={hip_value!r} because {HIP_VAR} is unset or empty")
+    if GPU_ORDINAL_VAR in env:
+        # ROCclr reads GPU_DEVICE_ORDINAL only for OpenCL, HIP and CUDA_VISIBLE_DEVICES for HIP.
+        notes.append(f"{GPU_ORDINAL_VAR} applies to OpenCL only; children lose it")
+    units = tuple(Unit(d) for d in seen.devices)
+    return Visible(units, bool(devices) and not units, tuple(notes))
+
+
+def _hip_source(env: Mapping[str, str]) -> tuple[str, str | None]:
+    """Which variable HIP reads: HIP_VISIBLE_DEVICES unless it is unset or empty, then
+    CUDA_VISIBLE_DEVICES (ROCclr rocdevice.cpp: ``HIP_VISIBLE_DEVICES[0] != '\\0'``)."""
+    hip = env.get(HIP_VAR)
+    if not hip and env.get(CUDA_VAR):
+        return CUDA_VAR, env.get(CUDA_VAR)
+    return HIP_VAR, hip
+
+
+# --- One child's visibility variables -------------------------------------------------------
+
+
+def child_visibility_env(
+    vendor: Vendor | None,
+    units: Sequence[Unit],
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    *,
+    hierarchy: Hierarchy | None,
+) -> dict[str, str | None]:
+    """The visibility variables of a child that must see exactly ``units`` (None = remove).
+
+    Vendors other than ``vendor`` (all of them for a CPU child, ``vendor`` None) are hidden,
+    when they have devices on this host or the parent set one of their variables.
+    Raises :class:`SelectionError` for two MIG-mode GPUs (one MIG instance per process).
+    """
+    _check_units(vendor, units)
+    present = {d.vendor for d in inventory.devices}
+    present |= {v for v, names in VENDOR_VARS.items() if any(n in parent_env for n in names)}
+    if vendor is not None:
+        present.add(vendor)
+    env: dict[str, str | None] = {}
+    if Vendor.NVIDIA in present:
+        env.update(_nvidia_env(units if vendor is Vendor.NVIDIA else (), inventory, parent_env))
+    if Vendor.INTEL in present:
+        mine = units if vendor is Vendor.INTEL else ()
+        env.update(_intel_env(mine, inventory, parent_env, hierarchy))
+    if Vendor.AMD in present:  # last: it decides what happens to CUDA_VISIBLE_DEVICES
+        env.update(_amd_env(units if vendor is Vendor.AMD else (), inventory, parent_env))
+    return env
+
+
+def _check_units(vendor: Vendor | None, units: Sequence[Unit]) -> None:
+    wrong = [u.label() for u in units if u.device.vendor is not vendor]
+    if wrong:
+        kind = "a CPU child" if vendor is None else f"a {vendor.value} child"
+        raise MaskError(f"cannot give {', '.join(wrong)} to {kind}")
+    keys = [u.key for u in units]
+    if len(set(keys)) != len(keys):
+        raise MaskError(f"a child cannot be given the same unit twice ({', '.join(keys)})")
+
+
+def _nvidia_env(
+    units: Sequence[Unit], inventory: Inventory, parent_env: Mapping[str, str]
+) -> dict[str, str | None]:
+    if not units:  # "" hides every CUDA device (CUDA Programming Guide; reference 4.1)
+        return {CUDA_VAR: ""}
+    mig_cards = [u.label() for u in units if u.device.mig_devices]
+    if len(mig_cards) > 1:
+        raise SelectionError(
+            f"{', '.join(mig_cards)} are in MIG mode and a CUDA process uses one MIG instance "
+            "(MIG user guide [unv]); give each to its own worker (--isolate) or pick one"
+        )
+    parsed = CudaVisible(())
+    if mig_cards:
+        parsed = parse_cuda_visible_devices(parent_env.get(CUDA_VAR), inventory.of(Vendor.NVIDIA))
+    entries = [CudaEntry(u.device, _mig_instance(u.device, parsed)) for u in units]
+    # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
+    return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: format_cuda_visible_devices(entries)}
+
+
+def _intel_env(
+    units: Sequence[Unit],
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    hierarchy: Hierarchy | None,
+) -> dict[str, str | None]:
+    env: dict[str, str | None] = {SYCL_FILTER_VAR: None} if SYCL_FILTER_VAR in parent_env else {}
+    if not units:
+        # ZE_AFFINITY_MASK="" would show every Intel GPU; an index no host has hides them all
+        # (reference 2.2), from Level Zero and from Intel's OpenCL driver, which shares NEO.
+        env[ZE_MASK_VAR] = ZE_HIDE_ALL
+        return env
+    intel = inventory.of(Vendor.INTEL)
+    chosen = hierarchy or resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
+    pci_order = parent_env.get(PCI_ORDER_VAR) == "1"  # the child inherits this variable
+    env[ZE_HIERARCHY_VAR] = chosen.value  # explicit: the default differs per GPU family
+    env[ZE_MASK_VAR] = format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
+    env[ODS_VAR] = "level_zero:gpu"  # no OpenCL duplicates; SYCL device 0 = first unit
+    return env
+
+
+def _amd_env(
+    units: Sequence[Unit], inventory: Inventory, parent_env: Mapping[str, str]
+) -> dict[str, str | None]:
+    env: dict[str, str | None] = {n: None for n in (HIP_VAR, GPU_ORDINAL_VAR) if n in parent_env}
+    if not units:  # ROCr RvdFilter::SelectZeroDevices: set but empty surfaces zero devices
+        env[ROCR_VAR] = ""
+        return env
+    env[ROCR_VAR] = format_rocr_visible_devices([u.device for u in units])
+    if inventory.of(Vendor.NVIDIA):
+        # HIP falls back to CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is empty, so hiding
+        # the NVIDIA GPUs with CUDA_VISIBLE_DEVICES="" needs HIP pinned to all that ROCR
+        # leaves (reference 5.1: "set HIP_VISIBLE_DEVICES consistently relative to it").
+        env[HIP_VAR] = ",".join(str(i) for i in range(len(units)))
+        env[CUDA_VAR] = ""
+    elif CUDA_VAR in parent_env:
+        env[CUDA_VAR] = None  # HIP would read it as a second mask (pitfall 16, ollama)
+    return env
