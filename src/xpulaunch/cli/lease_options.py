@@ -1,0 +1,175 @@
+"""``--lock-dir``, ``--shared``, ``--wait``, ``--wait-timeout``: device reservations for ``run``
+and ``llama``, the manager built from them, and the live "waiting" line.
+
+Wiring, in a command decorated with :func:`lease_options`::
+
+    settings = LeaseSettings.pop_from(options)          # removes the four keys
+    with WaitReporter() as reporter:
+        plan, lease = settings.allocate(lambda unavailable: make_the_plan(unavailable),
+                                        on_wait=reporter)
+    # pass lease.fds to every worker (pass_fds) and to the guardian; lease.release() at the end
+
+A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mapping to plan with.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from xpulaunch.model import Plan
+    from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn
+    from xpulaunch.proc.queue import WaitStatus
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LOCK_DIR_OPTION = click.option(
+    "--lock-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="XPULAUNCH_LOCK_DIR",
+    metavar="DIR",
+    help="Lock directory shared by every user of this machine (its files are readable and "
+    "writable by all). Default: a private one, $XDG_RUNTIME_DIR/xpulaunch or "
+    "/tmp/xpulaunch-UID. Containers that share GPUs need a shared one "
+    "[env: XPULAUNCH_LOCK_DIR].",
+)
+
+_OPTIONS = [
+    LOCK_DIR_OPTION,
+    click.option(
+        "--shared",
+        is_flag=True,
+        help="Use devices named in --gpus even when another job has leased them, and lease "
+        "nothing: other jobs may then get these devices too.",
+    ),
+    click.option(
+        "--wait",
+        is_flag=True,
+        help="When the devices are leased by other jobs, queue until they are free (first "
+        "come, first served) instead of failing.",
+    ),
+    click.option(
+        "--wait-timeout",
+        type=click.FloatRange(min=0),
+        metavar="SECONDS",
+        help="Give up waiting after SECONDS (implies --wait).",
+    ),
+]
+_KEYS = ("lock_dir", "shared", "wait", "wait_timeout")
+
+
+def lease_options(func: F) -> F:
+    """Decorate a click command with the reservation options."""
+    for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """The values of the reservation options."""
+
+    lock_dir: Path | None = None
+    shared: bool = False
+    wait: bool = False
+    wait_timeout_s: float | None = None
+
+    @classmethod
+    def pop_from(cls, options: MutableMapping[str, Any]) -> LeaseSettings:
+        """Take the four options out of a command's keyword arguments."""
+        lock_dir, shared, wait, timeout_s = (options.pop(key, None) for key in _KEYS)
+        return cls(
+            lock_dir=Path(lock_dir) if lock_dir else None,
+            shared=bool(shared),
+            wait=bool(wait) or timeout_s is not None,
+            wait_timeout_s=None if timeout_s is None else float(timeout_s),
+        )
+
+    def manager(self) -> LeaseManager:
+        from xpulaunch.proc.leases import LeaseManager
+
+        return LeaseManager(self.lock_dir)
+
+    def allocate(
+        self,
+        plan_fn: PlanFn,
+        *,
+        on_wait: Callable[[WaitStatus], None] | None = None,
+        command: Sequence[str] | None = None,
+        manager: LeaseManager | None = None,
+    ) -> tuple[Plan, Lease]:
+        """Plan and lease atomically, waiting in line when asked to."""
+        return (manager or self.manager()).allocate(
+            plan_fn,
+            shared=self.shared,
+            wait=self.wait,
+            wait_timeout_s=self.wait_timeout_s,
+            on_wait=on_wait,
+            command=command,
+        )
+
+
+def lease_manager(options: Mapping[str, Any]) -> LeaseManager:
+    """The manager for a command's keyword arguments (without removing them)."""
+    lock_dir = options.get("lock_dir")
+    return LeaseSettings(lock_dir=Path(lock_dir) if lock_dir else None).manager()
+
+
+def wait_line(status: WaitStatus) -> str:
+    """``waiting 12 s for devices (next in line): --gpus 1: only 0 free device(s) ...``"""
+    place = "next in line" if status.position == 1 else f"{_ordinal(status.position)} in line"
+    limit = "" if status.timeout_s is None else f" of {status.timeout_s:g}"
+    return f"waiting {status.waited_s:.0f} s{limit} for devices ({place}): {status.reason}"
+
+
+class WaitReporter:
+    """``on_wait`` callback: one live line on a terminal, occasional lines in a log."""
+
+    def __init__(self, stream: TextIO | None = None, *, log_every_s: float = 30.0) -> None:
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty()
+        self._log_every_s = log_every_s
+        self._last: tuple[int, str, float] | None = None  # position, reason, waited_s
+        self._open_line = False
+
+    def __call__(self, status: WaitStatus) -> None:
+        line = "xpulaunch: " + wait_line(status)
+        if self._tty:
+            width = shutil.get_terminal_size().columns - 1
+            self._stream.write("\r\x1b[K" + line[:width])
+            self._open_line = True
+        elif self._due(status):
+            self._stream.write(line + "\n")
+            self._last = (status.position, status.reason, status.waited_s)
+        self._stream.flush()
+
+    def _due(self, status: WaitStatus) -> bool:
+        if self._last is None:
+            return True
+        position, reason, waited_s = self._last
+        changed = (position, reason) != (status.position, status.reason)
+        return changed or status.waited_s - waited_s >= self._log_every_s
+
+    def close(self) -> None:
+        if self._open_line:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._open_line = False
+
+    def __enter__(self) -> WaitReporter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

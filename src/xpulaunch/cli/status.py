@@ -1,0 +1,108 @@
+"""``xpulaunch status [--json] [--lock-dir DIR]``: who holds which device, and who waits."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from xpulaunch.cli.lease_options import LOCK_DIR_OPTION
+from xpulaunch.proc.leases import LeaseManager, LeaseRecord, StatusReport
+from xpulaunch.proc.queue import HolderInfo, WaiterRecord
+
+SCHEMA = "xpulaunch.status/1"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@LOCK_DIR_OPTION
+def status(as_json: bool, lock_dir: Path | None) -> int:
+    """Show device leases and launches waiting for devices."""
+    report = LeaseManager(lock_dir).status()
+    click.echo(json.dumps(status_document(report), indent=2) if as_json else status_text(report))
+    return 0
+
+
+def status_document(report: StatusReport) -> dict[str, object]:
+    """The ``xpulaunch.status/1`` document."""
+    return {
+        "schema": SCHEMA,
+        "lock_dir": str(report.lock_dir),
+        "lock_dir_kind": "shared" if report.shared_dir else "private",
+        "lock_dir_exists": report.exists,
+        "leases": [_lease_entry(lease) for lease in report.leases],
+        "waiting": [_waiter_entry(waiter) for waiter in report.waiting],
+    }
+
+
+def _lease_entry(lease: LeaseRecord) -> dict[str, object]:
+    return {"device": lease.key, **_holder_fields(lease.holder), "holder_alive": lease.holder_alive}
+
+
+def _waiter_entry(waiter: WaiterRecord) -> dict[str, object]:
+    fields = _holder_fields(waiter.holder)
+    return {"position": waiter.position, **fields, "waiting_for": waiter.waiting_for}
+
+
+def _holder_fields(holder: HolderInfo | None) -> dict[str, object]:
+    """Every field null when the holder's record is missing (the lease itself is real)."""
+    if holder is None:
+        return dict.fromkeys(("pid", "command", "user", "since", "job_id", "hostname"))
+    since = datetime.fromtimestamp(holder.since_s).astimezone().isoformat(timespec="seconds")
+    return {
+        "pid": holder.pid,
+        "command": list(holder.argv),
+        "user": holder.user,
+        "since": since,
+        "job_id": holder.job_id,
+        "hostname": holder.hostname,
+    }
+
+
+def status_text(report: StatusReport) -> str:
+    kind = "shared" if report.shared_dir else "private"
+    lines = [f"lock directory: {report.lock_dir} ({kind})"]
+    if not report.exists:
+        return "\n".join([*lines, "no leases (the directory does not exist yet)"])
+    if report.leases:
+        rows = [_lease_row(lease) for lease in report.leases]
+        lines += ["", *_table(("DEVICE", "PID", "USER", "SINCE", "JOB", "COMMAND"), rows)]
+        if any(lease.holder_alive is False for lease in report.leases):
+            lines.append("(exited): that xpulaunch is gone, but processes it started still run")
+    else:
+        lines.append("no devices are leased")
+    if report.waiting:
+        rows = [_waiter_row(waiter) for waiter in report.waiting]
+        header = ("#", "PID", "USER", "WAITED", "JOB", "COMMAND", "WAITING FOR")
+        lines += ["", f"waiting launches ({len(rows)}):", *_table(header, rows)]
+    return "\n".join(lines)
+
+
+def _lease_row(lease: LeaseRecord) -> tuple[str, ...]:
+    holder = lease.holder
+    if holder is None:
+        return (lease.key, "?", "?", "?", "?", "(holder record missing)")
+    pid = str(holder.pid) if lease.holder_alive is not False else f"{holder.pid} (exited)"
+    return (lease.key, pid, holder.user, holder.since(), holder.job_id, holder.command())
+
+
+def _waiter_row(waiter: WaiterRecord) -> tuple[str, ...]:
+    holder = waiter.holder
+    reason = waiter.waiting_for or "its turn"
+    if holder is None:
+        return (str(waiter.position), "?", "?", "?", "?", "?", reason)
+    waited = f"{max(time.time() - holder.since_s, 0):.0f} s"
+    cells = (str(holder.pid), holder.user, waited, holder.job_id, holder.command(40))
+    return (str(waiter.position), *cells, reason)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    # Every column but the last is padded to its widest cell; the last one runs free.
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header) - 1)]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)), row[-1]])
+        for row in (header, *rows)
+    ]

@@ -1,0 +1,136 @@
+"""Leases across real processes: SIGKILLed launchers, inherited descriptors, 32 racing jobs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xpulaunch.proc.leases import LeaseManager
+
+Processes = Any  # the processes fixture (tests/leases/conftest.py)
+KEY = "0000:01:00.0"
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie counts: it holds no files any more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _wait_until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigkilled_launcher_keeps_the_lease_until_its_child_exits(
+    lock_dir: Path, processes: Processes
+) -> None:
+    holder = processes.worker(lock_dir, "--devices", "1", "--gpus", f"device={KEY}", "spawn")
+    assert holder.stdout is not None
+    assert holder.stdout.readline().startswith(f"acquired {KEY} ")
+    info = json.loads(holder.stdout.readline())  # the child runs; the holder dropped its fds
+    child = info["child"]
+    processes.orphans.append(child)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+
+    # Straight away, the device is still leased: by the orphaned child's inherited fd.
+    busy = processes.worker(lock_dir, "--devices", "1", "--gpus", f"device={KEY}", "hold")
+    _out, err = busy.communicate(timeout=20)
+    assert busy.returncode == 1
+    assert f"DeviceBusyError: {KEY} is leased by pid {holder.pid} (lease_worker spawn" in err
+    [record] = LeaseManager(lock_dir).status().leases
+    assert record.key == KEY and record.holder is not None
+    assert record.holder.pid == holder.pid and record.holder_alive is False
+
+    waiter = processes.worker(lock_dir, "--devices", "1", "--gpus", "1", "--wait", "hold")
+    _wait_until(lambda: len(LeaseManager(lock_dir).status().waiting) == 1)
+    time.sleep(0.5)  # several of its polls: it must still be waiting
+    assert waiter.poll() is None
+
+    killed_at = time.monotonic()
+    os.kill(child, signal.SIGKILL)
+    out, err = waiter.communicate(timeout=20)
+    assert waiter.returncode == 0, err
+    acquired_at = float(out.split()[2])
+    assert _gone(child)
+    assert killed_at < acquired_at < killed_at + 2.0  # right after, not before
+
+
+@pytest.mark.slow
+def test_racing_launches_never_pick_the_same_device(
+    lock_dir: Path, processes: Processes, tmp_path: Path
+) -> None:
+    audit = tmp_path / "audit.txt"
+    # No --wait: each gets one try. A slow planner (0.1 s) makes the launches overlap in the
+    # read-plan-lock step; only the allocation lock keeps them from all choosing device 1.
+    jobs = [
+        processes.worker(
+            lock_dir,
+            "--devices",
+            "6",
+            "--gpus",
+            "1",
+            "--plan-delay",
+            "0.1",
+            "hold",
+            "--seconds",
+            "1.5",
+            "--audit",
+            str(audit),
+        )
+        for _ in range(6)
+    ]
+    for job in jobs:
+        _out, err = job.communicate(timeout=30)
+        assert job.returncode == 0, err
+    keys = [line.split()[0] for line in audit.read_text().splitlines()]
+    assert sorted(keys) == [f"0000:0{i}:00.0" for i in range(1, 7)]
+
+
+@pytest.mark.slow
+def test_32_waiting_jobs_on_4_devices_never_overlap(
+    lock_dir: Path, processes: Processes, tmp_path: Path
+) -> None:
+    audit = tmp_path / "audit.txt"
+    start = time.monotonic()
+    jobs = [
+        processes.worker(
+            lock_dir, "--gpus", "1", "--wait", "hold", "--seconds", "0.15", "--audit", str(audit)
+        )
+        for _ in range(32)
+    ]
+    for job in jobs:
+        _out, err = job.communicate(timeout=60)
+        assert job.returncode == 0, err
+    elapsed_s = time.monotonic() - start
+
+    per_device: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for line in audit.read_text().splitlines():
+        key, begin, end, pid = line.split()
+        per_device[key].append((float(begin), float(end), int(pid)))
+    assert sorted(pid for spans in per_device.values() for *_, pid in spans) == sorted(
+        job.pid for job in jobs
+    )  # every job ran, exactly once
+    assert set(per_device) <= {f"0000:0{i}:00.0" for i in range(1, 5)}
+    for key, spans in per_device.items():
+        spans.sort()
+        for (_b1, end1, pid1), (begin2, _e2, pid2) in itertools.pairwise(spans):
+            assert end1 <= begin2, f"{key}: jobs {pid1} and {pid2} overlap"
+    assert len(per_device) == 4  # the 4 devices were all used: the jobs ran in parallel
+    assert LeaseManager(lock_dir).status().waiting == ()
+    print(f"32 jobs on 4 devices: {elapsed_s:.1f} s")
