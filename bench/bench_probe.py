@@ -1,0 +1,103 @@
+"""How long ``xpulaunch devices --json`` takes, next to the other ways of asking the same thing.
+
+Each command runs as a fresh process (what a user or a script pays), ``--runs`` times after one
+warm-up; the median wall time is reported, with the ratio of ours to each peer. A peer that is
+not available here (no nvidia-smi, no NVML library, no torch with a GPU) is skipped with the
+reason printed. Run from the repository root:
+
+    python3 bench/bench_probe.py [--runs 20] [--budget-ms 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PYNVML_PEER = """
+import pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetPciInfo(h)
+    pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    pynvml.nvmlDeviceGetUtilizationRates(h)
+pynvml.nvmlShutdown()
+"""
+TORCH_PEER = """
+import sys, torch
+if torch.cuda.is_available():
+    print([torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())])
+elif hasattr(torch, "xpu") and torch.xpu.is_available():
+    print([torch.xpu.mem_get_info(i) for i in range(torch.xpu.device_count())])
+else:
+    sys.exit("torch %s sees no CUDA or XPU device" % torch.__version__)
+"""
+NVIDIA_SMI_QUERY = [
+    "--query-gpu=index,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu",
+    "--format=csv,noheader,nounits",
+]
+
+
+def measure(argv: list[str], runs: int, env: dict[str, str]) -> list[float] | str:
+    """Wall seconds of each run, or why the command cannot be measured here."""
+    check = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    if check.returncode != 0:
+        lines = (check.stderr or check.stdout).strip().splitlines()
+        return f"exit {check.returncode}: {lines[-1] if lines else 'no output'}"
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                       timeout=120, check=False)  # fmt: skip
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def peers(python: str) -> list[tuple[str, list[str] | str]]:
+    """(name, argv) for each peer, or (name, reason) when it is absent."""
+    smi = shutil.which("nvidia-smi")
+    return [
+        ("nvidia-smi --query-gpu", [smi, *NVIDIA_SMI_QUERY] if smi else "nvidia-smi not on PATH"),
+        ("bare pynvml process", [python, "-c", PYNVML_PEER]),
+        ("torch mem_get_info", [python, "-c", TORCH_PEER]),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--python", default=sys.executable, help="interpreter for all Python runs")
+    parser.add_argument("--budget-ms", type=float, default=150.0)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    ours = measure([args.python, "-m", "xpulaunch", "devices", "--json"], args.runs, env)
+    if isinstance(ours, str):
+        print(f"xpulaunch devices --json: cannot run ({ours})")
+        return 1
+    ours_ms = statistics.median(ours) * 1000
+    print(f"{'command':<28} {'median':>10} {'min':>10}  ours/peer")
+    print(f"{'xpulaunch devices --json':<28} {ours_ms:>8.1f}ms {min(ours) * 1000:>8.1f}ms")
+    for name, argv in peers(args.python):
+        result = argv if isinstance(argv, str) else measure(argv, args.runs, env)
+        if isinstance(result, str):
+            print(f"{name:<28} skipped: {result}")
+            continue
+        peer_ms = statistics.median(result) * 1000
+        print(
+            f"{name:<28} {peer_ms:>8.1f}ms {min(result) * 1000:>8.1f}ms  {ours_ms / peer_ms:.2f}x"
+        )
+    verdict = "within" if ours_ms <= args.budget_ms else "OVER"
+    print(f"budget: median {ours_ms:.1f} ms is {verdict} the {args.budget_ms:g} ms budget")
+    return 0 if ours_ms <= args.budget_ms else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""``xpulaunch devices``: probe and list accelerators, or show an inventory document.
+
+Plain aligned text, no table library: the command should start fast (``devices --json`` has a
+150 ms budget on a 2-GPU host), and the probe is imported only when the host is probed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from xpulaunch.core.inventory import dumps
+from xpulaunch.model import Device, Inventory, Problem
+
+_GIB = 1024**3
+_FOOTER_PROBLEMS = 5
+_FOOTER_WIDTH = 160
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the inventory document (JSON).")
+@click.option(
+    "--inventory",
+    "inventory_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="XPULAUNCH_INVENTORY",
+    show_envvar=True,
+    help="Show this inventory document instead of probing the host.",
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show every problem in full, tools that are not installed, and each value's source.",
+)
+@click.option(
+    "--torch",
+    "use_torch",
+    is_flag=True,
+    help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
+)
+def devices(as_json: bool, inventory_file: Path | None, debug: bool, use_torch: bool) -> None:
+    """Probe and list accelerators (index, name, PCI address, memory, utilisation, tiles)."""
+    if inventory_file is not None:
+        from xpulaunch.api import load_inventory
+
+        inventory = load_inventory(inventory_file)
+        if use_torch:
+            click.echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
+    else:
+        from xpulaunch.probe import probe_from_env
+
+        inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
+    if as_json:
+        click.echo(dumps(inventory))
+        return
+    if inventory_file is not None:
+        click.echo(f"inventory: {inventory_file} (not probed)")
+    click.echo(render_table(inventory, debug=debug))
+
+
+def render_table(inventory: Inventory, *, debug: bool = False) -> str:
+    """The device table plus a footer of problems. Unknown values print as ``?`` or ``-``."""
+    lines = []
+    if inventory.devices:
+        header = ("IDX", "VENDOR", "NAME", "PCI", "MEMORY USED / TOTAL", "UTIL", "TILES")
+        rows = [header] + [_row(d) for d in inventory.devices]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        for device, row in zip((None, *inventory.devices), rows, strict=True):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+            lines += _mig_lines(device)
+    else:
+        lines.append("No accelerators found.")
+    if debug:
+        lines += _source_lines(inventory.devices)
+    lines += _problem_lines(inventory.problems, debug=debug)
+    return "\n".join(lines)
+
+
+def _row(d: Device) -> tuple[str, str, str, str, str, str, str]:
+    name = d.name or _fallback_name(d)
+    if d.integrated:
+        name += " (integrated)"
+    util = "-" if d.utilization_percent is None else f"{d.utilization_percent:.0f}%"
+    return (str(d.index), d.vendor.value, name, d.pci_bus_id or "-",
+            _memory(d.memory_used_bytes, d.memory_total_bytes), util, str(d.tiles))  # fmt: skip
+
+
+def _fallback_name(d: Device) -> str:
+    pci_id = d.extra.get("pci_device_id")
+    return f"{d.vendor.value} GPU [{pci_id}]" if isinstance(pci_id, str) else "-"
+
+
+def _memory(used: int | None, total: int | None) -> str:
+    if used is None and total is None:
+        return "-"
+    used_text = "?" if used is None else f"{used / _GIB:.1f}"
+    total_text = "?" if total is None else f"{total / _GIB:.1f}"
+    return f"{used_text} / {total_text} GiB"
+
+
+def _mig_lines(device: Device | None) -> list[str]:
+    if device is None:
+        return []
+    return [
+        f"     MIG {m.uuid}  {_memory(m.memory_used_bytes, m.memory_total_bytes)}"
+        for m in device.mig_devices
+    ]
+
+
+def _source_lines(devices: Sequence[Device]) -> list[str]:
+    lines = []
+    for d in devices:
+        sources = d.extra.get("sources")
+        details = [f"{k}={v}" for k, v in d.extra.items() if k != "sources"]
+        if isinstance(sources, list):
+            details.insert(0, "from " + ", ".join(str(s) for s in sources))
+        lines.append(f"  {d.label()}: " + "; ".join(details))
+    return ["", "sources:", *lines] if lines else []
+
+
+def _problem_lines(problems: Sequence[Problem], *, debug: bool) -> list[str]:
+    if not problems:
+        return []
+    count = len(problems)
+    lines = ["", f"{count} problem{'s' if count != 1 else ''}:"]
+    shown = problems if debug else problems[:_FOOTER_PROBLEMS]
+    for problem in shown:
+        text = str(problem)
+        if not debug and len(text) > _FOOTER_WIDTH:
+            text = text[: _FOOTER_WIDTH - 3] + "..."
+        lines.append(f"  - {text}")
+    if not debug:
+        more = count - len(shown)
+        tail = f"and {more} more; " if more else ""
+        lines.append(f"  ({tail}'xpulaunch devices --debug' shows every problem in full)")
+    return lines

@@ -1,0 +1,138 @@
+"""AMD: amdgpu sysfs (no runtime, no root), then amd-smi or rocm-smi for what sysfs lacks.
+
+amdgpu exposes ``mem_info_vram_total``/``mem_info_vram_used`` (bytes, mode 0444) and
+``gpu_busy_percent`` on the PCI device (amdgpu_vram_mgr.c; reference section 5.2), so the
+SMI tools are only a fallback; their JSON layout has changed between releases (section 5.4).
+"""
+
+from __future__ import annotations
+
+import re
+
+from xpulaunch.model import Problem, Vendor
+from xpulaunch.probe.context import (
+    ProbeContext,
+    VendorResult,
+    failed,
+    not_installed,
+    run_tool,
+)
+from xpulaunch.probe.observe import Observation, merge
+from xpulaunch.probe.parsers.amd import (
+    AMD_SMI_LIST_ARGV,
+    AMD_SMI_MEM_ARGV,
+    PRODUCTS,
+    ROCM_SMI_ARGV,
+    parse_amd_smi,
+    parse_rocm_smi_json,
+)
+from xpulaunch.probe.parsers.common import ParseError, percent
+from xpulaunch.probe.runner import RunResult
+from xpulaunch.probe.sysfs import PciGpu, read_int, read_text
+
+# The SMI tools may honour the ROCm visibility variables [unv]; we want every physical GPU.
+_SELECTION_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+_HEX_ID = re.compile(r"^(?:0x)?([0-9a-fA-F]{8,32})$")
+
+
+def probe_amd(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
+    listed = None if pci is None else [g for g in pci if g.vendor is Vendor.AMD]
+    result = VendorResult()
+    if listed == []:
+        return result
+    cards = [obs for gpu in listed or [] if (obs := _from_sysfs(gpu, result)) is not None]
+    if listed and not cards:
+        return result
+    lacking = [c for c in cards if c.memory_total_bytes is None or c.memory_used_bytes is None]
+    tried: list[Problem] = []
+    if listed is None or lacking:
+        found, problems, notes = _from_smi(ctx)
+        tried += problems + notes
+        result.problems += problems
+        result.notes += notes
+        known = {c.pci_bus_id for c in cards}
+        usable = [o for o in found if o.pci_bus_id and (listed is None or o.pci_bus_id in known)]
+        cards, conflicts = merge(cards, usable)
+        result.problems += conflicts
+    result.problems += _unknown_memory(cards, tried)
+    result.observations = cards
+    return result
+
+
+def _from_sysfs(gpu: PciGpu, result: VendorResult) -> Observation | None:
+    if not gpu.has_gpu_driver:
+        result.problems.append(gpu.skipped())
+        return None
+    problems = result.problems
+    busy = read_int(gpu.path / "gpu_busy_percent", problems)
+    return Observation(
+        vendor=Vendor.AMD,
+        sources=("sysfs",),
+        pci_bus_id=gpu.bus_id,
+        uuid=_uuid(read_text(gpu.path / "unique_id", problems)),
+        name=read_text(gpu.path / "product_name", problems) or PRODUCTS.get(gpu.device_id or -1),
+        integrated=False,  # amdgpu has no sysfs flag for APUs; unknown APUs count as discrete
+        tiles=1,
+        memory_total_bytes=read_int(gpu.path / "mem_info_vram_total", problems),
+        memory_used_bytes=read_int(gpu.path / "mem_info_vram_used", problems),
+        utilization_percent=percent(busy),
+        extra=gpu.facts(),
+    )
+
+
+def _uuid(unique_id: str | None) -> str | None:
+    """``unique_id`` (hex) as ROCr spells the UUID in ROCR_VISIBLE_DEVICES: ``GPU-<hex>`` [inf]."""
+    match = _HEX_ID.match(unique_id or "")
+    return f"GPU-{match[1].lower()}" if match else None
+
+
+def _from_smi(ctx: ProbeContext) -> tuple[list[Observation], list[Problem], list[Problem]]:
+    """amd-smi (current), else rocm-smi (deprecated); each entry keyed by its PCI address."""
+    notes: list[Problem] = []
+    run = run_tool(ctx, AMD_SMI_LIST_ARGV, drop_env=_SELECTION_VARS)
+    if run is None:
+        notes.append(not_installed("amd-smi"))
+    else:
+        found, problem = _amd_smi(ctx, run)
+        if problem is None:
+            return found, [], notes
+        return found, [problem], notes
+    run = run_tool(ctx, ROCM_SMI_ARGV, drop_env=_SELECTION_VARS)
+    if run is None:
+        return [], [], [*notes, not_installed("rocm-smi")]
+    if isinstance(run, Problem):
+        return [], [run], notes
+    if run.returncode != 0:
+        return [], [failed(run, "rocm-smi")], notes
+    try:
+        return parse_rocm_smi_json(run.stdout), [], notes
+    except ParseError as exc:
+        return [], [Problem("rocm-smi", str(exc))], notes
+
+
+def _amd_smi(
+    ctx: ProbeContext, listing: RunResult | Problem
+) -> tuple[list[Observation], Problem | None]:
+    if isinstance(listing, Problem):
+        return [], listing
+    if listing.returncode != 0:
+        return [], failed(listing, "amd-smi")
+    memory = run_tool(ctx, AMD_SMI_MEM_ARGV, drop_env=_SELECTION_VARS)
+    mem_text = memory.stdout if isinstance(memory, RunResult) and memory.returncode == 0 else None
+    try:
+        found = parse_amd_smi(listing.stdout, mem_text)
+    except ParseError as exc:
+        return [], Problem("amd-smi", str(exc))
+    if mem_text is None:
+        why = memory if isinstance(memory, Problem) else None
+        return found, why or Problem("amd-smi", "metric --mem-usage gave no usable output")
+    return found, None
+
+
+def _unknown_memory(cards: list[Observation], tried: list[Problem]) -> list[Problem]:
+    problems = []
+    for card in cards:
+        if card.memory_total_bytes is None or card.memory_used_bytes is None:
+            why = "; ".join(["no mem_info_vram_* sysfs files", *(str(p) for p in tried)])
+            problems.append(Problem("amd", f"memory unknown ({why})", card.key))
+    return problems

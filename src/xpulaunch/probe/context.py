@@ -1,0 +1,108 @@
+"""What every vendor adapter gets (roots, runner, env, limits) and what it hands back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from xpulaunch.model import Problem
+from xpulaunch.probe.observe import Observation
+from xpulaunch.probe.runner import Runner, RunResult, tool_env
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeContext:
+    sys_root: Path
+    proc_root: Path
+    runner: Runner
+    env: Mapping[str, str]
+    timeout_s: float
+    report_missing: bool = False
+    perfmon: bool = False
+    use_nvml: bool = True
+    nvml_module: object | None = None
+    use_pyzes: bool = True
+    pyzes_module: object | None = None
+    use_torch: bool = False
+    torch_python: str = "python3"
+    torch_timeout_s: float = 60.0
+
+
+@dataclass(slots=True)
+class VendorResult:
+    """One vendor's observations, the problems met, and expected outcomes (``notes``).
+
+    Notes (a tool not installed, no driver library on a host without that vendor's GPUs) only
+    become problems when the caller asks for them (``devices --debug``).
+    """
+
+    observations: list[Observation] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
+
+    def all_problems(self, report_missing: bool) -> list[Problem]:
+        return self.problems + (self.notes if report_missing else [])
+
+
+def run_tool(
+    ctx: ProbeContext,
+    argv: Sequence[str],
+    *,
+    drop_env: Iterable[str] = (),
+    set_env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> RunResult | Problem | None:
+    """Run a vendor tool found on PATH; ``None`` when it is not installed (an expected outcome).
+
+    The tool's environment is a fresh dict: ``ctx.env`` without ``drop_env``, plus ``set_env``.
+    """
+    env = {**tool_env(ctx.env, drop_env), **(set_env or {})}
+    path = ctx.runner.which(argv[0], env)
+    if path is None:
+        return None
+    limit = ctx.timeout_s if timeout_s is None else timeout_s
+    return ctx.runner.run([path, *argv[1:]], env=env, timeout_s=limit)
+
+
+def failed(result: RunResult, tool: str) -> Problem:
+    """A tool that ran but exited non-zero, quoting its first line."""
+    first = result.first_line()
+    detail = f": {first}" if first else ""
+    return Problem(tool, f"exited with status {result.returncode}{detail}")
+
+
+def not_installed(tool: str) -> Problem:
+    return Problem(tool, "not installed (not found on PATH)")
+
+
+def parallel(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Run independent calls on threads and return their results in order.
+
+    Threads rather than concurrent.futures: that import alone costs ~20 ms (it pulls in
+    logging), a tenth of the ``devices --json`` budget. An exception in a call is re-raised
+    here, never lost with its thread.
+    """
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    results: dict[int, T] = {}
+    errors: dict[int, BaseException] = {}
+
+    def target(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller below, not swallowed
+            errors[i] = exc
+
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[min(errors)]
+    return [results[i] for i in range(len(calls))]

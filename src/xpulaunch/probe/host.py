@@ -1,0 +1,133 @@
+"""``probe_host``: walk sysfs once, then ask each vendor's sources in parallel threads.
+
+No GPU runtime is touched here: NVML and Sysman are management libraries that create no
+compute context, the vendor tools run as child processes, and ``torch.xpu`` (opt-in) runs in a
+throw-away interpreter (pitfall 1). The result is the inventory of contract section 3, with
+every failed source recorded as a problem.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+
+from xpulaunch.model import Device, Inventory, Vendor
+from xpulaunch.probe.context import ProbeContext, VendorResult, parallel
+from xpulaunch.probe.observe import to_devices
+from xpulaunch.probe.runner import Runner, SubprocessRunner
+from xpulaunch.probe.sysfs import PciGpu, list_pci_gpus, perfmon_capable
+
+# Testing hooks: point the CLI's probe at a fake machine (a sysfs/procfs tree built by a test).
+# A fake machine has no real NVML or Sysman, so with a fake sysfs root both are switched off.
+SYSFS_ROOT_ENV = "XPULAUNCH_SYSFS_ROOT"
+PROCFS_ROOT_ENV = "XPULAUNCH_PROCFS_ROOT"
+
+_ORDER = {Vendor.NVIDIA: "vendor", Vendor.INTEL: "discrete", Vendor.AMD: "pci"}
+_VendorProbe = Callable[[ProbeContext, "list[PciGpu] | None"], VendorResult]
+
+
+# Vendor modules are imported only for vendors that are probed: on an NVIDIA-only host the
+# Intel and AMD code (and ctypes for pyzes) stays out of ``devices --json``'s start-up time.
+def _nvidia(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
+    from xpulaunch.probe.nvidia import probe_nvidia
+
+    return probe_nvidia(ctx, pci)
+
+
+def _intel(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
+    from xpulaunch.probe.intel import probe_intel
+
+    return probe_intel(ctx, pci)
+
+
+def _amd(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
+    from xpulaunch.probe.amd import probe_amd
+
+    return probe_amd(ctx, pci)
+
+
+_PROBES: tuple[tuple[Vendor, _VendorProbe], ...] = (
+    (Vendor.NVIDIA, _nvidia),
+    (Vendor.INTEL, _intel),
+    (Vendor.AMD, _amd),
+)
+
+
+def probe_host(
+    *,
+    sys_root: Path = Path("/sys"),
+    proc_root: Path = Path("/proc"),
+    runner: Runner | None = None,
+    env: Mapping[str, str] | None = None,
+    use_nvml: bool = True,
+    use_pyzes: bool = True,
+    use_torch: bool = False,
+    timeout_s: float = 5.0,
+    report_missing: bool = False,
+    nvml_module: object | None = None,
+    pyzes_module: object | None = None,
+    torch_python: str | None = None,
+) -> Inventory:
+    """Every NVIDIA, Intel and AMD GPU of this host, with what could not be measured.
+
+    Args:
+        sys_root, proc_root: where sysfs and procfs are mounted (fake trees in tests).
+        runner: runs vendor tools (default: real subprocesses).
+        env: environment the tools start from (default: a copy of ``os.environ``); GPU
+            selection variables are removed for tools that would honour them.
+        use_nvml, use_pyzes: allow the in-process management libraries.
+        use_torch: also ask ``torch.xpu`` in a throw-away ``torch_python`` process.
+        timeout_s: limit for each vendor tool (nvidia-smi, xpu-smi, ...).
+        report_missing: also record expected outcomes (a tool that is not installed).
+        nvml_module, pyzes_module: stand-ins for ``pynvml``/``pyzes`` (tests).
+    """
+    ctx = ProbeContext(
+        sys_root=sys_root,
+        proc_root=proc_root,
+        runner=runner or SubprocessRunner(),
+        env=dict(os.environ if env is None else env),
+        timeout_s=timeout_s,
+        report_missing=report_missing,
+        perfmon=perfmon_capable(proc_root),
+        use_nvml=use_nvml,
+        nvml_module=nvml_module,
+        use_pyzes=use_pyzes,
+        pyzes_module=pyzes_module,
+        use_torch=use_torch,
+        torch_python=torch_python or sys.executable,
+    )
+    pci, problems = list_pci_gpus(sys_root)
+    # NVIDIA always (NVML is cheap and says itself whether a driver is there); the others only
+    # when sysfs shows their cards or cannot be read. One probe runs inline, more on threads.
+    probes = [
+        (vendor, probe)
+        for vendor, probe in _PROBES
+        if vendor is Vendor.NVIDIA or pci is None or any(g.vendor is vendor for g in pci)
+    ]
+    calls = [partial(probe, ctx, pci) for _, probe in probes]
+    devices: list[Device] = []
+    for (vendor, _), outcome in zip(probes, parallel(calls), strict=True):
+        devices += to_devices(outcome.observations, _ORDER[vendor])
+        problems += outcome.all_problems(report_missing)
+    return Inventory(devices=tuple(devices), problems=tuple(dict.fromkeys(problems)))
+
+
+def probe_from_env(
+    env: Mapping[str, str], *, use_torch: bool = False, report_missing: bool = False
+) -> Inventory:
+    """``probe_host`` as the CLI runs it: honours the testing hooks ``XPULAUNCH_SYSFS_ROOT``
+    and ``XPULAUNCH_PROCFS_ROOT`` (a fake machine: NVML and pyzes off)."""
+    fake_sys = env.get(SYSFS_ROOT_ENV)
+    fake_proc = env.get(PROCFS_ROOT_ENV)
+    return probe_host(
+        sys_root=Path(fake_sys) if fake_sys else Path("/sys"),
+        proc_root=Path(fake_proc) if fake_proc else Path("/proc"),
+        env=env,
+        use_nvml=not fake_sys,
+        use_pyzes=not fake_sys,
+        use_torch=use_torch,
+        report_missing=report_missing,
+    )

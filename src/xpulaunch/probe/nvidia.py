@@ -1,0 +1,288 @@
+"""NVIDIA: NVML, else ``nvidia-smi --query-gpu``, else ``/proc/driver/nvidia`` for identity.
+
+NVML (module ``pynvml`` from nvidia-ml-py) costs ~10 ms to initialise and does not create a CUDA
+context, so it is safe in the launcher process; nvidia-smi costs 30-50 ms per call and is the
+fallback (reference section 4.4). Both ignore ``CUDA_VISIBLE_DEVICES`` and number GPUs by the
+NVML index, which is the contract's physical index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.model import MigDevice, Problem, Vendor
+from xpulaunch.probe.context import ProbeContext, VendorResult, failed, not_installed, run_tool
+from xpulaunch.probe.observe import Observation
+from xpulaunch.probe.parsers.nvidia import (
+    NO_DEVICES_EXIT,
+    NO_DEVICES_TEXT,
+    QUERY_ARGV,
+    QUERY_FIELDS,
+    parse_proc_information,
+    parse_query_gpu,
+)
+from xpulaunch.probe.sysfs import PciGpu
+
+_Found = tuple[list[Observation] | None, list[Problem], bool]  # (devices, problems, absent)
+
+
+def probe_nvidia(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
+    """NVIDIA GPUs through the first source that works; earlier failures become problems.
+
+    ``pci`` is the sysfs walk (``None`` when sysfs could not be read). When sysfs shows no NVIDIA
+    GPU, a missing NVML library is the expected state of the host, not a problem.
+    """
+    listed = None if pci is None else [g for g in pci if g.vendor is Vendor.NVIDIA]
+    result = VendorResult()
+    sources: list[Callable[[], _Found]] = [lambda: _from_nvml(ctx)] if ctx.use_nvml else []
+    sources += [lambda: _from_nvidia_smi(ctx), lambda: _from_procfs(ctx)]
+    for source in sources:
+        found, problems, absent = source()
+        if found is not None and (found or not listed):
+            if found:
+                result.problems += problems  # what the working source could not measure
+            else:
+                result.notes += problems  # e.g. "No devices were found" on a host without any
+            result.observations = _reconcile(found, listed, result)
+            return result
+        if listed or (listed is None and not absent):
+            result.problems += problems
+        else:
+            result.notes += problems
+        if listed == [] and absent:
+            return result  # no NVIDIA stack and no NVIDIA board in sysfs: nothing to learn
+    if listed:
+        result.observations = _from_sysfs(listed, result)
+    return result
+
+
+def _reconcile(
+    found: list[Observation], listed: list[PciGpu] | None, result: VendorResult
+) -> list[Observation]:
+    """Add sysfs facts (driver, device id) to each GPU; a GPU only sysfs sees is a problem."""
+    by_bus = {g.bus_id: g for g in listed or []}
+    merged = []
+    for obs in found:
+        gpu = by_bus.pop(obs.pci_bus_id, None) if obs.pci_bus_id else None
+        merged.append(obs if gpu is None else _with_pci(obs, gpu))
+    source = "/".join(found[0].sources) if found else "nvml"
+    for gpu in by_bus.values():
+        result.problems.append(
+            Problem(
+                source,
+                f"{gpu.describe()} (driver {gpu.driver or 'none'}) is not listed; not usable here",
+                device=gpu.bus_id,
+            )
+        )
+    return merged
+
+
+def _with_pci(obs: Observation, gpu: PciGpu) -> Observation:
+    extra = {**gpu.facts(), **obs.extra}
+    return dataclasses.replace(obs, sources=("sysfs", *obs.sources), extra=extra)
+
+
+def _from_sysfs(listed: list[PciGpu], result: VendorResult) -> list[Observation]:
+    """Last resort: PCI identity only, numbered in PCI order (NVML's order in practice)."""
+    usable = [g for g in listed if g.driver == "nvidia"]
+    result.problems += [g.skipped() for g in listed if g.driver != "nvidia"]
+    return [
+        _with_pci(Observation(Vendor.NVIDIA, (), pci_bus_id=g.bus_id, integrated=False, tiles=1), g)
+        for g in usable
+    ]
+
+
+def _from_nvidia_smi(ctx: ProbeContext) -> _Found:
+    run = run_tool(ctx, QUERY_ARGV)
+    if run is None:
+        return None, [not_installed("nvidia-smi")], True
+    if isinstance(run, Problem):
+        return None, [run], False
+    if run.returncode == NO_DEVICES_EXIT and NO_DEVICES_TEXT in run.stdout + run.stderr:
+        return [], [Problem("nvidia-smi", f"{NO_DEVICES_TEXT} (exit {NO_DEVICES_EXIT})")], False
+    if run.returncode != 0:
+        return None, [failed(run, "nvidia-smi")], False
+    found = parse_query_gpu(run.stdout, QUERY_FIELDS)
+    if not found:
+        return (
+            None,
+            [Problem("nvidia-smi", f"no GPU rows in its output: {run.first_line()!r}")],
+            False,
+        )
+    return found, _mig_problems(found), False
+
+
+def _mig_problems(found: list[Observation]) -> list[Problem]:
+    return [
+        Problem(
+            "nvidia-smi", "MIG is enabled; MIG instances are only listed through NVML", device=o.key
+        )
+        for o in found
+        if o.extra.get("mig_mode") == "Enabled"
+    ]
+
+
+def _from_procfs(ctx: ProbeContext) -> _Found:
+    gpus_dir = ctx.proc_root / "driver" / "nvidia" / "gpus"
+    try:
+        entries = sorted(gpus_dir.iterdir())
+    except FileNotFoundError:
+        return None, [], True
+    except OSError as exc:
+        return None, [Problem("procfs", f"cannot list {gpus_dir}: {exc.strerror or exc}")], False
+    found, problems = [], []
+    for entry in entries:
+        try:
+            found.append(parse_proc_information((entry / "information").read_text()))
+        except OSError as exc:
+            problems.append(
+                Problem("procfs", f"cannot read {entry}/information: {exc.strerror or exc}")
+            )
+    return (found or None), problems, False
+
+
+# --- NVML ---------------------------------------------------------------------------------
+
+
+def _from_nvml(ctx: ProbeContext) -> _Found:
+    nvml: Any = ctx.nvml_module if ctx.nvml_module is not None else _import_pynvml()
+    if nvml is None:
+        return None, [Problem("nvml", "pynvml (nvidia-ml-py) is not importable")], True
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        # No library or no kernel driver is the normal state of a host without NVIDIA GPUs.
+        absent = exc.value in (nvml.NVML_ERROR_LIBRARY_NOT_FOUND, nvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        return None, [Problem("nvml", f"nvmlInit failed: {exc}")], absent
+    problems: list[Problem] = []
+    found = None
+    try:
+        found = _nvml_devices(nvml, problems)
+    except nvml.NVMLError as exc:
+        problems.append(Problem("nvml", f"query failed: {exc}"))
+    finally:
+        _nvml_shutdown(nvml, problems)
+    return found, problems, False
+
+
+def _import_pynvml() -> Any:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError:
+        return None
+
+
+def _nvml_shutdown(nvml: Any, problems: list[Problem]) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except nvml.NVMLError as exc:
+        problems.append(Problem("nvml", f"nvmlShutdown failed: {exc}"))
+
+
+def _nvml_devices(nvml: Any, problems: list[Problem]) -> list[Observation]:
+    driver = _text(nvml.nvmlSystemGetDriverVersion())
+    found = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        obs = _nvml_device(nvml, index, problems)
+        if obs is not None:
+            found.append(dataclasses.replace(obs, extra={"driver_version": driver}))
+    return found
+
+
+def _nvml_device(nvml: Any, index: int, problems: list[Problem]) -> Observation | None:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        bus_id = normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+        name = _text(nvml.nvmlDeviceGetName(handle))
+    except nvml.NVMLError as exc:
+        problems.append(Problem("nvml", f"GPU {index} cannot be queried: {exc}"))
+        return None
+    where = bus_id or uuid
+    total, used = _nvml_memory(nvml, handle, where, problems)
+    return Observation(
+        vendor=Vendor.NVIDIA,
+        sources=("nvml",),
+        index=index,
+        uuid=uuid,
+        pci_bus_id=bus_id,
+        name=name,
+        integrated=False,
+        tiles=1,
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        utilization_percent=_nvml_utilization(nvml, handle, where, problems),
+        mig_devices=_nvml_migs(nvml, handle, where, problems),
+    )
+
+
+def _nvml_memory(
+    nvml: Any, handle: Any, where: str, problems: list[Problem]
+) -> tuple[int | None, int | None]:
+    """Total and used bytes, used WITHOUT the driver reserve.
+
+    v1 ``used`` includes the reserve (644939776 bytes on an idle H200); v2 splits it out into
+    ``reserved`` (reference section 4.4). Drivers without v2 fall back to v1, said so.
+    """
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
+        return int(info.total), int(info.used)
+    except nvml.NVMLError as exc:
+        v2_error = exc
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(handle)
+    except nvml.NVMLError as exc:
+        problems.append(Problem("nvml", f"memory info unavailable: {exc}", where))
+        return None, None
+    problems.append(
+        Problem(
+            "nvml",
+            f"memory info v2 unavailable ({v2_error}); used memory includes the driver reserve",
+            where,
+        )
+    )
+    return int(info.total), int(info.used)
+
+
+def _nvml_utilization(nvml: Any, handle: Any, where: str, problems: list[Problem]) -> float | None:
+    try:
+        return float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    except nvml.NVMLError as exc:
+        # "Not Supported" is NVML's documented answer for some boards and for MIG mode: unknown.
+        if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
+            problems.append(Problem("nvml", f"utilisation unavailable: {exc}", where))
+        return None
+
+
+def _nvml_migs(
+    nvml: Any, handle: Any, where: str, problems: list[Problem]
+) -> tuple[MigDevice, ...]:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except nvml.NVMLError as exc:
+        if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:  # not a MIG-capable GPU
+            problems.append(Problem("nvml", f"MIG mode unavailable: {exc}", where))
+        return ()
+    if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    migs = []
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            uuid = _text(nvml.nvmlDeviceGetUUID(mig))
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # an empty slot is NOT_FOUND
+                problems.append(Problem("nvml", f"MIG slot {slot}: {exc}", where))
+            continue
+        total, used = _nvml_memory(nvml, mig, uuid, problems)
+        migs.append(MigDevice(uuid=uuid, memory_total_bytes=total, memory_used_bytes=used))
+    return tuple(migs)
+
+
+def _text(value: object) -> str:
+    """nvidia-ml-py returns ``str``; very old pynvml returned ``bytes``."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,181 @@
+"""The PCI walk: every GPU of the host from ``/sys/bus/pci/devices``, no runtime, no root.
+
+``/sys/class/drm`` is not enough: it is absent where no DRM driver is loaded (our NVIDIA VMs have
+no nvidia-drm) and its ``cardN`` numbering interleaves vendors and is not stable (reference
+section 1, 2.6). So the walk is over PCI addresses, and DRM nodes are only looked up per device.
+Roots are parameters so tests build fake trees in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.model import Problem, Vendor
+
+VENDOR_IDS = {0x10DE: Vendor.NVIDIA, 0x8086: Vendor.INTEL, 0x1002: Vendor.AMD}
+GPU_DRIVERS = {Vendor.NVIDIA: ("nvidia",), Vendor.INTEL: ("i915", "xe"), Vendor.AMD: ("amdgpu",)}
+_DISPLAY_CLASS = 0x03
+# Some compute-only boards report "processing accelerator" (0x1200) instead of a display class
+# [unv for AMD Instinct]. 0x1200 is also the class of Intel's NPU (driver intel_vpu), so it only
+# counts when a GPU driver is bound.
+_ACCELERATOR_CLASS = 0x1200
+_DRM_CARD = re.compile(r"^card[0-9]+$")
+_CAP_SYS_ADMIN, _CAP_PERFMON = 21, 38
+
+
+@dataclass(frozen=True, slots=True)
+class PciGpu:
+    """One GPU function as sysfs shows it."""
+
+    bus_id: str
+    vendor: Vendor
+    device_id: int | None
+    class_code: int
+    driver: str | None
+    drm_cards: tuple[str, ...]
+    path: Path
+
+    @property
+    def has_gpu_driver(self) -> bool:
+        return self.driver in GPU_DRIVERS[self.vendor]
+
+    def describe(self) -> str:
+        dev = f"0x{self.device_id:04x}" if self.device_id is not None else "?"
+        return f"{self.vendor.value} device {dev}"
+
+    def facts(self) -> dict[str, object]:
+        """What sysfs adds to a device's document: driver and PCI device id."""
+        facts: dict[str, object] = {"driver": self.driver}
+        if self.device_id is not None:
+            facts["pci_device_id"] = f"0x{self.device_id:04x}"
+        return facts
+
+    def skipped(self) -> Problem:
+        """Why a GPU without its vendor's driver (vfio-pci, none) is not in the inventory."""
+        expected = " or ".join(GPU_DRIVERS[self.vendor])
+        bound = self.driver or "no driver"
+        return Problem("sysfs", f"{self.describe()} is bound to {bound}, not {expected}; skipped",
+                       self.bus_id)  # fmt: skip
+
+
+def list_pci_gpus(sys_root: Path = Path("/sys")) -> tuple[list[PciGpu] | None, list[Problem]]:
+    """Every NVIDIA, Intel and AMD GPU function, sorted by PCI address.
+
+    Returns ``None`` (and a problem) when the PCI directory cannot be listed at all, so callers
+    can tell "no GPU here" from "cannot see".
+    """
+    pci_dir = sys_root / "bus" / "pci" / "devices"
+    try:
+        entries = sorted(pci_dir.iterdir())
+    except OSError as exc:
+        return None, [Problem("sysfs", f"cannot list {pci_dir}: {exc.strerror or exc}")]
+    gpus: list[PciGpu] = []
+    problems: list[Problem] = []
+    for entry in entries:
+        gpu = _read_pci_gpu(entry, problems)
+        if gpu is not None:
+            gpus.append(gpu)
+    gpus.sort(key=lambda g: g.bus_id)
+    return gpus, problems
+
+
+def _read_pci_gpu(path: Path, problems: list[Problem]) -> PciGpu | None:
+    bus_id = normalize_bus_id(path.name)
+    vendor_id = read_int(path / "vendor", problems)
+    if bus_id is None or vendor_id not in VENDOR_IDS:
+        return None
+    class_code = read_int(path / "class", problems)
+    if class_code is None:
+        return None
+    vendor = VENDOR_IDS[vendor_id]
+    driver = _driver_name(path)
+    is_display = class_code >> 16 == _DISPLAY_CLASS
+    is_accelerator = class_code >> 8 == _ACCELERATOR_CLASS and driver in GPU_DRIVERS[vendor]
+    if not (is_display or is_accelerator):
+        return None
+    return PciGpu(
+        bus_id=bus_id,
+        vendor=vendor,
+        device_id=read_int(path / "device", problems),
+        class_code=class_code,
+        driver=driver,
+        drm_cards=_drm_cards(path),
+        path=path,
+    )
+
+
+def _driver_name(path: Path) -> str | None:
+    link = path / "driver"
+    try:
+        return Path(link.readlink()).name
+    except OSError:
+        # No driver bound: the link does not exist (ENOENT). Any other error means the same
+        # thing for us - the device cannot be used through a vendor stack.
+        return None
+
+
+def _drm_cards(path: Path) -> tuple[str, ...]:
+    """``cardN`` minors of this device; connectors (``card0-HDMI-A-1``) and render nodes skipped."""
+    try:
+        names = [p.name for p in (path / "drm").iterdir()]
+    except OSError:
+        return ()
+    return tuple(sorted((n for n in names if _DRM_CARD.match(n)), key=lambda n: int(n[4:])))
+
+
+def read_text(path: Path, problems: list[Problem], source: str = "sysfs") -> str | None:
+    """A sysfs attribute's text; ``None`` when absent (the normal case for optional files)."""
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append(Problem(source, f"cannot read {path}: {exc.strerror or exc}"))
+        return None
+
+
+def read_int(path: Path, problems: list[Problem], source: str = "sysfs") -> int | None:
+    """A decimal or ``0x`` hex attribute (``"0x8086"``, ``"34342961152"``); ``None`` if absent."""
+    text = read_text(path, problems, source)
+    if text is None:
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        problems.append(Problem(source, f"{path} holds {text!r}, not a number"))
+        return None
+
+
+def count_tiles(gpu: PciGpu) -> int | None:
+    """xe creates one ``tile<N>`` directory per tile on the PCI device (xe_tile_sysfs.c)."""
+    try:
+        tiles = [
+            p for p in gpu.path.iterdir() if p.name.startswith("tile") and p.name[4:].isdigit()
+        ]
+    except OSError:
+        return None
+    return len(tiles) or None
+
+
+def perfmon_capable(proc_root: Path = Path("/proc")) -> bool:
+    """Whether this process has CAP_PERFMON or CAP_SYS_ADMIN (root has both).
+
+    i915 and xe fill "used/unallocated" VRAM figures only for ``perfmon_capable()`` callers and
+    otherwise report free == total (i915_query.c, xe_query.c; reference section 2.6). Unreadable
+    status counts as not capable: a reading we cannot trust is unknown.
+    """
+    try:
+        status = (proc_root / "self" / "status").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                caps = int(line.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                return False
+            return bool(caps >> _CAP_PERFMON & 1 or caps >> _CAP_SYS_ADMIN & 1)
+    return False

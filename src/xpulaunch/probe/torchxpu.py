@@ -1,0 +1,110 @@
+"""Opt-in ``torch.xpu`` probe (``devices --torch``), always in a throw-away subprocess.
+
+Any ``torch.xpu`` call initialises Level Zero/SYCL, and older ``device_count()`` caches its
+first answer for the life of the process (pitfalls 1 and 2), so the launcher never does it
+itself. The helper runs under COMPOSITE hierarchy with no mask, so each torch device is one
+card, in Level Zero order (discrete before integrated, then PCI address) - our Intel order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xpulaunch.model import Problem, Vendor
+from xpulaunch.probe.context import ProbeContext, failed, run_tool
+from xpulaunch.probe.observe import Observation
+from xpulaunch.probe.parsers.common import ParseError
+from xpulaunch.probe.parsers.intel import TorchXpu, parse_torch_xpu_json
+from xpulaunch.probe.xpusmi import SELECTION_VARS
+
+# The helper prints exactly one JSON line; everything it cannot learn is reported in it.
+HELPER = r"""
+import json
+from uuid import UUID
+def main():
+    try:
+        import torch
+    except ImportError as exc:
+        return {"error": "torch is not importable: %s" % exc}
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None or not xpu.is_available():
+        return {"error": "torch %s has no usable XPU" % torch.__version__}
+    devices = []
+    for i in range(xpu.device_count()):
+        p = xpu.get_device_properties(i)
+        uuid = getattr(p, "uuid", None)
+        if uuid is not None and not isinstance(uuid, str):
+            try:
+                uuid = str(UUID(bytes=bytes(uuid)))
+            except (TypeError, ValueError):
+                uuid = str(uuid)
+        d = {"index": i, "name": p.name, "total_memory": p.total_memory, "uuid": uuid,
+             "is_integrated": getattr(p, "is_integrated_gpu", None)}
+        try:
+            d["free_memory"] = xpu.mem_get_info(i)[0]
+        except (RuntimeError, AttributeError) as exc:
+            d["free_error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        devices.append(d)
+    return {"devices": devices}
+print(json.dumps(main()))
+"""
+HELPER_ENV = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "ONEAPI_DEVICE_SELECTOR": "level_zero:gpu"}
+
+
+def probe_torch_xpu(ctx: ProbeContext) -> tuple[list[TorchXpu] | None, Problem | None]:
+    run = run_tool(
+        ctx,
+        [ctx.torch_python, "-c", HELPER],
+        drop_env=SELECTION_VARS,
+        set_env=HELPER_ENV,
+        timeout_s=ctx.torch_timeout_s,
+    )
+    if run is None:
+        return None, Problem("torch.xpu", f"{ctx.torch_python} not found")
+    if isinstance(run, Problem):
+        return None, run
+    if run.returncode != 0:
+        return None, failed(run, "torch.xpu")
+    try:
+        return parse_torch_xpu_json(run.stdout), None
+    except ParseError as exc:
+        return None, Problem("torch.xpu", str(exc))
+
+
+def match_torch(
+    cards: Sequence[Observation], devices: Sequence[TorchXpu]
+) -> tuple[list[tuple[Observation, TorchXpu]], Problem | None]:
+    """Pair torch devices with cards: by UUID, else by position (all cards or discrete only).
+
+    Newer torch lists only discrete GPUs when there are any [src c10/xpu]; older lists all.
+    """
+    by_uuid = {c.uuid: c for c in cards if c.uuid}
+    if devices and all(d.uuid in by_uuid for d in devices):
+        return [(by_uuid[d.uuid or ""], d) for d in devices], None
+    discrete = [c for c in cards if not c.integrated]
+    for candidates in (list(cards), discrete):
+        if len(candidates) == len(devices):
+            return list(zip(candidates, devices, strict=True)), None
+    problem = Problem(
+        "torch.xpu",
+        f"{len(devices)} torch.xpu device(s) cannot be matched to "
+        f"{len(cards)} Intel card(s) by UUID or position; ignored",
+    )
+    return [], problem
+
+
+def torch_observation(card: Observation, dev: TorchXpu) -> Observation:
+    """What torch adds to a card, keyed by the card's PCI address (torch has none)."""
+    used = None
+    if dev.total_memory_bytes is not None and dev.free_memory_bytes is not None:
+        used = max(dev.total_memory_bytes - dev.free_memory_bytes, 0)
+    return Observation(
+        vendor=Vendor.INTEL,
+        sources=("torch.xpu",),
+        pci_bus_id=card.pci_bus_id,
+        uuid=card.uuid,
+        name=dev.name,
+        integrated=dev.integrated,
+        memory_total_bytes=dev.total_memory_bytes,
+        memory_used_bytes=used,
+    )

@@ -1,0 +1,149 @@
+"""xpu-smi, both generations (reference section 2.5).
+
+2.x answers ``--query-gpu`` in one call; 1.x refuses that option, so it is the fallback:
+``discovery -j`` for identity, then in parallel ``dump -m 0,5,18 -n 1`` (the first row arrives
+after one 1 s interval) and ``discovery -d N -j`` for cards whose size or tile count is unknown.
+
+xpu-smi 1.x enumerates through Level Zero *core*, so a ``ZE_AFFINITY_MASK`` in its environment
+hides cards from it and renumbers the rest (pitfall 11): every call runs with the Level Zero and
+SYCL selection variables removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection
+from functools import partial
+
+from xpulaunch.model import Problem
+from xpulaunch.probe.context import ProbeContext, failed, not_installed, parallel, run_tool
+from xpulaunch.probe.observe import Observation
+from xpulaunch.probe.parsers.common import MIB, ParseError, percent
+from xpulaunch.probe.parsers.intel import (
+    DUMP_METRICS,
+    QUERY_V2_FIELDS,
+    XpuSmiCard,
+    XpuSmiDetail,
+    parse_discovery_detail_json,
+    parse_discovery_json,
+    parse_dump_csv,
+    parse_list_gpus_v2,
+    parse_query_gpu_v2,
+)
+from xpulaunch.probe.runner import RunResult
+
+SELECTION_VARS = (
+    "ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "ZE_FLAT_DEVICE_HIERARCHY", "SYCL_DEVICE_FILTER",
+)  # fmt: skip
+QUERY_V2_ARGV = [
+    "xpu-smi", f"--query-gpu={','.join(QUERY_V2_FIELDS)}", "--format=csv,noheader,nounits",
+]  # fmt: skip
+Dump = dict[int, dict[int, float | None]]  # device id -> metric id -> value
+_Outcome = tuple[list[Observation] | None, list[Problem], list[Problem]]  # found, problems, notes
+
+
+def probe_xpu_smi(ctx: ProbeContext, needs_detail: Callable[[Observation], bool]) -> _Outcome:
+    """Intel cards as xpu-smi sees them; ``needs_detail`` picks 1.x cards worth a per-card call."""
+    v2 = _run(ctx, QUERY_V2_ARGV)
+    if v2 is None:
+        return None, [], [not_installed("xpu-smi")]
+    if isinstance(v2, RunResult) and v2.returncode == 0:
+        try:
+            return _with_names(ctx, parse_query_gpu_v2(v2.stdout, QUERY_V2_FIELDS)), [], []
+        except ParseError as exc:
+            v2 = Problem("xpu-smi", f"--query-gpu: {exc}")
+    # 1.x rejects --query-gpu: expected there, so only a note unless 1.x fails as well.
+    v2_note = v2 if isinstance(v2, Problem) else failed(v2, "xpu-smi")
+    found, problems = _probe_v1(ctx, needs_detail)
+    if found is None:
+        return None, [*problems, v2_note], []
+    return found, problems, [v2_note]
+
+
+def _run(ctx: ProbeContext, argv: list[str]) -> RunResult | Problem | None:
+    return run_tool(ctx, argv, drop_env=SELECTION_VARS)
+
+
+def _with_names(ctx: ProbeContext, found: list[Observation]) -> list[Observation]:
+    """2.x ``--query-gpu`` has no name field we can rely on; ``--list-gpus`` has names."""
+    run = _run(ctx, ["xpu-smi", "--list-gpus"])
+    if not isinstance(run, RunResult) or run.returncode != 0:
+        return found
+    names = parse_list_gpus_v2(run.stdout)
+    return [dataclasses.replace(o, name=names.get(o.uuid or "")) for o in found]
+
+
+def _probe_v1(
+    ctx: ProbeContext, needs_detail: Callable[[Observation], bool]
+) -> tuple[list[Observation] | None, list[Problem]]:
+    run = _run(ctx, ["xpu-smi", "discovery", "-j"])
+    if not isinstance(run, RunResult):
+        return None, [run or not_installed("xpu-smi")]
+    if run.returncode != 0:
+        return None, [failed(run, "xpu-smi")]
+    try:
+        cards = parse_discovery_json(run.stdout)
+    except ParseError as exc:
+        return None, [Problem("xpu-smi", str(exc))]
+    ids = [c.device_id for c in cards]
+    detailed = [c.device_id for c in cards if needs_detail(c.observation)]
+    calls: list[Callable[[], object]] = [partial(_dump, ctx, ids)]
+    calls += [partial(_detail, ctx, device_id) for device_id in detailed]
+    outcomes = parallel(calls)
+    problems = [o for o in outcomes if isinstance(o, Problem)]
+    dump: Dump = outcomes[0] if isinstance(outcomes[0], dict) else {}
+    details = {
+        i: o for i, o in zip(detailed, outcomes[1:], strict=True) if isinstance(o, XpuSmiDetail)
+    }
+    return [
+        _v1_card(c, dump.get(c.device_id, {}), details.get(c.device_id)) for c in cards
+    ], problems
+
+
+def _dump(ctx: ProbeContext, ids: Collection[int]) -> Dump | Problem:
+    metrics = ",".join(str(m) for m in DUMP_METRICS)
+    argv = ["xpu-smi", "dump", "-d", ",".join(str(i) for i in ids), "-m", metrics, "-n", "1"]
+    run = _run(ctx, argv)
+    if not isinstance(run, RunResult):
+        return run or not_installed("xpu-smi")
+    if run.returncode != 0:
+        return failed(run, "xpu-smi dump")
+    try:
+        return parse_dump_csv(run.stdout, DUMP_METRICS)
+    except ParseError as exc:
+        return Problem("xpu-smi", str(exc))
+
+
+def _detail(ctx: ProbeContext, device_id: int) -> XpuSmiDetail | Problem:
+    run = _run(ctx, ["xpu-smi", "discovery", "-d", str(device_id), "-j"])
+    if not isinstance(run, RunResult):
+        return run or not_installed("xpu-smi")
+    if run.returncode != 0:
+        return failed(run, f"xpu-smi discovery -d {device_id}")
+    try:
+        return parse_discovery_detail_json(run.stdout)
+    except ParseError as exc:
+        return Problem("xpu-smi", str(exc))
+
+
+def _v1_card(
+    card: XpuSmiCard, row: dict[int, float | None], detail: XpuSmiDetail | None
+) -> Observation:
+    """One 1.x card: identity from discovery, used/utilisation from dump, size from detail."""
+    total = detail.memory_physical_bytes if detail else None
+    used_mib = row.get(18)
+    used = None if used_mib is None else round(used_mib * MIB)
+    if used is None and detail and detail.memory_free_bytes is not None and total is not None:
+        used = max(total - detail.memory_free_bytes, 0)
+    extra = dict(card.observation.extra)
+    memory_busy = percent(row.get(5))
+    if memory_busy is not None:
+        extra["memory_utilization_percent"] = memory_busy
+    return dataclasses.replace(
+        card.observation,
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        utilization_percent=percent(row.get(0)),
+        tiles=detail.tiles if detail else None,
+        extra=extra,
+    )

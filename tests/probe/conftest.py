@@ -1,0 +1,10 @@
+"""Probe tests: make the fakes next to this file importable (``import probe_fakes``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
