@@ -10,12 +10,13 @@ Everything here is what the CLI does, minus the printing::
 
 from __future__ import annotations
 
+# Start-up time matters here (issue 2: ``run --dry-run`` in under 80 ms, of which importing
+# click takes most): pathlib, shutil and socket cost ~4-5 ms each to import, so the dry-run
+# path does without them: _read_text, _which, and _socket (the C module socket wraps) instead.
+import _socket
 import os
-import shutil
-import socket
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from xpulaunch.core import inventory as inventory_doc
@@ -25,21 +26,37 @@ from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, Plan
 
 
-def probe(**options: Any) -> Inventory:
-    """Probe this host's accelerators without initialising any GPU runtime."""
-    from xpulaunch.probe import probe_host
+def probe(
+    env: Mapping[str, str] | None = None, *, use_torch: bool = False, debug: bool = False
+) -> Inventory:
+    """Probe this host's accelerators without initialising any GPU runtime.
 
-    inventory: Inventory = probe_host(**options)
+    ``env`` is the environment the probe's tools run with (default: this process's); the
+    probe strips the visibility variables that would hide devices from them.
+    """
+    from xpulaunch.probe import probe_from_env
+
+    inventory: Inventory = probe_from_env(
+        dict(os.environ) if env is None else env, use_torch=use_torch, report_missing=debug
+    )
     return inventory
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory document (``xpulaunch devices --json`` output)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_text(path)
     except OSError as exc:
         raise InventoryError(f"--inventory {path}: cannot read it ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"--inventory {path}: not UTF-8 text ({exc.reason})") from exc
     return inventory_doc.loads(text, source=str(path))
+
+
+def _read_text(path: str | os.PathLike[str]) -> str:
+    # open() rather than pathlib: pathlib costs ~4 ms of start-up on the dry-run path.
+    with open(os.fspath(path), encoding="utf-8") as file:
+        return file.read()
 
 
 def inventory_document(inventory: Inventory) -> dict[str, Any]:
@@ -59,17 +76,43 @@ def resolve_argv(
     (a dry run for another machine), a note saying so.
     """
     if program.endswith(".py"):
-        if Path(program).is_file():
+        if os.path.isfile(program):
             return (sys.executable, program, *args), None
         if must_exist:
             raise LaunchError(f"{program}: no such script")
         return (sys.executable, program, *args), f"{program}: no such script here"
-    found = shutil.which(program)
+    found = _which(program)
     if found is None:
         if must_exist:
             raise LaunchError(f"{program}: command not found on PATH")
         return (program, *args), f"{program}: not found on PATH here"
     return (found, *args), None
+
+
+def _which(program: str) -> str | None:
+    """``shutil.which(program)`` on POSIX (its code, without importing shutil)."""
+    if os.path.dirname(program):  # a path: checked as it is, not searched on PATH
+        return program if _is_executable_file(program) else None
+    search = os.environ.get("PATH")
+    if search is None:
+        try:
+            search = os.confstr("CS_PATH")
+        except (AttributeError, ValueError):
+            search = os.defpath
+    if not search:  # PATH="" finds nothing, whereas PATH=":" searches the current directory
+        return None
+    seen: set[str] = set()
+    for directory in os.fsdecode(search).split(os.pathsep):
+        if directory not in seen:
+            seen.add(directory)
+            candidate = os.path.join(directory, program)
+            if _is_executable_file(candidate):
+                return candidate
+    return None
+
+
+def _is_executable_file(path: str) -> bool:
+    return os.path.exists(path) and os.access(path, os.F_OK | os.X_OK) and not os.path.isdir(path)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -79,10 +122,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     port (landscape pitfall 13); rank 0 binds it within milliseconds of start, and a worker
     that fails to bind fails the gang, which is then restarted on the same plan.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
-        return port
+    finally:
+        sock.close()
+    return port
 
 
 def plan(
@@ -107,7 +153,7 @@ def plan(
         raise LaunchError("no PROGRAM given")
     argv, missing = resolve_argv(program[0], program[1:], must_exist=must_exist)
     if inventory is None:
-        inventory = probe()
+        inventory = probe(parent_env)
     elif not isinstance(inventory, Inventory):
         inventory = load_inventory(inventory)
     request = LaunchRequest(

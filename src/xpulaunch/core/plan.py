@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xpulaunch.core import devicemap
+from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, parse_backend
-from xpulaunch.core.masks import resolve_hierarchy
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
 from xpulaunch.core.visibility import child_visibility_env, parent_visible
@@ -88,7 +87,7 @@ def _hierarchy(
     intel = inventory.of(Vendor.INTEL)
     if not intel:
         return None, []
-    hierarchy, note = resolve_hierarchy(parent_env.get("ZE_FLAT_DEVICE_HIERARCHY"), intel)
+    hierarchy, note = masks.resolve_hierarchy(parent_env.get("ZE_FLAT_DEVICE_HIERARCHY"), intel)
     return hierarchy, [note]
 
 

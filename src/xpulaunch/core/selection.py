@@ -79,7 +79,7 @@ def parse_gpus(text: str) -> GpuRequest:
         return GpuRequest(GpuMode.EXPLICIT, ids=_split_ids(value[len("device=") :], text))
     if "," in value:
         return GpuRequest(GpuMode.EXPLICIT, ids=_split_ids(value, text))
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         count = int(value)
         if count == 0:
             raise UsageError("--gpus 0: a count must be at least 1; use --gpus none for the CPU")
@@ -149,7 +149,7 @@ def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | N
 
 
 def _matches(ident: str, device: Device) -> bool:
-    if ident.isdigit():
+    if ident.isascii() and ident.isdigit():
         return int(ident) == device.index
     bus = normalize_bus_id(ident)
     if bus is not None and bus == device.pci_bus_id:

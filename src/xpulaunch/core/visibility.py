@@ -17,25 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+# Vendor parsers are reached as ``masks.<name>``: the package loads a vendor's module on first
+# use, so planning for one vendor's host does not load the other vendors' parsers (issue 2).
+from xpulaunch.core import masks
 from xpulaunch.core.masks import (
     CUDA_VAR,
     HIP_VAR,
     ODS_VAR,
     ROCR_VAR,
-    ZE_HIDE_ALL,
     ZE_HIERARCHY_VAR,
     ZE_MASK_VAR,
-    CudaEntry,
-    CudaVisible,
-    amd_visible,
-    format_cuda_visible_devices,
-    format_rocr_visible_devices,
-    format_ze_affinity_mask,
-    parse_cuda_visible_devices,
-    parse_oneapi_device_selector,
-    parse_ze_affinity_mask,
-    regroup_units,
-    resolve_hierarchy,
 )
 from xpulaunch.errors import MaskError, SelectionError
 from xpulaunch.model import Device, Hierarchy, Inventory, MigDevice, Unit, Vendor
@@ -90,7 +81,7 @@ def parent_visible(
 
 def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
     value = env.get(CUDA_VAR)
-    parsed = parse_cuda_visible_devices(value, devices)
+    parsed = masks.parse_cuda_visible_devices(value, devices)
     notes = list(parsed.notes)
     units: list[Unit] = []
     for entry in parsed.entries:
@@ -113,7 +104,7 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
     return Visible(tuple(units), bool(devices) and not units, tuple(notes))
 
 
-def _mig_instance(device: Device, parsed: CudaVisible) -> MigDevice | None:
+def _mig_instance(device: Device, parsed: masks.CudaVisible) -> MigDevice | None:
     """The MIG instance a child of ``device`` gets: the parent's pick, else the first."""
     if not device.mig_devices:
         return None
@@ -124,18 +115,18 @@ def _mig_instance(device: Device, parsed: CudaVisible) -> MigDevice | None:
 def _intel_visible(
     devices: Sequence[Device], env: Mapping[str, str], hierarchy: Hierarchy | None
 ) -> Visible:
-    parent_h, _ = resolve_hierarchy(env.get(ZE_HIERARCHY_VAR), devices)
+    parent_h, _ = masks.resolve_hierarchy(env.get(ZE_HIERARCHY_VAR), devices)
     child_h = hierarchy or parent_h
     if not devices:
         return Visible((), hierarchy=child_h)
     pci_order = env.get(PCI_ORDER_VAR) == "1"
     # ZE_AFFINITY_MASK acts inside the driver, under the parent's hierarchy; SYCL's selector
     # then numbers the surviving root devices from 0 (reference 2.2 "Composition").
-    ze = parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
+    ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
     roots = _root_devices(ze.units, parent_h)
-    ods = parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
+    ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
     kept = [unit for position in ods.positions for unit in roots[position]]
-    units = regroup_units(kept, devices, child_h, pci_order=pci_order)
+    units = masks.regroup_units(kept, devices, child_h, pci_order=pci_order)
     notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
     return Visible(units, not units, tuple(notes), child_h)
 
@@ -179,7 +170,7 @@ def _intel_notes(
 
 def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
     hip_name, hip_value = _hip_source(env)
-    seen = amd_visible(env.get(ROCR_VAR), hip_value, devices, hip_name=hip_name)
+    seen = masks.amd_visible(env.get(ROCR_VAR), hip_value, devices, hip_name=hip_name)
     notes = list(seen.notes)
     if hip_name == CUDA_VAR:
         notes.append(f"HIP reads {CUDA_VAR}={hip_value!r} because {HIP_VAR} is unset or empty")
@@ -253,12 +244,13 @@ def _nvidia_env(
             f"{', '.join(mig_cards)} are in MIG mode and a CUDA process uses one MIG instance "
             "(MIG user guide [unv]); give each to its own worker (--isolate) or pick one"
         )
-    parsed = CudaVisible(())
+    parsed = masks.CudaVisible(())
     if mig_cards:
-        parsed = parse_cuda_visible_devices(parent_env.get(CUDA_VAR), inventory.of(Vendor.NVIDIA))
-    entries = [CudaEntry(u.device, _mig_instance(u.device, parsed)) for u in units]
+        nvidia = inventory.of(Vendor.NVIDIA)
+        parsed = masks.parse_cuda_visible_devices(parent_env.get(CUDA_VAR), nvidia)
+    entries = [masks.CudaEntry(u.device, _mig_instance(u.device, parsed)) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
-    return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: format_cuda_visible_devices(entries)}
+    return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: masks.format_cuda_visible_devices(entries)}
 
 
 def _intel_env(
@@ -271,13 +263,13 @@ def _intel_env(
     if not units:
         # ZE_AFFINITY_MASK="" would show every Intel GPU; an index no host has hides them all
         # (reference 2.2), from Level Zero and from Intel's OpenCL driver, which shares NEO.
-        env[ZE_MASK_VAR] = ZE_HIDE_ALL
+        env[ZE_MASK_VAR] = masks.ZE_HIDE_ALL
         return env
     intel = inventory.of(Vendor.INTEL)
-    chosen = hierarchy or resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
+    chosen = hierarchy or masks.resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
     pci_order = parent_env.get(PCI_ORDER_VAR) == "1"  # the child inherits this variable
     env[ZE_HIERARCHY_VAR] = chosen.value  # explicit: the default differs per GPU family
-    env[ZE_MASK_VAR] = format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
+    env[ZE_MASK_VAR] = masks.format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
     env[ODS_VAR] = "level_zero:gpu"  # no OpenCL duplicates; SYCL device 0 = first unit
     return env
 
@@ -289,7 +281,7 @@ def _amd_env(
     if not units:  # ROCr RvdFilter::SelectZeroDevices: set but empty surfaces zero devices
         env[ROCR_VAR] = ""
         return env
-    env[ROCR_VAR] = format_rocr_visible_devices([u.device for u in units])
+    env[ROCR_VAR] = masks.format_rocr_visible_devices([u.device for u in units])
     if inventory.of(Vendor.NVIDIA):
         # HIP falls back to CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is empty, so hiding
         # the NVIDIA GPUs with CUDA_VISIBLE_DEVICES="" needs HIP pinned to all that ROCR

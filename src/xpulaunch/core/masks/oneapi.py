@@ -1,0 +1,130 @@
+"""``ONEAPI_DEVICE_SELECTOR``: which Level Zero GPUs a SYCL process keeps (reference 2.4).
+
+Pure, following intel/llvm ``sycl/source/detail/device_filter.cpp``. A selector that SYCL
+refuses raises :class:`MaskError` with one line naming the value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xpulaunch.core.masks.common import C_SPACE, ODS_VAR, ZE_MASK_VAR
+from xpulaunch.errors import MaskError
+
+__all__ = ["ODS_VAR", "OneApiFilter", "parse_oneapi_device_selector"]
+
+
+@dataclass(frozen=True, slots=True)
+class OneApiFilter:
+    """Which Level Zero GPU positions (after the ZE mask, from 0) a SYCL process keeps."""
+
+    positions: tuple[int, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _OdsTerm:
+    backend: str
+    device: str  # "*", a device type, or a number
+    sub_device: bool  # N.M, N.*, *.* ...: we treat it as its root device
+
+
+_ODS_BACKENDS = frozenset({"*", "level_zero", "opencl", "cuda", "hip", "native_cpu"})
+_ODS_TYPES = frozenset({"*", "gpu", "cpu", "fpga", "acc"})
+
+
+def parse_oneapi_device_selector(value: str | None, visible_count: int) -> OneApiFilter:
+    """Positions ``0..visible_count-1`` of the Level Zero GPUs that survive the selector."""
+    everything = tuple(range(visible_count))
+    if value is None:
+        return OneApiFilter(everything)
+    if value.strip(C_SPACE) == "":  # DPC++ Parse_ONEAPI_DEVICE_SELECTOR: "" accepts anything
+        return OneApiFilter(everything, (f"{ODS_VAR} is empty: SYCL accepts every device",))
+    notes: list[str] = []
+    accepts: list[_OdsTerm] = []
+    discards: list[_OdsTerm] = []
+    for text in (t for t in value.split(";") if t.strip(C_SPACE)):
+        discard = text.strip(C_SPACE).startswith("!")
+        terms = _ods_terms(value, text.strip(C_SPACE).lstrip("!"))
+        (discards if discard else accepts).extend(terms)
+    _ods_notes(value, accepts, discards, visible_count, notes)
+    # Only discard terms: an implicit "accept every root device" comes first (reference 2.4).
+    accepted = [p for p in everything if not accepts or any(_ods_match(t, p) for t in accepts)]
+    kept = tuple(p for p in accepted if not any(_ods_match(t, p) for t in discards))
+    if visible_count and not kept:
+        notes.append(f"{ODS_VAR}={value!r} keeps no Level Zero GPU: SYCL sees no Intel GPU")
+    return OneApiFilter(kept, tuple(notes))
+
+
+def _ods_terms(value: str, text: str) -> list[_OdsTerm]:
+    pair = [p for p in text.split(":") if p]
+    backend = pair[0].strip(C_SPACE).lower().removeprefix("ext_oneapi_") if pair else ""
+    problem = None
+    if backend not in _ODS_BACKENDS:
+        problem = f"{text!r} needs a backend (*, level_zero, opencl, cuda, hip, native_cpu)"
+    elif len(pair) != 2:
+        problem = f"{text!r} must be backend:devices, e.g. 'level_zero:gpu' or 'level_zero:0,1'"
+    if problem is not None:
+        raise MaskError(f"{ODS_VAR}={value!r}: {problem}")
+    devices = [d.strip(C_SPACE).lower() for d in pair[1].split(",") if d.strip(C_SPACE)]
+    if not devices:
+        raise MaskError(f"{ODS_VAR}={value!r}: {text!r} lists no device; try '{backend}:*'")
+    return [_ods_term(value, backend, d) for d in devices]
+
+
+_ODS_DEVICE = re.compile(r"(?P<top>\*|[a-z]+|[0-9]+)(?P<subs>(?:\.(?:\*|[0-9]+)){0,2})")
+
+
+def _ods_term(value: str, backend: str, device: str) -> _OdsTerm:
+    match = _ODS_DEVICE.fullmatch(device)
+    top = match["top"] if match else ""
+    subs = match["subs"].split(".")[1:] if match else []
+    # Grammar rules of device_filter.cpp::Parse_ODS_Device: a type takes no sub-device, a
+    # wildcard parent takes only wildcard children.
+    valid = match is not None and (top in _ODS_TYPES or top.isdigit())
+    valid = valid and not (subs and top.isalpha())
+    chain = [top, *subs]
+    valid = valid and all(b == "*" for a, b in itertools.pairwise(chain) if a == "*")
+    if not valid:
+        raise MaskError(
+            f"{ODS_VAR}={value!r}: device {device!r} is not *, gpu, cpu, fpga, N, N.M, N.* or *.*"
+        )
+    return _OdsTerm(backend, top, bool(subs))
+
+
+def _ods_match(term: _OdsTerm, position: int) -> bool:
+    """Does ``term`` select the Level Zero GPU at ``position``?"""
+    if term.backend not in ("*", "level_zero"):
+        return False
+    return term.device in ("*", "gpu") or term.device == str(position)
+
+
+def _opencl_gpus(term: _OdsTerm) -> bool:
+    return term.backend in ("*", "opencl") and term.device in ("*", "gpu")
+
+
+def _ods_notes(
+    value: str,
+    accepts: Sequence[_OdsTerm],
+    discards: Sequence[_OdsTerm],
+    visible_count: int,
+    notes: list[str],
+) -> None:
+    for term in (*accepts, *discards):
+        if term.device.isdigit() and int(term.device) >= visible_count:
+            notes.append(
+                f"{ODS_VAR}: {term.backend}:{term.device} matches nothing "
+                f"({visible_count} Level Zero device(s) after {ZE_MASK_VAR})"
+            )
+    if any(t.sub_device for t in (*accepts, *discards)):
+        notes.append(
+            f"{ODS_VAR}={value!r} names sub-devices; xpulaunch treats each as its whole root "
+            "device (sub-devices only exist under COMPOSITE)"
+        )
+    if any(_opencl_gpus(t) for t in accepts) and not any(_opencl_gpus(t) for t in discards):
+        notes.append(
+            f"{ODS_VAR}={value!r} also accepts OpenCL GPUs: SYCL lists each Intel GPU twice"
+        )

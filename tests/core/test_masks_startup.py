@@ -1,0 +1,272 @@
+"""The masks package, and what ``run --dry-run --inventory`` loads (issue 2: start-up time).
+
+``xpulaunch.core.masks`` is a package whose vendor modules load on first use. These tests lock
+that every name of the old ``masks.py`` still imports from the package, that a plan loads only
+the parsers of the vendors on the host, and that the dry-run path stays free of the probe, the
+process libraries and the stdlib modules it no longer needs. The api helpers that replaced
+pathlib, shutil.which and socket on that path are checked against the originals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import inventory_path
+from xpulaunch import api
+from xpulaunch.core import masks
+
+# Every public name of the old single-module core/masks.py.
+OLD_PUBLIC = frozenset(
+    {
+        "CUDA_VAR",
+        "ZE_MASK_VAR",
+        "ZE_HIERARCHY_VAR",
+        "ODS_VAR",
+        "ROCR_VAR",
+        "HIP_VAR",
+        "ZE_HIDE_ALL",
+        "CudaEntry",
+        "CudaVisible",
+        "parse_cuda_visible_devices",
+        "format_cuda_visible_devices",
+        "ZeVisible",
+        "driver_order",
+        "resolve_hierarchy",
+        "parse_ze_affinity_mask",
+        "regroup_units",
+        "format_ze_affinity_mask",
+        "OneApiFilter",
+        "parse_oneapi_device_selector",
+        "AmdVisible",
+        "parse_rocr_visible_devices",
+        "parse_hip_visible_devices",
+        "amd_visible",
+        "format_rocr_visible_devices",
+    }
+)
+VENDOR_MODULES = ("cuda", "level_zero", "oneapi", "rocm")
+
+
+# --- the package -----------------------------------------------------------------------------
+
+
+def test_package_exports_exactly_the_old_public_names() -> None:
+    assert set(masks.__all__) == OLD_PUBLIC
+    assert len(masks.__all__) == len(OLD_PUBLIC)
+
+
+@pytest.mark.parametrize("module_name", VENDOR_MODULES)
+def test_each_reexport_is_the_vendor_modules_own_object(module_name: str) -> None:
+    module = importlib.import_module(f"xpulaunch.core.masks.{module_name}")
+    assert module.__all__, module_name
+    for name in module.__all__:
+        assert name in OLD_PUBLIC, name
+        assert getattr(masks, name) is getattr(module, name), name
+
+
+def test_every_public_name_comes_from_one_vendor_module_or_the_shared_names() -> None:
+    shared = {"CUDA_VAR", "ZE_MASK_VAR", "ZE_HIERARCHY_VAR", "ODS_VAR", "ROCR_VAR", "HIP_VAR"}
+    defined = {
+        name
+        for module_name in VENDOR_MODULES
+        for name in importlib.import_module(f"xpulaunch.core.masks.{module_name}").__all__
+    }
+    assert defined | shared == OLD_PUBLIC
+
+
+def test_star_import_and_dir_list_every_public_name() -> None:
+    namespace: dict[str, object] = {}
+    exec("from xpulaunch.core.masks import *", namespace)
+    assert namespace.keys() >= OLD_PUBLIC
+    assert set(dir(masks)) >= OLD_PUBLIC
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="parse_vulkan_mask"):
+        _ = masks.parse_vulkan_mask  # type: ignore[attr-defined]
+    with pytest.raises(ImportError, match="parse_vulkan_mask"):
+        exec("from xpulaunch.core.masks import parse_vulkan_mask", {})
+
+
+# --- what a fresh interpreter loads ------------------------------------------------------------
+
+_MODULES_AFTER = """
+import json, sys
+import click
+after_click = set(sys.modules)
+{body}
+json.dump({{"after_click": sorted(after_click), "final": sorted(sys.modules)}}, sys.stderr)
+"""
+
+
+def _fresh_modules(body: str) -> tuple[set[str], set[str], str]:
+    """Run ``body`` in a new interpreter: (modules after ``import click``, at the end, stdout)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MODULES_AFTER.format(body=body)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stderr.splitlines()[-1])
+    return set(loaded["after_click"]), set(loaded["final"]), done.stdout
+
+
+def _vendor_modules(modules: set[str]) -> set[str]:
+    prefix = "xpulaunch.core.masks."
+    return {m.removeprefix(prefix) for m in modules if m.startswith(prefix)} - {"common"}
+
+
+def test_vendor_modules_load_on_first_use() -> None:
+    _, final, out = _fresh_modules(
+        "import xpulaunch.core.masks as m\n"
+        "print(sorted(k for k in sys.modules if k.startswith('xpulaunch.core.masks.')))\n"
+        "print(m.CUDA_VAR, m.HIP_VAR)\n"
+        "print(sorted(k for k in sys.modules if k.startswith('xpulaunch.core.masks.')))\n"
+        "m.parse_cuda_visible_devices\n"
+    )
+    before, names, after_constants = out.splitlines()
+    assert before == after_constants == "['xpulaunch.core.masks.common']"
+    assert names == "CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES"
+    assert _vendor_modules(final) == {"cuda"}
+
+
+_DRY_RUN = """
+from xpulaunch.cli.main import main
+try:
+    main(["run", "--dry-run", "--json", "--inventory", {inventory!r}, "--gpus", "auto",
+          "--", "python", "-c", "pass"])
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+"""
+
+# Never on the --inventory dry-run path: the probe and the process and GPU libraries (the
+# contract: no GPU runtime in the launcher; nothing to probe when the inventory is given).
+_FORBIDDEN = (
+    "psutil",
+    "filelock",
+    "pynvml",
+    "rich",
+    "torch",
+    "xpulaunch.probe",
+    "xpulaunch.llamacpp",
+)
+
+
+def _forbidden(modules: set[str], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+
+
+@pytest.mark.parametrize(
+    ("inventory", "backend", "vendor_modules"),
+    [
+        ("8x-h100.json", "cuda", {"cuda"}),
+        ("2x-max1550.json", "xpu", {"level_zero", "oneapi"}),
+        ("4x-mi300x.json", "rocm", {"rocm"}),
+        ("hybrid-4090-arc.json", "cuda", {"cuda", "level_zero", "oneapi"}),
+    ],
+)
+def test_dry_run_loads_only_what_the_plan_needs(
+    inventory: str, backend: str, vendor_modules: set[str]
+) -> None:
+    after_click, final, out = _fresh_modules(
+        _DRY_RUN.format(inventory=str(inventory_path(inventory)))
+    )
+    assert json.loads(out)["backend"] == backend
+    assert _forbidden(final - after_click, _FORBIDDEN) == []
+    assert _vendor_modules(final) == vendor_modules
+
+
+def test_planning_from_an_inventory_file_needs_no_pathlib_shutil_socket_or_subprocess() -> None:
+    # Each of these costs 4-5 ms to import (more than planning itself); api does without them.
+    inventory = str(inventory_path("8x-h100.json"))
+    after_click, final, out = _fresh_modules(
+        "from xpulaunch import api\n"
+        f"plan = api.plan(['python', '-c', 'pass'], inventory={inventory!r})\n"
+        "print(plan.backend.value)\n"
+    )
+    assert out.split() == ["cuda"]
+    stdlib = ("pathlib", "shutil", "socket", "subprocess")
+    assert _forbidden(final - after_click, (*_FORBIDDEN, *stdlib)) == []
+
+
+# --- the api helpers that stand in for pathlib, shutil.which and socket -------------------------
+
+
+def _outcome(read: object) -> tuple[object, ...]:
+    try:
+        return ("text", read())  # type: ignore[operator]
+    except OSError as exc:
+        return ("error", type(exc), exc.errno)
+
+
+def test_read_text_errors_are_one_line_inventory_errors(tmp_path: Path) -> None:
+    from xpulaunch.errors import InventoryError
+
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes('{"schema": "\xe9"}'.encode("latin-1"))
+    with pytest.raises(InventoryError, match="not UTF-8 text"):
+        api.load_inventory(latin)
+    with pytest.raises(InventoryError, match="cannot read it"):
+        api.load_inventory(tmp_path)
+
+
+@pytest.fixture
+def search_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """a/tool executable, b/tool not executable, c/tool a directory, e/ empty; cwd = tmp_path."""
+    for name, mode in (("a", 0o755), ("b", 0o644)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tool").write_text("#!/bin/sh\n")
+        (tmp_path / name / "tool").chmod(mode)
+    (tmp_path / "c" / "tool").mkdir(parents=True)
+    (tmp_path / "e").mkdir()
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "tool").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "search_path",
+    [None, "", ":", "{t}/b:{t}/a", "{t}/c:{t}/a", "{t}/e", "{t}/a:{t}/a", "a", "b:", ":{t}/b"],
+)
+def test_which_finds_what_shutil_which_finds(
+    search_path: str | None, search_dirs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if search_path is None:
+        monkeypatch.delenv("PATH", raising=False)
+    else:
+        monkeypatch.setenv("PATH", search_path.format(t=search_dirs))
+    programs = ["tool", "./tool", "a/tool", "b/tool", "c/tool", f"{search_dirs}/a/tool", "nope", ""]
+    for program in programs:
+        assert api._which(program) == shutil.which(program), (search_path, program)
+
+
+def test_free_port_returns_a_port_that_can_be_bound() -> None:
+    port = api.free_port("127.0.0.1")
+    assert 1 <= port <= 65535
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_resolve_argv_runs_a_script_under_this_python_and_finds_programs_on_path(
+    search_dirs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{search_dirs}/b{os.pathsep}{search_dirs}/a")
+    (search_dirs / "train.py").write_text("")
+    assert api.resolve_argv("train.py", ["--lr", "1"]) == (
+        (sys.executable, "train.py", "--lr", "1"),
+        None,
+    )
+    assert api.resolve_argv("tool") == ((f"{search_dirs}/a/tool",), None)
+    assert api.resolve_argv("nope", must_exist=False) == (("nope",), "nope: not found on PATH here")
