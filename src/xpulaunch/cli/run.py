@@ -9,9 +9,11 @@ from typing import Any
 import click
 
 from xpulaunch.cli.argsplit import ProgramCommand
+from xpulaunch.cli.lease_options import LeaseSettings, lease_options
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.errors import UsageError
-from xpulaunch.model import DeviceMap
+from xpulaunch.model import DeviceMap, Plan
+from xpulaunch.proc.options import supervisor_options
 
 
 @click.command(cls=ProgramCommand, context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,6 +34,8 @@ from xpulaunch.model import DeviceMap
 )
 @click.option("--master-addr", default="127.0.0.1", show_default=True)
 @click.option("--master-port", type=click.IntRange(1, 65535), help="Default: a free port.")
+@supervisor_options
+@lease_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Launch PROGRAM on selected accelerators and supervise it.
@@ -42,18 +46,53 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     """
     from xpulaunch import api
 
-    plan = api.plan(list(program), **_plan_kwargs(options), must_exist=not dry_run)
+    leases = LeaseSettings.pop_from(options)
+    kwargs = _plan_kwargs(options)
     if dry_run:
-        if as_json:
-            click.echo(json.dumps(api.plan_document(plan), indent=2))
-        else:
-            from xpulaunch.cli.render import plan_text
-
-            click.echo(plan_text(plan))
+        plan = api.plan(
+            list(program), **kwargs, unavailable=leases.manager().unavailable(), must_exist=False
+        )
+        _print_plan(plan, as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
-    raise UsageError("execution is not wired in yet")
+    return _execute(list(program), kwargs, leases, options)
+
+
+def _print_plan(plan: Plan, as_json: bool) -> None:
+    from xpulaunch import api
+
+    if as_json:
+        click.echo(json.dumps(api.plan_document(plan), indent=2))
+    else:
+        from xpulaunch.cli.render import plan_text
+
+        click.echo(plan_text(plan))
+
+
+def _execute(
+    program: list[str], kwargs: dict[str, Any], leases: LeaseSettings, options: dict[str, Any]
+) -> int:
+    """Allocate devices under the lease lock, then run the plan until the job is over."""
+    from xpulaunch import api
+    from xpulaunch.cli.lease_options import WaitReporter
+    from xpulaunch.proc.launch import run_plan
+    from xpulaunch.proc.options import options_from_kwargs
+
+    run_options = options_from_kwargs(options)  # validate before anything is reserved
+    if kwargs["inventory"] is None:
+        # Probe once, outside the allocation lock: only planning runs under it.
+        kwargs["inventory"] = api.probe(kwargs["parent_env"])
+    with WaitReporter() as reporter:
+        plan, lease = leases.allocate(
+            lambda unavailable: api.plan(program, **kwargs, unavailable=unavailable),
+            on_wait=reporter,
+            command=["xpulaunch", *program],
+        )
+    with lease:
+        # Workers and the guardian inherit the lease fds; closing ours at the end never
+        # unlocks a device that a surviving process of the job still holds.
+        return run_plan(plan, kwargs["parent_env"], run_options, lease_fds=lease.fds)
 
 
 def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:

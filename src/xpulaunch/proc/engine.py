@@ -1,0 +1,421 @@
+"""The supervisor's loop: one thread owns the worker table (STYLE habit 4).
+
+Everything that changes a worker happens on the thread running :meth:`Engine.run`: spawning
+(so ``PR_SET_PDEATHSIG`` is tied to this long-lived thread), reading output, reaping,
+signalling and restart decisions. Other threads, signal handlers included, only post a
+callable to its :class:`~xpulaunch.proc.loop.Loop`, and read the snapshots it publishes.
+
+The loop blocks in one ``selectors`` wait on: a wake-up pipe, every worker's stdout/stderr
+pipe, and a pidfd per worker that turns readable when it exits. Timers (backoff, stop
+deadlines, health checks) set the wait's timeout. Nothing polls while workers run quietly;
+only a dying process tree is looked at again every ``RECHECK_S`` until it is gone.
+
+Restart unit: a :class:`Gang`. In gang mode all workers form one gang, so one failure stops
+and restarts all (torchrun); otherwise each worker is its own gang (supervisord). A gang is
+restarted only when every process of every member is gone, the backoff has passed and the
+``settle`` hook (NVIDIA: VRAM released) has returned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, RestartState, decide
+from xpulaunch.proc.events import (
+    Event,
+    GaveUp,
+    Restarting,
+    Stopped,
+    Stopping,
+    WorkerState,
+    WorkerStatus,
+)
+from xpulaunch.proc.guardian import Member, find_job
+from xpulaunch.proc.logs import LogSink
+from xpulaunch.proc.loop import Loop
+from xpulaunch.proc.spec import WorkerSpec
+from xpulaunch.proc.tree import describe_returncode, signal_members, signal_name
+from xpulaunch.proc.worker import START_FAILED_STATUS, Worker
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from xpulaunch.proc.records import JobRecord
+    from xpulaunch.proc.supervisor import GuardianHandle
+
+RECHECK_S = 0.05  # how often a dying tree is looked at again (only while one is dying)
+
+
+class Phase(str, Enum):
+    RUNNING = "running"
+    STOPPING = "stopping"  # bringing every member down (failure, restart or stop)
+    BACKOFF = "backoff"
+    SETTLING = "settling"  # waiting for the settle hook before a restart
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Gang:
+    def __init__(self, members: list[Worker]) -> None:
+        self.members = members
+        self.restart = RestartState()
+        self.attempt = 0
+        self.phase = Phase.RUNNING
+        self.decision: Decision | None = None
+        self.first_failure: Worker | None = None
+        self.ended_at_s = 0.0
+        self.token = 0  # bumped to cancel a pending backoff/settle callback
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.members)
+
+
+class Engine:
+    def __init__(
+        self,
+        specs: Sequence[WorkerSpec],
+        policy: RestartPolicy,
+        *,
+        grace_s: float,
+        sink: LogSink,
+        on_event: Callable[[Event], None] | None,
+        clock: Callable[[], float],
+        job_id: str,
+        since_ticks: int,
+        settle: Callable[[Sequence[str]], None] | None,
+        guardian: GuardianHandle | None,
+        record: JobRecord,
+    ) -> None:
+        self.policy, self.grace_s, self.clock = policy, grace_s, clock
+        self.sink, self._on_event, self._settle = sink, on_event, settle
+        self.job_id, self.since_ticks = job_id, since_ticks
+        self.guardian, self.record = guardian, record
+        self.workers = [Worker(spec, self) for spec in specs]
+        groups = [self.workers] if policy.gang else [[w] for w in self.workers]
+        self.gangs = [Gang(members) for members in groups]
+        for gang in self.gangs:
+            for member in gang.members:
+                member.gang = gang
+        self.loop = Loop(clock)
+        self._to_reap: set[Worker] = set()
+        self._stop_signal: int | None = None
+        self._stop_requests = 0
+        self.launch_error: str | None = None
+        self._status: int | None = None
+        self._crash: BaseException | None = None
+        # Published for other threads.
+        self._cond = threading.Condition()
+        self._snapshot: list[WorkerStatus] = [w.status() for w in self.workers]
+        self._events: deque[Event] = deque(maxlen=10_000)
+        self._started = threading.Event()
+        self._done = threading.Event()
+
+    # -- called from any thread ----------------------------------------------------------
+    def request_stop(self, signum: int, grace_s: float | None) -> None:
+        self.loop.post(lambda: self._stop_all(signum, grace_s))
+
+    def wait_started(self) -> str | None:
+        self._started.wait()
+        return self.launch_error
+
+    def wait(self, timeout: float | None) -> int | None:
+        if not self._done.wait(timeout):
+            return None
+        if self._crash is not None:
+            raise self._crash
+        return self._status
+
+    def wait_ready(self, timeout: float | None) -> bool:
+        def settled() -> bool:
+            return self._done.is_set() or all(s.ready for s in self._snapshot)
+
+        with self._cond:
+            self._cond.wait_for(settled, timeout)
+            return not self._done.is_set() and all(s.ready for s in self._snapshot)
+
+    def snapshot(self) -> list[WorkerStatus]:
+        with self._cond:
+            return list(self._snapshot)
+
+    def events(self) -> list[Event]:
+        with self._cond:
+            return list(self._events)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._initial_start()
+            while self._status is None:
+                self._iterate()
+        except BaseException as exc:  # noqa: BLE001 (re-raised by wait())
+            # A bug, or an exception from a user callback. Never leave workers behind.
+            self._crash = exc
+            self._emergency_kill()
+        finally:
+            self._close()
+
+    def _iterate(self) -> None:
+        self.loop.run_once(busy=bool(self._to_reap))
+        self._reap_trees()
+        self._check_finished()
+        self._publish()
+
+    def emit(self, event: Event) -> None:
+        self._publish()  # whoever sees the event sees a status() at least as new
+        with self._cond:
+            self._events.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _publish(self) -> None:
+        snapshot = [w.status() for w in self.workers]
+        with self._cond:
+            if snapshot != self._snapshot:
+                self._snapshot = snapshot
+                self._cond.notify_all()
+
+    # -- starting ----------------------------------------------------------------------
+    def _initial_start(self) -> None:
+        try:
+            for gang in self.gangs:
+                self._start_gang(gang, first=True)
+                if self.launch_error is not None:
+                    self._abort_start()
+                    break
+        finally:
+            self._publish()  # status() right after start() sees the started workers
+            self._started.set()
+
+    def _abort_start(self) -> None:
+        """A program could not be started: kill what did start, restart nothing."""
+        self._stop_signal = None
+        for gang in self.gangs:
+            if gang.phase is Phase.RUNNING:
+                gang.decision = Decision(Action.DONE, gang.restart, reason="start failed")
+                gang.phase, gang.ended_at_s = Phase.STOPPING, self.clock()
+            self.begin_stop([m for m in gang.members if m.alive], signal.SIGKILL, 0.0)
+
+    def _start_gang(self, gang: Gang, *, first: bool = False) -> None:
+        now = self.clock()
+        if not first:
+            gang.attempt += 1
+        gang.token += 1
+        gang.phase, gang.decision, gang.first_failure = Phase.RUNNING, None, None
+        gang.restart = gang.restart.started(now)
+        for member in gang.members:
+            reason = member.spawn(gang.attempt, restarts=0 if first else member.restarts + 1)
+            if reason is not None:
+                if first:
+                    self.launch_error = reason
+                    return
+                self.sink.message(reason)
+                self.member_failed(member, reason)
+                return
+
+    # -- exits and failures -------------------------------------------------------------
+    def member_exited(self, worker: Worker, returncode: int) -> None:
+        """Called by the worker once its main process was reaped."""
+        self._to_reap.add(worker)
+        gang = worker.gang
+        if gang.phase is not Phase.RUNNING or worker.expected:
+            return
+        if returncode == 0:
+            worker.state = WorkerState.EXITED
+            if not any(m.alive for m in gang.members):
+                self._gang_ended(gang, Outcome.SUCCEEDED)
+            return
+        self.member_failed(worker, describe_returncode(returncode))
+
+    def member_failed(self, worker: Worker, reason: str) -> None:
+        """A run failed (exit, failed health check, failed start): decide for its gang."""
+        gang = worker.gang
+        if gang.phase is not Phase.RUNNING:
+            return
+        gang.first_failure = worker
+        worker.failure_reason = reason
+        self._gang_ended(gang, Outcome.FAILED)
+
+    def _gang_ended(self, gang: Gang, outcome: Outcome) -> None:
+        now = self.clock()
+        gang.decision = decide(gang.restart, outcome, self.policy, now)
+        gang.restart = gang.decision.state
+        gang.phase, gang.ended_at_s = Phase.STOPPING, now
+        self.begin_stop([m for m in gang.members if m.alive], signal.SIGTERM, self.grace_s)
+        self._maybe_down(gang)
+
+    def _maybe_down(self, gang: Gang) -> None:
+        if gang.phase is Phase.STOPPING and all(m.down for m in gang.members):
+            self._gang_down(gang)
+
+    def _gang_down(self, gang: Gang) -> None:
+        decision = gang.decision or Decision(Action.DONE, gang.restart)
+        if decision.action is Action.RESTART:
+            gang.phase = Phase.BACKOFF
+            for member in gang.members:
+                member.state = WorkerState.BACKOFF
+            count, delay_s = decision.state.total_restarts, decision.delay_s
+            self.emit(Restarting(self.clock(), gang.names, delay_s, count, decision.reason))
+            token = gang.token
+            when = max(self.clock(), gang.ended_at_s + decision.delay_s)
+            self.loop.call_at(when, lambda: self._after_backoff(gang, token))
+        elif decision.action is Action.GIVE_UP:
+            gang.phase = Phase.FAILED
+            for member in gang.members:
+                member.state = WorkerState.FAILED
+            failed = gang.first_failure
+            code = failed.exit_code if failed and failed.exit_code is not None else 1
+            self.emit(GaveUp(self.clock(), gang.names, code, decision.reason))
+        else:
+            gang.phase = Phase.DONE
+            for member in gang.members:
+                member.state = WorkerState.EXITED
+
+    def _after_backoff(self, gang: Gang, token: int) -> None:
+        if gang.token != token or gang.phase is not Phase.BACKOFF:
+            return  # cancelled by a stop
+        if self._settle is None:
+            self._start_gang(gang)
+            return
+        gang.phase = Phase.SETTLING
+        settle, names = self._settle, gang.names
+        self.loop.submit(lambda: settle(names), lambda f: self._settled(gang, token, f))
+
+    def _settled(self, gang: Gang, token: int, future: Future[object]) -> None:
+        future.result()  # a settle hook that raised is a bug: let the loop's handler see it
+        if gang.token == token and gang.phase is Phase.SETTLING:
+            self._start_gang(gang)
+
+    # -- stopping ------------------------------------------------------------------------
+    def _stop_all(self, signum: int, grace_s: float | None) -> None:
+        self._stop_requests += 1
+        now = self.clock()
+        kill = self._stop_requests > 1
+        if self._status is None:
+            self.emit(Stopping(now, signal_name(signum), kill))
+        if kill:  # a second Ctrl-C: kill everything at once
+            for worker in self.workers:
+                worker.kill_at_s = now
+            self.kill_overdue()
+            return
+        self._stop_signal = signum
+        grace = self.grace_s if grace_s is None else grace_s
+        for gang in self.gangs:
+            if gang.phase in (Phase.DONE, Phase.FAILED):
+                continue
+            gave_up = gang.decision is not None and gang.decision.action is Action.GIVE_UP
+            if not gave_up:
+                gang.decision = decide(gang.restart, Outcome.STOPPED, self.policy, now)
+            if gang.phase is not Phase.STOPPING:
+                gang.token += 1  # cancels a pending backoff or settle
+                gang.phase, gang.ended_at_s = Phase.STOPPING, now
+            self.begin_stop([m for m in gang.members if m.alive and not m.expected], signum, grace)
+            self._maybe_down(gang)
+
+    def begin_stop(self, workers: Sequence[Worker], signum: int, grace_s: float) -> None:
+        """Signal each worker's group and its processes outside it; KILL after ``grace_s``."""
+        if not workers:
+            return
+        deadline = self.clock() + grace_s
+        groups = {w.pid for w in workers if w.alive}
+        outside = [m for m in self.scan(workers) if m.info.pgid not in groups]
+        for worker in workers:
+            worker.begin_stop(signum, deadline)
+        signal_members(outside, signum)
+        self.loop.call_at(deadline, self.kill_overdue)
+
+    def kill_overdue(self) -> None:
+        now = self.clock()
+        overdue = [w for w in self.workers if w.kill_at_s is not None and w.kill_at_s <= now]
+        overdue = [w for w in overdue if not w.down]
+        for worker in overdue:
+            worker.kill_group()
+        signal_members(self.scan(overdue), signal.SIGKILL)
+        self._to_reap.update(w for w in overdue if not w.alive)
+
+    def scan(self, workers: Sequence[Worker]) -> list[Member]:
+        """Live processes that belong to ``workers`` (by session id or by marker)."""
+        if not workers:
+            return []
+        sessions = {w.pid: w.start_ticks for w in workers if w.pid is not None}
+        names = {w.name for w in workers}
+        exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+        found = find_job(self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude)
+        return [m for m in found if m.info.sid in sessions or m.worker in names]
+
+    def _reap_trees(self) -> None:
+        """Workers whose main process ended: are their trees gone too? One scan per batch."""
+        batch = [w for w in self._to_reap if not w.alive]
+        self._to_reap.clear()
+        if not batch:
+            return
+        left: dict[str, list[Member]] = {}
+        by_sid = {w.pid: w.name for w in batch}
+        for member in self.scan(batch):
+            name = by_sid.get(member.info.sid) or member.worker or ""
+            left.setdefault(name, []).append(member)
+        dying = [w for w in batch if w.name in left]
+        for worker in batch:
+            if worker.name not in left:
+                worker.tree_gone()
+                self._maybe_down(worker.gang)
+        for worker in dying:
+            worker.signal_leftovers(left[worker.name])
+        if dying:
+            self.loop.call_at(self.clock() + RECHECK_S, lambda: self._to_reap.update(dying))
+
+    # -- finishing -----------------------------------------------------------------------
+    def _check_finished(self) -> None:
+        if self._status is not None or not self._started.is_set():
+            return
+        if any(g.phase not in (Phase.DONE, Phase.FAILED) for g in self.gangs):
+            return
+        exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+        strays = find_job(self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude)
+        if strays:  # a marked process no worker owns any more (changed its marker?)
+            signal_members(strays, signal.SIGKILL)
+            self.loop.call_at(self.clock() + RECHECK_S, lambda: None)  # wake up to look again
+            return
+        self._status, reason = self._final_status()
+        self.emit(Stopped(self.clock(), self._status, reason))
+
+    def _final_status(self) -> tuple[int, str]:
+        if self.launch_error is not None:
+            return START_FAILED_STATUS, self.launch_error
+        failed = [g for g in self.gangs if g.phase is Phase.FAILED]
+        if failed:
+            first = min(failed, key=lambda g: g.ended_at_s).first_failure
+            code = first.exit_code if first and first.exit_code is not None else 1
+            return code, f"worker {first.name if first else '?'} failed"
+        if self._stop_signal is not None:
+            return 128 + self._stop_signal, f"stopped by {signal_name(self._stop_signal)}"
+        return 0, "finished"
+
+    def _emergency_kill(self) -> None:
+        for worker in self.workers:
+            if worker.alive:
+                worker.kill_group()
+        if self.guardian is not None:
+            return  # closing its pipe without "done" makes it kill whatever is left
+        signal_members(self.scan(self.workers), signal.SIGKILL)
+
+    def _close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+        if self.guardian is not None:
+            self.guardian.close(done=self._crash is None)
+        if self._crash is None:
+            self.record.remove()
+        self.loop.close()
+        self.sink.close()
+        self._publish()
+        self._started.set()
+        self._done.set()
+        with self._cond:
+            self._cond.notify_all()

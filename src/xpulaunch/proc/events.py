@@ -1,0 +1,110 @@
+"""Worker states, status snapshots and the events a :class:`Supervisor` reports.
+
+State graph of one worker (the supervisor's loop thread is the only writer)::
+
+    PENDING -> STARTING -> READY -> (exit) -> BACKOFF -> STARTING ...   restart
+                  |          |                  \\-> EXITED              done / stopped
+                  |          +-> STOPPING -> ...                        stop, gang stop,
+                  +--------------^                                      failed health check
+                                              (exit) -> FAILED          gave up
+
+STARTING lasts until the readiness probe passes; a worker without one is READY as soon as it
+is running (``RUNNING`` is another name for ``READY``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class WorkerState(str, Enum):
+    PENDING = "pending"  # not started yet
+    STARTING = "starting"  # running, readiness probe not passed yet
+    READY = "ready"  # running (and ready, when it has a readiness probe)
+    RUNNING = "ready"  # alias of READY
+    BACKOFF = "backoff"  # down; will be started again after a delay
+    STOPPING = "stopping"  # asked to stop; waiting for its processes to go
+    EXITED = "exited"  # down for good: finished, or stopped on request
+    FAILED = "failed"  # down for good: failed and the restart policy gave up
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A snapshot of one worker; ``exit_code`` is the last run's shell-style exit status."""
+
+    name: str
+    state: WorkerState
+    pid: int | None
+    restarts: int
+    attempt: int
+    exit_code: int | None
+    ready: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every event; ``time_s`` is on the supervisor's clock."""
+
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Started(Event):
+    name: str
+    pid: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ready(Event):
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exited(Event):
+    """A worker's main process ended. ``expected``: we had asked it to stop."""
+
+    name: str
+    pid: int
+    exit_code: int  # shell style: 128 + N after signal N
+    signal: str | None  # "SIGSEGV" when it died by a signal
+    expected: bool
+    stderr_tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unhealthy(Event):
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restarting(Event):
+    names: tuple[str, ...]
+    delay_s: float
+    restart: int  # restarts so far, this one included
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp(Event):
+    names: tuple[str, ...]
+    exit_code: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping(Event):
+    """A stop was requested (stop(), a signal); ``kill``: the second one, killing at once."""
+
+    signal: str
+    kill: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped(Event):
+    """The supervisor has finished: every process of the job is gone."""
+
+    exit_code: int
+    reason: str

@@ -1,0 +1,263 @@
+"""``run_plan``: execute a :class:`~xpulaunch.model.Plan` under the supervisor.
+
+This is what ``xpulaunch run`` calls once the plan is made. It turns each planned worker into
+a :class:`WorkerSpec` (the plan's env applied to ``parent_env``, plus torchelastic's
+``TORCHELASTIC_RESTART_COUNT`` / ``TORCHELASTIC_MAX_RESTARTS`` so torch-aware code can see
+restarts), chooses gang or independent restarts from ``plan.isolate``, forwards SIGINT,
+SIGTERM and SIGHUP, prints a failure summary, and returns the exit status: 0, the first
+failing worker's status, or 128 + N when stopped by signal N.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xpulaunch.core.restart import RestartMode, RestartPolicy
+from xpulaunch.errors import LaunchError, UsageError
+from xpulaunch.model import Backend, Plan
+from xpulaunch.proc import records
+from xpulaunch.proc.events import Event, Exited, GaveUp, Restarting, Stopping, Unhealthy
+from xpulaunch.proc.logs import LogConfig
+from xpulaunch.proc.signals import forwarding
+from xpulaunch.proc.spec import WorkerSpec
+from xpulaunch.proc.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from xpulaunch.proc.gpu import NvmlSettle
+
+RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
+MAX_RESTARTS_VAR = "TORCHELASTIC_MAX_RESTARTS"
+_Prepare = Callable[[int], WorkerSpec]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How ``xpulaunch run`` supervises (the options of :mod:`xpulaunch.proc.options`).
+
+    ``gang`` None: gang restarts unless the plan isolates its workers. ``max_restarts``
+    None: no limit. ``console_ranks``: worker names shown on the console (None: all).
+    """
+
+    restart: RestartMode = RestartMode.NO
+    max_restarts: int | None = 3
+    backoff_initial_s: float = 1.0
+    backoff_factor: float = 2.0
+    backoff_max_s: float = 30.0
+    stable_window_s: float = 60.0
+    grace_s: float = 10.0
+    gang: bool | None = None
+    log_dir: str | os.PathLike[str] | None = None
+    console_ranks: frozenset[str] | None = None
+    color: bool | None = None
+    cwd: str | None = None
+
+    def policy(self, plan: Plan) -> RestartPolicy:
+        return RestartPolicy(
+            mode=self.restart,
+            max_restarts=self.max_restarts,
+            backoff_initial_s=self.backoff_initial_s,
+            backoff_factor=self.backoff_factor,
+            backoff_max_s=self.backoff_max_s,
+            stable_window_s=self.stable_window_s,
+            gang=not plan.isolate if self.gang is None else self.gang,
+        )
+
+
+def run_plan(
+    plan: Plan,
+    parent_env: Mapping[str, str],
+    options: RunOptions,
+    lease_fds: tuple[int, ...] = (),
+) -> int:
+    """Run every worker of ``plan``; block until the job is over; return its exit status."""
+    policy = options.policy(plan)
+    specs = worker_specs(plan, parent_env, options, policy, lease_fds)
+    for spec in specs:
+        check_program(spec.argv, spec.env, spec.cwd)
+    _check_ranks(options.console_ranks, [s.name for s in specs])
+    settle = gpu_settle(plan)
+    logs = LogConfig(
+        log_dir=options.log_dir,
+        console_names=options.console_ranks,
+        color=_colour(options.color, parent_env),
+    )
+    reporter = Reporter(len(specs))
+    supervisor = Supervisor(
+        specs, policy, grace_s=options.grace_s, logs=logs, on_event=reporter.on_event,
+        lease_fds=lease_fds, settle=settle, record_dir=records.runtime_dir(parent_env),
+    )  # fmt: skip
+    reporter.supervisor = supervisor
+    with forwarding(reporter.on_signal):
+        supervisor.start()
+        status = supervisor.wait()
+    for note in settle.notes if settle is not None else ():
+        supervisor.message(note)
+    return 1 if status is None else status
+
+
+def worker_specs(
+    plan: Plan,
+    parent_env: Mapping[str, str],
+    options: RunOptions,
+    policy: RestartPolicy,
+    lease_fds: tuple[int, ...] = (),
+) -> list[WorkerSpec]:
+    """One spec per planned worker; ``prepare`` adds the restart count of each attempt."""
+    max_restarts = "-1" if policy.max_restarts is None else str(policy.max_restarts)
+    if policy.mode is RestartMode.NO:
+        max_restarts = "0"
+    specs = []
+    for worker in plan.workers:
+        env = worker.child_env(parent_env)
+        env[MAX_RESTARTS_VAR] = max_restarts
+        base = WorkerSpec(worker.name, worker.argv, env, cwd=options.cwd, pass_fds=lease_fds)
+        specs.append(replace(base, prepare=_with_restart_count(base)))
+    return specs
+
+
+def _with_restart_count(base: WorkerSpec) -> _Prepare:
+    def prepare(attempt: int) -> WorkerSpec:
+        return replace(base, env={**base.env, RESTART_COUNT_VAR: str(attempt)})
+
+    return prepare
+
+
+def check_program(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> None:
+    """Raise a one-line :class:`LaunchError` when ``argv`` cannot be started."""
+    program = argv[0]
+    if os.sep in program:
+        found = _resolve(program, cwd)
+        if not os.path.isfile(found):
+            raise LaunchError(f"{program}: no such file")
+        if not os.access(found, os.X_OK):
+            raise LaunchError(f"{program}: not executable")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise LaunchError(f"{program}: command not found on PATH")
+    script = argv[1] if len(argv) > 1 and _is_python(program) else None
+    if script is not None and script.endswith(".py") and not os.path.isfile(_resolve(script, cwd)):
+        raise LaunchError(f"{script}: no such script")
+
+
+def _resolve(path: str, cwd: str | None) -> str:
+    return path if os.path.isabs(path) or cwd is None else os.path.join(cwd, path)
+
+
+def _is_python(program: str) -> bool:
+    return program == sys.executable or Path(program).name.startswith("python")
+
+
+def _check_ranks(ranks: frozenset[str] | None, names: list[str]) -> None:
+    unknown = sorted((ranks or frozenset()) - set(names))
+    if unknown:
+        raise UsageError(
+            f"--ranks {','.join(unknown)}: no such worker; the workers are {','.join(names)}"
+        )
+
+
+def _colour(choice: bool | None, parent_env: Mapping[str, str]) -> bool:
+    if choice is not None:
+        return choice
+    return not parent_env.get("NO_COLOR") and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def gpu_settle(plan: Plan) -> NvmlSettle | None:
+    """For CUDA plans, the Supervisor's ``settle`` hook: before a restart, wait (bounded)
+    until the workers' GPUs released their memory (NVML only, never torch). Call it before
+    starting: it records each device's baseline."""
+    if plan.backend is not Backend.CUDA:
+        return None
+    from xpulaunch.proc.gpu import NvmlSettle
+
+    devices = {
+        w.name: [_device_id(plan, i) for i in (w.units or range(len(plan.devices)))]
+        for w in plan.workers
+    }
+    settle = NvmlSettle({n: [d for d in ids if d] for n, ids in devices.items()})
+    settle.baseline()
+    return settle
+
+
+_gpu_settle = gpu_settle  # the name llamacpp.serve imported first
+
+
+def _device_id(plan: Plan, index: int) -> str | None:
+    device = plan.devices[index].device
+    return device.pci_bus_id or device.uuid
+
+
+class Reporter:
+    """Turns supervisor events into the few lines a user needs, and the failure summary."""
+
+    def __init__(self, workers: int) -> None:
+        self.supervisor: Supervisor | None = None
+        self._workers = workers
+        self._failures: dict[str, Exited | Unhealthy] = {}
+        self._exits: dict[str, Exited] = {}
+
+    def _say(self, text: str) -> None:
+        if self.supervisor is not None:
+            self.supervisor.message(text)
+
+    def on_signal(self, signum: int) -> None:
+        # A signal handler: it must take no lock (it may interrupt code holding one on
+        # this same thread), so it only posts; the loop reports it as a Stopping event.
+        if self.supervisor is not None:
+            self.supervisor.send_stop_signal(signum)
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Exited):
+            self._exits[event.name] = event
+            if not event.expected and event.exit_code != 0:
+                self._failures.setdefault(event.name, event)
+        elif isinstance(event, Unhealthy):
+            self._failures.setdefault(event.name, event)
+        elif isinstance(event, Restarting):
+            self._restarting(event)
+        elif isinstance(event, GaveUp):
+            self._gave_up(event)
+        elif isinstance(event, Stopping):
+            what = "killing every process now" if event.kill else "stopping every worker"
+            again = "" if event.kill else " (again to kill at once)"
+            self._say(f"{event.signal}: {what}{again}")
+
+    def _first_failure(self, names: Sequence[str]) -> Exited | Unhealthy | None:
+        failures = [self._failures[n] for n in names if n in self._failures]
+        return min(failures, key=lambda e: e.time_s, default=None)
+
+    def _what(self, failure: Exited | Unhealthy) -> str:
+        if isinstance(failure, Unhealthy):
+            return f"was unhealthy ({failure.reason})"
+        if failure.signal is not None:
+            return f"was killed by {failure.signal} (exit status {failure.exit_code})"
+        return f"exited with code {failure.exit_code}"
+
+    def _restarting(self, event: Restarting) -> None:
+        failure = self._first_failure(event.names)
+        who = "" if failure is None else f"worker {failure.name} {self._what(failure)}; "
+        scope = "all workers" if len(event.names) > 1 else f"worker {event.names[0]}"
+        self._say(f"{who}restarting {scope}: {event.reason}")
+        for name in event.names:
+            self._failures.pop(name, None)
+
+    def _gave_up(self, event: GaveUp) -> None:
+        failure = self._first_failure(event.names)
+        if failure is None:
+            self._say(f"gave up ({event.reason}), exit status {event.exit_code}")
+            return
+        self._say(f"worker {failure.name} failed first: it {self._what(failure)}")
+        self._say(f"gave up: {event.reason}")
+        exited = self._exits.get(failure.name)
+        tail = exited.stderr_tail if exited is not None else ()
+        if tail:
+            self._say(f"last lines of worker {failure.name}'s stderr:")
+            for line in tail[-10:]:
+                self._say(f"  {line}")
+        path = self.supervisor.log_path(failure.name) if self.supervisor else None
+        if path is not None:
+            self._say(f"full log: {path}")

@@ -1,0 +1,94 @@
+"""The event loop under the supervisor: one ``selectors`` wait, timers, and an inbox.
+
+One thread runs :meth:`Loop.run_once` over and over. It blocks in a single ``select`` on a
+wake-up pipe plus whatever the supervisor registered (worker pipes, pidfds); the nearest
+timer sets the timeout. Other threads and signal handlers hand work to the loop with
+:meth:`Loop.post`, which takes no lock: a handler may interrupt a ``post`` on the same
+thread, and a lock there would deadlock (found the hard way: two quick Ctrl-Cs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import os
+import selectors
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+Action = Callable[[], None]
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+class Loop:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # Closed only once nobody holds the loop, so post() never writes to a reused fd.
+        weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._timers: list[tuple[float, int, Action]] = []
+        self._seq = itertools.count()
+        self._inbox: deque[Action] = deque()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def post(self, action: Action) -> None:
+        """Run ``action`` on the loop thread; safe from any thread and signal handler."""
+        self._inbox.append(action)
+        with contextlib.suppress(BlockingIOError):  # a full pipe will wake the loop anyway
+            os.write(self._wake_w, b"\0")
+
+    def call_at(self, when_s: float, action: Action) -> None:
+        """Run ``action`` on the loop once the clock reaches ``when_s``."""
+        heapq.heappush(self._timers, (when_s, next(self._seq), action))
+
+    def submit(self, fn: Callable[[], object], then: Callable[[Future[object]], None]) -> None:
+        """Run ``fn`` on a helper thread; ``then(future)`` runs on the loop afterwards."""
+        if self._executor is None:
+            # Imported here: only jobs with health checks or a settle hook need threads.
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="xpulaunch")
+        future = self._executor.submit(fn)
+        future.add_done_callback(lambda f: self.post(lambda: then(f)))
+
+    def run_once(self, *, busy: bool = False) -> None:
+        """Wait for fds or the next timer (not at all when ``busy``), then run what is due."""
+        for key, _ in self.selector.select(self._timeout(busy)):
+            if key.data is not None:
+                key.data()
+            else:
+                self._drain_wake_pipe()
+        now = self.clock()
+        while self._timers and self._timers[0][0] <= now:
+            heapq.heappop(self._timers)[2]()
+        while self._inbox:
+            self._inbox.popleft()()
+
+    def _timeout(self, busy: bool) -> float | None:
+        if busy or self._inbox:
+            return 0.0
+        if not self._timers:
+            return None  # nothing scheduled: sleep until an fd or a post wakes us
+        return max(self._timers[0][0] - self.clock(), 0.0)
+
+    def _drain_wake_pipe(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # emptied
+            while os.read(self._wake_r, 4096):
+                pass
+
+    def close(self) -> None:
+        self.selector.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)

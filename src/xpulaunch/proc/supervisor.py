@@ -1,0 +1,252 @@
+"""The Supervisor: start, watch, restart and stop a set of worker processes.
+
+::
+
+    spec = WorkerSpec("0", ["llama-server", "--port", "8080"], env=dict(os.environ),
+                      readiness=Probe(http_ok("http://127.0.0.1:8080/health")))
+    with Supervisor([spec], RestartPolicy(gang=False)) as sup:
+        if not sup.wait_ready(timeout=120):
+            raise SystemExit("\\n".join(sup.tail("0")))
+        sup.wait()
+
+Threads: one loop thread (started by :meth:`Supervisor.start`) owns the worker table and is
+the only one that spawns, signals or reaps workers (see :mod:`xpulaunch.proc.engine`). Every
+public method only posts a request to it, or reads the snapshot it publishes.
+
+Orphans: each worker gets ``PR_SET_PDEATHSIG=SIGKILL``; a guardian process
+(:mod:`xpulaunch.proc.guardian`) kills the whole job if the supervisor's process dies; a
+record file under the user's runtime dir is swept by the next start as a last resort.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from xpulaunch.core.restart import RestartPolicy
+from xpulaunch.errors import LaunchError, UsageError
+from xpulaunch.proc import guardian, records
+from xpulaunch.proc.engine import Engine
+from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
+from xpulaunch.proc.logs import LogConfig, LogSink
+from xpulaunch.proc.spec import Probe, WorkerSpec
+
+__all__ = ["LogConfig", "Probe", "RestartPolicy", "Supervisor", "WorkerSpec", "WorkerState"]
+
+
+def _validate(workers: Sequence[WorkerSpec], grace_s: float) -> None:
+    if not workers:
+        raise UsageError("no workers to supervise: give at least one WorkerSpec")
+    names = [w.name for w in workers]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(f"worker names must be unique; repeated: {', '.join(duplicates)}")
+    for spec in workers:
+        if not spec.name or "/" in spec.name or spec.name in {".", ".."}:
+            raise UsageError(f"worker name {spec.name!r}: expected a non-empty name without '/'")
+        if not spec.argv:
+            raise UsageError(f"worker {spec.name}: argv is empty")
+    if grace_s < 0:
+        raise UsageError(f"grace {grace_s} s: expected 0 or more seconds")
+
+
+class Supervisor:
+    """Runs :class:`WorkerSpec` s under a :class:`RestartPolicy`; a context manager."""
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerSpec],
+        policy: RestartPolicy = RestartPolicy(),  # noqa: B008 (frozen value)
+        *,
+        grace_s: float = 10.0,
+        logs: LogConfig = LogConfig(),  # noqa: B008 (frozen value)
+        on_event: Callable[[Event], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        lease_fds: tuple[int, ...] = (),
+        settle: Callable[[Sequence[str]], None] | None = None,
+        record_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``lease_fds`` are held by the guardian until every process of the job is gone;
+        ``settle(names)`` blocks (on a helper thread) until those workers' devices can be
+        reused; ``record_dir`` defaults to the user's runtime dir."""
+        _validate(workers, grace_s)
+        self._specs = tuple(workers)
+        self._policy, self._grace_s = policy, grace_s
+        self._sink = LogSink(logs, [w.name for w in workers])
+        self._on_event, self._clock = on_event, clock
+        self._lease_fds, self._settle = tuple(lease_fds), settle
+        self._record_dir = Path(record_dir) if record_dir else records.runtime_dir(os.environ)
+        self.job_id = os.urandom(8).hex()
+        self._engine: Engine | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._early_signal: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every worker; raises :class:`LaunchError` (nothing left running) when a
+        program cannot be started. Calling it again does nothing."""
+        with self._lock:
+            if self._engine is not None:
+                return
+            self._engine = self._make_engine()
+            self._thread = threading.Thread(
+                target=self._engine.run, name="xpulaunch-supervisor", daemon=True
+            )
+            self._thread.start()
+        if self._early_signal is not None:  # a Ctrl-C that came while we were starting
+            self._engine.request_stop(self._early_signal, None)
+        error = self._engine.wait_started()
+        if error is not None:
+            self.wait()
+            raise LaunchError(error)
+
+    def _make_engine(self) -> Engine:
+        records.sweep(self._record_dir)
+        since = guardian.now_ticks()
+        watchdog = _start_guardian(self.job_id, since, self._record_dir, self._lease_fds)
+        header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
+        if watchdog is not None:
+            header["guardian"] = _identity(watchdog.pid)
+        record = records.JobRecord(self._record_dir, self.job_id, header)
+        return Engine(
+            self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
+            on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
+            settle=self._settle, guardian=watchdog, record=record,
+        )  # fmt: skip
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until every worker is down for good; the exit status, or None on timeout."""
+        engine, thread = self._engine, self._thread
+        if engine is None or thread is None:
+            raise UsageError("the supervisor was not started: call start() first")
+        if threading.current_thread() is thread:
+            raise UsageError(
+                "wait() and stop() cannot run inside on_event (the supervisor's own loop); "
+                "call send_stop_signal() there instead"
+            )
+        status = engine.wait(timeout)
+        if status is not None:
+            thread.join()
+        return status
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """True once every worker is READY; False on timeout or when the job ended first."""
+        if self._engine is None:
+            raise UsageError("the supervisor was not started: call start() first")
+        return self._engine.wait_ready(timeout)
+
+    def stop(self, grace_s: float | None = None) -> int:
+        """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status."""
+        if self._engine is None:
+            return 0
+        self._engine.request_stop(signal.SIGTERM, grace_s)
+        status = self.wait()
+        return 0 if status is None else status
+
+    def send_stop_signal(self, signum: int) -> None:
+        """What a signal handler calls: the first call forwards ``signum`` to every worker
+        and stops the job gracefully; a second call kills everything at once. Takes no lock:
+        a handler may interrupt :meth:`start` on the same thread."""
+        engine = self._engine
+        if engine is None:
+            self._early_signal = signum
+        else:
+            engine.request_stop(signum, None)
+
+    # -- observation -------------------------------------------------------------------
+    def status(self) -> list[WorkerStatus]:
+        if self._engine is None:
+            return [_pending(s.name) for s in self._specs]
+        return self._engine.snapshot()
+
+    def tail(self, name: str, lines: int = 20) -> list[str]:
+        """The last ``lines`` lines a worker wrote (stdout and stderr, in order)."""
+        if name not in {s.name for s in self._specs}:
+            raise UsageError(f"no worker named {name!r}")
+        return self._sink.tail(name, lines)
+
+    def events(self) -> list[Event]:
+        return [] if self._engine is None else self._engine.events()
+
+    def log_path(self, name: str) -> Path | None:
+        """The log file of ``name``'s current attempt (with ``LogConfig.log_dir``)."""
+        return self._sink.log_path(name)
+
+    def message(self, text: str) -> None:
+        """Write one ``xpulaunch:`` line through the same lock as the workers' output."""
+        self._sink.message(text)
+
+    def __enter__(self) -> Supervisor:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _pending(name: str) -> WorkerStatus:
+    return WorkerStatus(name, WorkerState.PENDING, None, 0, 0, None, False)
+
+
+def _identity(pid: int) -> list[int] | None:
+    info = guardian.read_stat(pid)
+    return None if info is None else [pid, info.start_ticks]
+
+
+class GuardianHandle:
+    """The supervisor's end of the guardian: a pipe whose EOF means "the supervisor died"."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], write_fd: int) -> None:
+        self.proc, self.pid = proc, proc.pid
+        self._fd: int | None = write_fd
+
+    def send(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, line.encode() + b"\n")
+        except BrokenPipeError:  # the guardian died: pdeathsig still covers direct workers
+            self.close()
+
+    def close(self, *, done: bool = False) -> None:
+        if done:
+            self.send("done")
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        # Reap it without blocking the caller: it exits as soon as it reads "done".
+        reaper = threading.Thread(target=self.proc.wait, name="xpulaunch-reaper", daemon=True)
+        reaper.start()
+
+
+def _start_guardian(
+    job_id: str, since: int, record_dir: Path, lease_fds: tuple[int, ...]
+) -> GuardianHandle | None:
+    read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
+    record = record_dir / f"{job_id}.jsonl"
+    argv = [sys.executable, "-S", "-E", "-s", guardian.__file__, job_id, str(since), str(record)]
+    try:
+        # No pdeathsig and its own session: it must outlive us and ignore the terminal.
+        proc = subprocess.Popen(
+            argv, stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={}, cwd="/", start_new_session=True, pass_fds=lease_fds,
+        )  # fmt: skip
+    except OSError:
+        os.close(write_fd)
+        return None
+    finally:
+        os.close(read_fd)
+    return GuardianHandle(proc, write_fd)

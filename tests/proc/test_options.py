@@ -1,0 +1,111 @@
+"""The click options of ``xpulaunch run`` and how they become RunOptions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from xpulaunch.core.restart import RestartMode
+from xpulaunch.errors import UsageError
+from xpulaunch.proc.launch import RunOptions
+from xpulaunch.proc.options import (
+    options_from_kwargs,
+    parse_backoff,
+    parse_ranks,
+    supervisor_options,
+)
+
+
+def parse(*args: str, env: dict[str, str] | None = None) -> RunOptions:
+    seen: list[RunOptions] = []
+
+    @click.command()
+    @supervisor_options
+    def run(**kwargs: Any) -> None:
+        seen.append(options_from_kwargs(kwargs))
+
+    result = CliRunner().invoke(run, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return seen[0]
+
+
+def test_defaults() -> None:
+    options = parse()
+    assert options.restart is RestartMode.NO
+    assert (options.grace_s, options.gang, options.console_ranks, options.color) == (
+        10.0, None, None, None,
+    )  # fmt: skip
+    assert (options.backoff_initial_s, options.backoff_max_s, options.backoff_factor) == (1, 30, 2)
+
+
+def test_max_restarts_alone_means_on_failure_like_torchrun() -> None:
+    options = parse("--max-restarts", "3")
+    assert (options.restart, options.max_restarts) == (RestartMode.ON_FAILURE, 3)
+    assert parse("--max-restarts", "0").restart is RestartMode.NO
+    assert parse("--max-restarts", "-1").max_restarts is None
+
+
+def test_every_option(tmp_path: Path) -> None:
+    options = parse(
+        "--restart", "always", "--max-restarts", "5", "--backoff", "0.5:10:3",
+        "--stable-window", "120", "--no-gang", "--grace", "2.5", "--log-dir", str(tmp_path),
+        "--local-ranks-filter", "0,2", "--no-color",
+    )  # fmt: skip
+    assert options == RunOptions(
+        restart=RestartMode.ALWAYS, max_restarts=5, backoff_initial_s=0.5,
+        backoff_factor=3.0, backoff_max_s=10.0, stable_window_s=120.0, grace_s=2.5,
+        gang=False, log_dir=str(tmp_path), console_ranks=frozenset({"0", "2"}), color=False,
+    )  # fmt: skip
+
+
+def test_environment_variables() -> None:
+    options = parse(env={"XPULAUNCH_RESTART": "on-failure", "XPULAUNCH_GRACE": "1"})
+    assert (options.restart, options.grace_s) == (RestartMode.ON_FAILURE, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0", (0, 30, 2)), ("2", (2, 30, 2)), ("60", (60, 60, 2)), ("1:5", (1, 5, 2))],
+)
+def test_backoff(text: str, expected: tuple[float, float, float]) -> None:
+    assert parse_backoff(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "x", "1:2:3:4", "-1", "5:1", "1:5:0.5", "inf", "nan"])
+def test_bad_backoff(text: str) -> None:
+    with pytest.raises(UsageError, match="--backoff"):
+        parse_backoff(text)
+
+
+def test_ranks() -> None:
+    assert parse_ranks(None) is None
+    assert parse_ranks(" ") is None
+    assert parse_ranks("1, 3") == frozenset({"1", "3"})
+    with pytest.raises(UsageError, match="comma-separated"):
+        parse_ranks("1,,2")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_restarts": -2}, "--max-restarts -2"),
+        ({"grace": -1.0}, "--grace -1"),
+        ({"stable_window": float("nan")}, "--stable-window nan"),
+    ],
+)
+def test_bad_values(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        options_from_kwargs(kwargs)
+
+
+def test_the_options_module_does_not_load_the_supervisor() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, xpulaunch.proc.options; print('xpulaunch.proc.engine' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,81 @@
+"""Signals sent to an xpulaunch-like parent (drive_plan.py calling run_plan)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from .conftest import alive, pids_in, wait_for
+
+Argv = Callable[..., list[str]]
+Drive = Callable[..., subprocess.Popen[str]]
+
+
+def pidfiles(tmp_path: Path, count: int) -> list[Path]:
+    return [tmp_path / f"w{i}.pid" for i in range(count)]
+
+
+def started(files: list[Path]) -> Callable[[], bool]:
+    return lambda: all(f.exists() for f in files)
+
+
+def test_sigterm_is_forwarded_and_gives_143(child: Argv, drive: Drive, tmp_path: Path) -> None:
+    files = pidfiles(tmp_path, 2)
+    proc = drive([child("sleeper.py", "--pidfile", f) for f in files], grace_s=30)
+    wait_for(started(files))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert "SIGTERM: stopping every worker" in err
+    assert not [f for f in files if alive(int(f.read_text()))]
+
+
+def test_sigint_reaches_the_workers_once(child: Argv, drive: Drive, tmp_path: Path) -> None:
+    files = pidfiles(tmp_path, 2)
+    argvs = [child("sleeper.py", "--exit-7-on-int", "--pidfile", f) for f in files]
+    proc = drive(argvs, grace_s=30)
+    wait_for(started(files))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    # Each worker got exactly one SIGINT (its own session: not a second one from a terminal).
+    got = sorted(line for line in out.splitlines() if "got" in line)
+    assert got == ["[0] got SIGINT", "[1] got SIGINT"], (out, err)
+    assert "failed" not in err, err  # exits during a requested stop are not failures
+
+
+def test_second_signal_kills_at_once(child: Argv, drive: Drive, tmp_path: Path) -> None:
+    out_dir = tmp_path / "pids"
+    out_dir.mkdir()
+    proc = drive([child("tree.py", out_dir, "--ignore-term")], grace_s=600)
+    wait_for(lambda: len(pids_in(out_dir)) == 3)
+    proc.send_signal(signal.SIGTERM)
+    # Two signals sent back to back may reach Python as one (a pending signal is not
+    # queued twice), so send the second after the first was acted on.
+    assert proc.stderr is not None
+    while "stopping every worker" not in proc.stderr.readline():
+        assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)  # far below the 600 s grace
+    assert proc.returncode == 143
+    assert not [p for p in pids_in(out_dir) if alive(p)]
+
+
+def test_sighup_is_forwarded(child: Argv, drive: Drive, tmp_path: Path) -> None:
+    files = pidfiles(tmp_path, 1)
+    proc = drive([child("sleeper.py", "--pidfile", files[0])], grace_s=30)
+    wait_for(started(files))
+    proc.send_signal(signal.SIGHUP)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGHUP
+
+
+def test_missing_program_is_one_line(child: Argv, drive: Drive) -> None:
+    proc = drive([child("sleeper.py"), ["/nonexistent/prog"]])
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 127
+    lines = [line for line in err.splitlines() if not line.startswith("driver pid")]
+    assert lines == ["xpulaunch: error: /nonexistent/prog: no such file"]
+    assert out == ""

@@ -1,0 +1,186 @@
+"""Process-table reading, safe signalling, the guardian and the record sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from xpulaunch.proc import guardian, records, tree
+
+from .conftest import alive, wait_for
+
+Argv = Callable[..., list[str]]
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def start(procs: list, argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, **kwargs)  # type: ignore[call-overload]
+    procs.append(proc)
+    return proc
+
+
+def test_read_stat_survives_odd_command_names(tmp_path: Path, procs: list) -> None:
+    odd = tmp_path / "we ird) (x"
+    odd.symlink_to(sys.executable)
+    proc = start(procs, [str(odd), "-S", "-c", "import time; time.sleep(30)"])
+    wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "we ird) (x\n")
+    info = guardian.read_stat(proc.pid)
+    assert info is not None
+    assert (info.pid, info.ppid, info.pgid) == (proc.pid, os.getpid(), os.getpgrp())
+    assert info.start_ticks >= guardian.now_ticks() - 30 * os.sysconf("SC_CLK_TCK")
+
+
+def test_read_stat_of_a_gone_process_is_none() -> None:
+    proc = subprocess.Popen([sys.executable, "-S", "-c", "pass"])
+    proc.wait()
+    assert guardian.read_stat(proc.pid) is None
+    assert guardian.read_environ(proc.pid) == {}
+
+
+def test_find_job_by_marker_and_session(child: Argv, procs: list) -> None:
+    since = guardian.now_ticks()
+    env = {**os.environ, guardian.JOB_ID_VAR: "job-a", guardian.WORKER_VAR: "w0"}
+    marked = start(procs, child("sleeper.py"), env=env, stdout=subprocess.DEVNULL)
+    leader = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
+    other = start(procs, child("sleeper.py"), stdout=subprocess.DEVNULL)
+    wait_for(lambda: guardian.read_environ(marked.pid).get(guardian.JOB_ID_VAR) == "job-a")
+    info = guardian.read_stat(leader.pid)
+    assert info is not None
+    found = guardian.find_job("job-a", {leader.pid: info.start_ticks}, since_ticks=since)
+    by_pid = {m.info.pid: m.worker for m in found}
+    assert by_pid == {marked.pid: "w0", leader.pid: None}
+    assert other.pid not in by_pid
+    # A session id whose leader has other start ticks was reused: not ours.
+    reused = guardian.find_job(None, {leader.pid: info.start_ticks + 1}, since_ticks=since)
+    assert leader.pid not in {m.info.pid for m in reused}
+
+
+def test_signals_never_hit_init_or_ourselves() -> None:
+    for target in (0, 1, -1, os.getpid()):
+        assert tree.signal_pid(target, 0) is False
+    for group in (0, 1, os.getpgrp()):
+        assert tree.signal_group(group, 0) is False
+
+
+def test_gone_is_success(child: Argv, procs: list) -> None:
+    proc = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
+    assert tree.signal_group(proc.pid, signal.SIGKILL) is True
+    proc.wait(timeout=10)
+    assert tree.signal_group(proc.pid, signal.SIGKILL) is False
+    assert tree.signal_pid(proc.pid, signal.SIGKILL) is False
+
+
+@pytest.mark.parametrize(
+    ("returncode", "status", "text"),
+    [
+        (0, 0, "exit code 0"),
+        (3, 3, "exit code 3"),
+        (-signal.SIGSEGV, 139, "killed by SIGSEGV (exit status 139)"),
+        (-signal.SIGKILL, 137, "killed by SIGKILL (exit status 137)"),
+        (-40, 168, "killed by signal 40 (exit status 168)"),
+    ],
+)
+def test_exit_status(returncode: int, status: int, text: str) -> None:
+    assert tree.exit_status(returncode) == status
+    assert tree.describe_returncode(returncode) == text
+
+
+def _guardian(job: str, since: int, record: Path) -> tuple[subprocess.Popen[bytes], int]:
+    read_fd, write_fd = os.pipe()
+    argv = [sys.executable, "-S", "-E", "-s", guardian.__file__, job, str(since), str(record)]
+    proc = subprocess.Popen(argv, stdin=read_fd, start_new_session=True, env={})
+    os.close(read_fd)
+    return proc, write_fd
+
+
+def test_guardian_kills_the_job_on_eof(child: Argv, tmp_path: Path, procs: list) -> None:
+    since = guardian.now_ticks()
+    record = tmp_path / "job.jsonl"
+    record.write_text("{}\n")
+    session = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
+    env = {**os.environ, guardian.JOB_ID_VAR: "job-g"}
+    marked = start(procs, child("sleeper.py"), env=env, start_new_session=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    ticks = guardian.read_stat(session.pid).start_ticks  # type: ignore[union-attr]
+    watchdog, write_fd = _guardian("job-g", since, record)
+    os.write(write_fd, f"s {session.pid} {ticks}\n".encode())
+    os.close(write_fd)  # what the supervisor's death looks like
+    assert watchdog.wait(timeout=30) == 0
+    assert session.wait(timeout=10) == -signal.SIGKILL
+    assert marked.wait(timeout=10) == -signal.SIGKILL
+    assert not record.exists()
+
+
+def test_guardian_done_leaves_everything(child: Argv, tmp_path: Path, procs: list) -> None:
+    env = {**os.environ, guardian.JOB_ID_VAR: "job-d"}
+    marked = start(procs, child("sleeper.py"), env=env, stdout=subprocess.DEVNULL)
+    watchdog, write_fd = _guardian("job-d", guardian.now_ticks(), tmp_path / "none")
+    os.write(write_fd, b"done\n")
+    os.close(write_fd)
+    assert watchdog.wait(timeout=30) == 0
+    assert alive(marked.pid)
+
+
+def _identity(pid: int) -> list[int]:
+    return [pid, guardian.read_stat(pid).start_ticks]  # type: ignore[union-attr]
+
+
+def test_sweep_kills_what_dead_jobs_left(child: Argv, tmp_path: Path, procs: list) -> None:
+    directory = tmp_path / "xpulaunch" / "jobs"
+    directory.mkdir(parents=True)
+    since = guardian.now_ticks()
+    env = {**os.environ, guardian.JOB_ID_VAR: "dead-job"}
+    left = start(procs, child("sleeper.py"), env=env, start_new_session=True,
+                 stdout=subprocess.DEVNULL)  # fmt: skip
+    wait_for(lambda: guardian.read_environ(left.pid).get(guardian.JOB_ID_VAR) == "dead-job")
+    gone = subprocess.Popen([sys.executable, "-S", "-c", "pass"])
+    dead_identity = _identity(gone.pid)
+    gone.wait()
+    head = {"job": "dead-job", "since": since, "supervisor": dead_identity, "guardian": None}
+    (directory / "dead-job.jsonl").write_text(json.dumps(head) + "\n")
+    live_head = {"job": "live-job", "since": since, "supervisor": _identity(os.getpid())}
+    (directory / "live-job.jsonl").write_text(json.dumps(live_head) + "\n")
+    assert records.sweep(directory) == 1
+    assert left.wait(timeout=10) == -signal.SIGKILL
+    assert not (directory / "dead-job.jsonl").exists()
+    assert (directory / "live-job.jsonl").exists()  # its supervisor (we) is alive
+
+
+def test_sweep_never_kills_a_reused_pid(child: Argv, tmp_path: Path, procs: list) -> None:
+    directory = tmp_path / "jobs"
+    directory.mkdir()
+    bystander = start(procs, child("sleeper.py"), start_new_session=True,
+                      stdout=subprocess.DEVNULL)  # fmt: skip
+    ticks = _identity(bystander.pid)[1]
+    lines = [
+        {"job": "old", "since": 0, "supervisor": [bystander.pid, ticks - 1]},
+        {"pid": bystander.pid, "start": ticks - 1},  # same pid, other start time: reused
+    ]
+    (directory / "old.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert records.sweep(directory) == 0
+    with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would end it well within this
+        bystander.wait(timeout=0.3)
+
+
+def test_runtime_dir_prefers_xdg(tmp_path: Path) -> None:
+    assert (
+        records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path)}) == tmp_path / "xpulaunch" / "jobs"
+    )
+    missing = records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "missing")})
+    assert missing == Path(f"/tmp/xpulaunch-{os.getuid()}/jobs")
