@@ -1,0 +1,228 @@
+"""``xpulaunch llama [OPTIONS] [-- LLAMA_SERVER_ARGS...]``"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from xpulaunch.cli.lease_options import LeaseSettings, lease_options
+from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
+from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
+from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
+from xpulaunch.model import Plan
+
+_SECONDS = click.FloatRange(min=0, min_open=True)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Servers to start, each on its own devices and port.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="Port of the first replica (the next ones count up). Default: free ports.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--binary",
+    envvar="XPULAUNCH_LLAMA_SERVER",
+    metavar="PATH",
+    help="The llama-server to run (default: llama-server on PATH) [env: XPULAUNCH_LLAMA_SERVER].",
+)
+@click.option(
+    "--llama-backend",
+    type=click.Choice(["auto", *(b.value for b in LlamaBackend)], case_sensitive=False),
+    default="auto",
+    show_default=True,
+    help="Which build the binary is; auto asks it with --list-devices.",
+)
+@plan_options
+@click.option(
+    "--ready-timeout",
+    type=_SECONDS,
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long one start may take to answer /health with 200.",
+)
+@click.option(
+    "--health-interval",
+    type=_SECONDS,
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between liveness checks of a ready server.",
+)
+@click.option(
+    "--health-timeout",
+    type=_SECONDS,
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A /health answer slower than this is a failed check.",
+)
+@click.option(
+    "--health-failures",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    metavar="N",
+    help="Failed checks in a row before a server is restarted.",
+)
+@click.option(
+    "--restart",
+    type=click.Choice(["no", "on-failure", "always"]),
+    default="always",
+    show_default=True,
+    envvar="XPULAUNCH_RESTART",
+    help="When a replica that was ready once is started again (exits and failed "
+    "health checks both count).",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=-1),
+    default=3,
+    show_default=True,
+    envvar="XPULAUNCH_MAX_RESTARTS",
+    metavar="N",
+    help="Restarts of one replica within 60 s of stable running (-1: no limit).",
+)
+@click.option(
+    "--backoff",
+    default="1:30:2",
+    show_default=True,
+    envvar="XPULAUNCH_BACKOFF",
+    metavar="FIRST[:MAX[:FACTOR]]",
+    help="Seconds before the first restart, the cap, and the growth factor.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    envvar="XPULAUNCH_GRACE",
+    metavar="SECONDS",
+    help="After SIGTERM, wait this long before SIGKILL.",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False),
+    envvar="XPULAUNCH_LOG_DIR",
+    help="Write DIR/attempt_N/REPLICA.log for every replica and attempt.",
+)
+@click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
+@lease_options
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
+    """Start llama.cpp's llama-server pinned to selected devices, wait until every replica
+    answers /health, print their URLs and keep them running (restarted when they exit or
+    stop answering). Arguments after -- go to llama-server and win over ours.
+
+    \b
+    xpulaunch llama -m model.gguf --gpus 2                one server split over 2 GPUs
+    xpulaunch llama -m model.gguf --gpus 2 --replicas 2   two servers, one GPU each
+    xpulaunch llama -m model.gguf -- -c 8192 -ngl 20      llama-server's own options
+    """
+    from xpulaunch import api
+    from xpulaunch.llamacpp.serve import plan_llama
+
+    parent_env = dict(os.environ)
+    leases = LeaseSettings.pop_from(options)
+    request = _request(server_args, options)
+    path = options["inventory"]
+    inventory = api.load_inventory(path) if path else api.probe(parent_env)
+    if dry_run:
+        held = leases.manager().unavailable()
+        _print_plan(plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held),
+                    as_json)  # fmt: skip
+        return 0
+    if as_json:
+        raise UsageError("--json goes with --dry-run")
+    planned: list[LlamaPlan] = []
+
+    def plan_fn(unavailable: Mapping[str, str]) -> Plan:
+        planned[:] = [plan_llama(request, inventory, parent_env, unavailable=unavailable)]
+        return planned[0].plan
+
+    from xpulaunch.cli.lease_options import WaitReporter
+
+    with WaitReporter() as reporter:
+        _, lease = leases.allocate(plan_fn, on_wait=reporter, command=["xpulaunch", "llama"])
+    with lease:
+        return _serve(planned[0], parent_env, options, lease.fds)
+
+
+def _request(server_args: tuple[str, ...], options: dict[str, Any]) -> LlamaRequest:
+    return LlamaRequest(
+        model=options["model"],
+        replicas=options["replicas"],
+        host=options["host"],
+        port=options["port"],
+        binary=options["binary"] or "llama-server",
+        llama_backend=parse_llama_backend(options["llama_backend"]),
+        passthrough=server_args,
+        gpus=options["gpus"],
+        backend=options["backend"],
+        min_free_memory_bytes=size_option(options["min_free_memory"], "--min-free-memory"),
+        max_utilization_percent=percent_option(options["max_utilization"], "--max-utilization"),
+    )
+
+
+def _print_plan(plan: LlamaPlan, as_json: bool) -> None:
+    from xpulaunch import api
+
+    if as_json:
+        click.echo(json.dumps(api.plan_document(plan.plan), indent=2))
+        return
+    from xpulaunch.cli.render import plan_text
+
+    click.echo(plan_text(plan.plan))
+
+
+def _serve(
+    plan: LlamaPlan, parent_env: dict[str, str], options: dict[str, Any], lease_fds: tuple[int, ...]
+) -> int:
+    from xpulaunch.core.restart import RestartMode, RestartPolicy
+    from xpulaunch.llamacpp.serve import cuda_settle
+    from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
+    from xpulaunch.proc.logs import LogConfig
+    from xpulaunch.proc.options import parse_backoff
+    from xpulaunch.proc.signals import forwarding
+
+    first_s, cap_s, factor = parse_backoff(options["backoff"])
+    policy = RestartPolicy(
+        mode=RestartMode(options["restart"]),
+        max_restarts=None if options["max_restarts"] == -1 else options["max_restarts"],
+        backoff_initial_s=first_s, backoff_max_s=cap_s, backoff_factor=factor, gang=False,
+    )  # fmt: skip
+    health = HealthOptions(
+        ready_timeout_s=options["ready_timeout"],
+        interval_s=options["health_interval"],
+        timeout_s=options["health_timeout"],
+        failure_threshold=options["health_failures"],
+    )
+    logs = LogConfig(log_dir=options["log_dir"], color=False if options["no_color"] else None)
+    server = LlamaServer(
+        plan, parent_env, health=health, policy=policy, grace_s=options["grace"],
+        logs=logs, on_ready=_print_ready, settle=cuda_settle(plan), lease_fds=lease_fds,
+    )  # fmt: skip
+    with forwarding(server.send_stop_signal):
+        server.start()
+        status = server.wait()
+    return 1 if status is None else status
+
+
+def _print_ready(replica: Replica) -> None:
+    devices = ",".join(replica.devices) or "CPU"
+    click.echo(f"xpulaunch: llama-server {replica.name} ready at {replica.url} ({devices})")

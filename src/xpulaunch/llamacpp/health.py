@@ -1,0 +1,77 @@
+"""Talking to a llama-server over HTTP, and finding ports for it. Standard library only.
+
+``GET /health`` answers 503 ``{"error": {"message": "Loading model", ...}}`` while the model
+loads (the HTTP server binds first, so it answers early) and 200 ``{"status": "ok"}`` once
+ready (reference 3.4; tools/server/server.cpp). Every call has a short timeout: a stopped or
+wedged server accepts connections (the kernel queues them) but never answers.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Collection
+from typing import Any
+
+from xpulaunch.llamacpp.plan import url_host
+
+HEALTH_PATH = "/health"
+
+
+def health_status(host: str, port: int, timeout_s: float) -> int:
+    """The HTTP status of ``GET /health``; raises ``OSError`` when there is no answer."""
+    connection = http.client.HTTPConnection(url_host(host).strip("[]"), port, timeout=timeout_s)
+    try:
+        connection.request("GET", HEALTH_PATH)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    except http.client.HTTPException as exc:
+        # A malformed or cut-off answer is no answer; OSError is what the supervisor's
+        # probe runner counts as an unhealthy check.
+        raise ConnectionError(f"bad HTTP answer from {host}:{port}: {exc!r}") from exc
+    finally:
+        connection.close()
+
+
+def is_healthy(host: str, port: int, timeout_s: float) -> bool:
+    """True when ``/health`` says 200; False for 503 (loading) or any other status."""
+    return health_status(host, port, timeout_s) == 200
+
+
+def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30.0) -> Any:
+    """``POST /completion`` and return the decoded JSON answer (raises ``OSError``)."""
+    host_port = url.removeprefix("http://")
+    host, _, port = host_port.rpartition(":")
+    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+    body = json.dumps({"prompt": prompt, "n_predict": n_predict})
+    try:
+        connection.request("POST", "/completion", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = response.read()
+    except http.client.HTTPException as exc:
+        raise ConnectionError(f"bad HTTP answer from {url}: {exc!r}") from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise ConnectionError(f"{url}/completion: HTTP {response.status}: {data[:200]!r}")
+    return json.loads(data)
+
+
+def free_port(host: str, exclude: Collection[int] = ()) -> int:
+    """A port nobody listens on now, for ``host`` (IPv4 or IPv6), not in ``exclude``.
+
+    Bind-then-close leaves a window in which another process may take the port (landscape
+    pitfall 13). llama-server then fails with ``couldn't bind HTTP server socket`` and the
+    runner moves that replica to another port (:mod:`xpulaunch.llamacpp.server`).
+    """
+    address = host.split(",", maxsplit=1)[0].strip() or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    for _ in range(100):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((address, 0))
+            port: int = sock.getsockname()[1]
+        if port not in exclude:
+            return port
+    raise OSError(f"no free port on {address} outside {sorted(exclude)}")

@@ -1,0 +1,289 @@
+"""The llama plan: :func:`~xpulaunch.core.plan.make_plan` with one isolated worker per replica,
+each worker's argv replaced by its full llama-server command line. Pure.
+
+The visibility env of every replica comes from the shared planner (``--isolate``: a replica
+sees only its own devices, renumbered from 0), so CUDA, SYCL and ROCm builds are pinned by
+their runtime's mask and address their devices as ``CUDA0..``, ``SYCL0..``, ``ROCm0..``.
+Vulkan ignores those masks and is pinned by ``--device VulkanN`` (:mod:`.vulkan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from xpulaunch.core.backend import parse_backend
+from xpulaunch.core.masks import ODS_VAR
+from xpulaunch.core.plan import LaunchRequest, make_plan, rank_env
+from xpulaunch.core.selection import GpuMode, parse_gpus
+from xpulaunch.errors import SelectionError, UsageError
+from xpulaunch.llamacpp import args as llama_args
+from xpulaunch.llamacpp import vulkan
+from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
+from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
+
+# torchrun's variables mean nothing to llama-server: a replica is not a rank.
+RANK_VARS = frozenset(rank_env(0, 1, "", 0))
+SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaRequest:
+    """What ``xpulaunch llama`` was asked (``port`` None: free ports; ``llama_backend`` None:
+    ask the binary)."""
+
+    model: str | None
+    replicas: int = 1
+    host: str = "127.0.0.1"
+    port: int | None = None
+    binary: str = "llama-server"
+    llama_backend: LlamaBackend | None = None
+    passthrough: tuple[str, ...] = ()
+    gpus: str = "auto"
+    backend: str | None = None
+    min_free_memory_bytes: int | None = None
+    max_utilization_percent: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One llama-server: where it listens and what it offloads to."""
+
+    name: str
+    host: str
+    port: int
+    port_fixed: bool  # the user chose it: never moved to another port
+    devices: tuple[str, ...] = ()
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.host)}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaPlan:
+    plan: Plan
+    replicas: tuple[Replica, ...]
+    build: LlamaBackend
+
+
+def url_host(host: str) -> str:
+    """Where to reach a server bound to ``--host``: a wildcard is reached on loopback."""
+    first = host.split(",", maxsplit=1)[0].strip()
+    if first.endswith(".sock"):
+        raise UsageError(
+            f"--host {host}: a UNIX socket cannot be health-checked by xpulaunch; "
+            "use an IP address such as 127.0.0.1"
+        )
+    first = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(first, first)
+    return f"[{first}]" if ":" in first else first
+
+
+def effective_model(request: LlamaRequest, parent_env: Mapping[str, str]) -> str | None:
+    """The model path (None: a remote model or ``LLAMA_ARG_MODEL``); raises when none or two
+    are given."""
+    after = llama_args.passthrough_value(request.passthrough, "model")
+    if request.model is not None and after is not None:
+        raise UsageError(f"-m given twice ({request.model} and {after} after --): keep one")
+    model = request.model or after
+    remote = llama_args.has_remote_model(request.passthrough) or "LLAMA_ARG_MODEL" in parent_env
+    if model is None and not remote:
+        raise UsageError("llama: -m/--model PATH is required (a .gguf file)")
+    return model
+
+
+def make_llama_plan(
+    request: LlamaRequest,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    *,
+    build: LlamaBackend,
+    listing: DeviceList | None,
+    ports: Sequence[int],
+    build_notes: Sequence[str] = (),
+    unavailable: Mapping[str, str] | None = None,
+) -> LlamaPlan:
+    """Plan ``request.replicas`` servers of a ``build`` binary on disjoint devices.
+
+    ``listing`` is the binary's ``--list-devices`` (needed for Vulkan); ``ports`` one
+    candidate port per replica.
+    """
+    _check_counts(request, ports)
+    launch = _launch_request(request, build)
+    plan = _plan_replicas(launch, request.replicas, inventory, parent_env, unavailable)
+    vk = _vulkan_table(build, inventory, listing)
+    model = effective_model(request, parent_env)
+    workers: list[WorkerPlan] = []
+    replicas: list[Replica] = []
+    notes: list[str] = list(vk[1])
+    for worker, port in zip(plan.workers, ports, strict=True):
+        units = tuple(plan.devices[i] for i in worker.units)
+        names = _names(build, units, vk[0], listing)
+        replica = _replica(request, worker.name, port, names)
+        argv, arg_notes = llama_args.server_argv(
+            request.binary, model=model, host=request.host,
+            port=replica.port, offload=llama_args.Offload(names, _split_units(build, units)),
+            passthrough=request.passthrough, parent_env=parent_env,
+        )  # fmt: skip
+        env = _replica_env(worker, build, len(names), parent_env)
+        workers.append(replace(worker, argv=argv, env=env))
+        replicas.append(replica)
+        notes += [f"replica {worker.name}: {n}" for n in arg_notes]
+        notes.append(_replica_note(replica, units))
+    _check_disjoint(build, replicas)
+    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *plan.notes, *notes))
+    return LlamaPlan(final, tuple(replicas), build)
+
+
+def _check_counts(request: LlamaRequest, ports: Sequence[int]) -> None:
+    if request.replicas < 1:
+        raise UsageError(f"--replicas {request.replicas}: must be at least 1")
+    if len(ports) != request.replicas:
+        raise ValueError(f"{len(ports)} ports for {request.replicas} replicas")
+    after = llama_args.passthrough_value(request.passthrough, "port")
+    if after is not None and request.replicas > 1:
+        raise UsageError(
+            f"--port {after} after -- would give all {request.replicas} replicas one port; "
+            "give the first port with xpulaunch's own --port instead"
+        )
+
+
+def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest:
+    """The shared planner's request: the backend follows the build of the binary."""
+    wanted = parse_backend(request.backend)
+    gpus, backend = request.gpus, request.backend
+    native = build.plan_backend
+    if build is LlamaBackend.CPU:
+        if parse_gpus(gpus).mode not in (GpuMode.AUTO, GpuMode.NONE):
+            raise UsageError(
+                f"--gpus {gpus}: this llama-server is a CPU build (--list-devices shows no "
+                "GPU); use --gpus none, or a CUDA, SYCL, ROCm or Vulkan build"
+            )
+        if wanted not in (None, Backend.CPU):
+            raise UsageError(f"--backend {wanted.value}: this llama-server is a CPU build")
+        gpus, backend = "none", None
+    elif native is not None and wanted is not Backend.CPU:
+        if wanted not in (None, native):
+            raise UsageError(
+                f"--backend {wanted.value}: this llama-server is a {build.device_prefix} "
+                f"build, which runs on --backend {native.value} (or cpu)"
+            )
+        backend = native.value
+    return LaunchRequest(
+        argv=(request.binary,), gpus=gpus, backend=backend, isolate=True,
+        min_free_memory_bytes=request.min_free_memory_bytes,
+        max_utilization_percent=request.max_utilization_percent,
+    )  # fmt: skip
+
+
+def _plan_replicas(
+    launch: LaunchRequest,
+    replicas: int,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    unavailable: Mapping[str, str] | None,
+) -> Plan:
+    """Select once, check there is a device per replica, then place one worker each."""
+    selected = make_plan(launch, inventory, parent_env, unavailable=unavailable).devices
+    if selected and len(selected) < replicas:
+        raise SelectionError(
+            f"--replicas {replicas}: each replica needs its own device, and --gpus "
+            f"{launch.gpus} selected {len(selected)} ({', '.join(u.label() for u in selected)})"
+            f"; use --gpus {replicas} or more, fewer replicas, or --gpus none for the CPU"
+        )
+    return make_plan(
+        replace(launch, nproc_per_node=replicas), inventory, parent_env, unavailable=unavailable
+    )
+
+
+def _vulkan_table(
+    build: LlamaBackend, inventory: Inventory, listing: DeviceList | None
+) -> tuple[dict[str, LlamaDevice], tuple[str, ...]]:
+    if build is not LlamaBackend.VULKAN:
+        return {}, ()
+    if listing is None:
+        raise UsageError(
+            "--llama-backend vulkan: pinning a Vulkan build needs its --list-devices, "
+            "but the binary could not be asked; run where the binary is"
+        )
+    return vulkan.match_devices(inventory, listing.of(LlamaBackend.VULKAN))
+
+
+def _names(
+    build: LlamaBackend,
+    units: tuple[Unit, ...],
+    matched: dict[str, LlamaDevice],
+    listing: DeviceList | None,
+) -> tuple[str, ...]:
+    if not units:
+        return ()
+    if build is LlamaBackend.VULKAN:
+        listed = listing.of(LlamaBackend.VULKAN) if listing else ()
+        return tuple(d.name for d in vulkan.replica_devices(units, matched, listed))
+    return device_names(build, len(units))
+
+
+def _split_units(build: LlamaBackend, units: tuple[Unit, ...]) -> tuple[Unit, ...]:
+    """What ``--tensor-split`` divides: Vulkan devices are whole cards, so tiles merge."""
+    if build is not LlamaBackend.VULKAN:
+        return units
+    return tuple(dict.fromkeys(Unit(u.device) for u in units))
+
+
+def _replica(request: LlamaRequest, name: str, port: int, names: tuple[str, ...]) -> Replica:
+    host = llama_args.passthrough_value(request.passthrough, "host") or request.host
+    url_host(host)  # rejects UNIX sockets early
+    after = llama_args.passthrough_value(request.passthrough, "port")
+    if after is not None:
+        return Replica(name, host, _port_number(after, "--port after --"), True, names)
+    return Replica(name, host, port, request.port is not None, names)
+
+
+def _port_number(text: str, what: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{what} {text!r}: expected a port number from 1 to 65535")
+    return port
+
+
+def _replica_env(
+    worker: WorkerPlan, build: LlamaBackend, devices: int, parent_env: Mapping[str, str]
+) -> dict[str, str | None]:
+    env = {k: v for k, v in worker.env.items() if k not in RANK_VARS}
+    if build is LlamaBackend.SYCL:
+        child = worker.child_env(parent_env)
+        # ggml-sycl picks its platform by substring of the selector and throws on one without
+        # "level_zero"/"opencl"/...; OpenCL would also list every Intel GPU twice (ref. 3.2).
+        if ODS_VAR in child and "level_zero" not in child[ODS_VAR]:
+            env[ODS_VAR] = "level_zero:gpu"
+        # SYCL.md: -sm layer across devices needs Sysman to read their free memory.
+        if devices > 1 and SYSMAN_VAR not in parent_env:
+            env[SYSMAN_VAR] = "1"
+    return dict(sorted(env.items()))
+
+
+def _replica_note(replica: Replica, units: tuple[Unit, ...]) -> str:
+    where = ", ".join(
+        f"{name} = {unit.label()}" for name, unit in zip(replica.devices, units, strict=False)
+    )
+    if len(replica.devices) != len(units) and units:
+        where = f"{', '.join(replica.devices)} = {', '.join(u.label() for u in units)}"
+    port = "fixed port" if replica.port_fixed else "free port, moved if taken"
+    return f"replica {replica.name}: {replica.url} ({port}) on {where or 'the CPU'}"
+
+
+def _check_disjoint(build: LlamaBackend, replicas: Sequence[Replica]) -> None:
+    if build is not LlamaBackend.VULKAN:
+        return  # masks of disjoint units are disjoint
+    owner: dict[str, str] = {}
+    for replica in replicas:
+        for name in replica.devices:
+            if name in owner:
+                raise SelectionError(
+                    f"replicas {owner[name]} and {replica.name} would share {name}: Vulkan "
+                    "sees whole cards, not tiles; set ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE"
+                )
+            owner[name] = replica.name

@@ -1,0 +1,236 @@
+"""``xpulaunch llama`` through the installed entry point.
+
+Dry runs use stand-in binaries that answer ``--list-devices`` like a CUDA, SYCL, ROCm or
+Vulkan build (those GPUs cannot exist here) against inventories of such hosts. The other
+tests run the real llama-server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from helpers import inventory_path
+from xpulaunch.llamacpp.health import health_status
+
+XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
+
+
+def xpulaunch(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [XPULAUNCH, *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def dry_plan(binary: str, inventory: str, *extra: str) -> dict[str, Any]:
+    done = xpulaunch("llama", "-m", "model.gguf", "--binary", binary, "--inventory",
+                     str(inventory_path(inventory)), "--dry-run", "--json", *extra)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan: dict[str, Any] = json.loads(done.stdout)
+    return plan
+
+
+def arg(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def error_lines(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr
+    return [line for line in stderr.splitlines() if line.startswith("xpulaunch: error:")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "inventory", "device_args", "mask"),
+    [
+        ("cuda", "2x-h200.json", ["CUDA0", "CUDA0"], "CUDA_VISIBLE_DEVICES"),
+        ("sycl", "2x-max1550.json", ["SYCL0", "SYCL0"], "ZE_AFFINITY_MASK"),
+        ("rocm", "4x-mi300x.json", ["ROCm0", "ROCm0"], "ROCR_VISIBLE_DEVICES"),
+        ("vulkan", "2x-h200.json", ["Vulkan0", "Vulkan1"], None),
+    ],
+)
+def test_two_replicas_planned_on_two_devices_per_build(
+    fake_build: Callable[[str], str],
+    kind: str,
+    inventory: str,
+    device_args: list[str],
+    mask: str | None,
+) -> None:
+    binary = fake_build(kind)
+    plan = dry_plan(binary, inventory, "--gpus", "2", "--replicas", "2", "--", "-c", "4096")
+    workers = plan["workers"]
+    assert [w["devices"] for w in workers] == [[0], [1]]  # disjoint units
+    keys = [(d["pci_bus_id"], d["tile"]) for d in plan["devices"]]
+    assert len(set(keys)) == 2
+    ports = [arg(w["argv"], "--port") for w in workers]
+    assert len(set(ports)) == 2 and all(p and p.isdigit() for p in ports)
+    assert [arg(w["argv"], "--device") for w in workers] == device_args
+    for worker in workers:
+        assert worker["argv"][0] == binary and worker["argv"][-2:] == ["-c", "4096"]
+        assert "RANK" not in worker["env"] and "MASTER_PORT" not in worker["env"]
+    if mask is not None:
+        values = [w["env"][mask] for w in workers]
+        assert len(set(values)) == 2 and all(values)
+    if kind == "sycl":
+        assert all(w["env"]["ONEAPI_DEVICE_SELECTOR"] == "level_zero:gpu" for w in workers)
+        assert all(w["env"]["ZE_FLAT_DEVICE_HIERARCHY"] == "FLAT" for w in workers)
+    name = {"cuda": "CUDA", "sycl": "SYCL", "rocm": "ROCm", "vulkan": "Vulkan"}[kind]
+    assert f"llama-server is a {name} build (--list-devices)" in plan["notes"]
+
+
+def test_text_dry_run_names_each_replica_url(fake_build: Callable[[str], str]) -> None:
+    done = xpulaunch("llama", "-m", "model.gguf", "--binary", fake_build("cuda"), "--inventory",
+                     str(inventory_path("2x-h200.json")), "--gpus", "2", "--port", "8100",
+                     "--replicas", "2", "--dry-run")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "replica 0: http://127.0.0.1:8100 (fixed port)" in done.stdout
+    assert "replica 1: http://127.0.0.1:8101 (fixed port)" in done.stdout
+    assert "llama-server is a CUDA build (--list-devices)" in done.stdout
+
+
+def test_cpu_build_refuses_gpus_in_one_line(fake_build: Callable[[str], str]) -> None:
+    done = xpulaunch("llama", "-m", "model.gguf", "--binary", fake_build("none"), "--inventory",
+                     str(inventory_path("2x-h200.json")), "--gpus", "2", "--dry-run")  # fmt: skip
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == done.stderr.splitlines()
+    assert "this llama-server is a CPU build" in done.stderr
+
+
+def test_dry_run_for_another_machine_needs_the_build_named(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-llama-server")
+    inventory = str(inventory_path("2x-h200.json"))
+    done = xpulaunch("llama", "-m", "model.gguf", "--binary", missing, "--inventory", inventory,
+                     "--dry-run")  # fmt: skip
+    assert done.returncode == 127 and "give --llama-backend" in done.stderr
+    assert len(error_lines(done.stderr)) == 1
+    done = xpulaunch("llama", "-m", "model.gguf", "--binary", missing, "--inventory", inventory,
+                     "--llama-backend", "cuda", "--gpus", "1", "--dry-run", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["workers"][0]["argv"][0] == missing
+    assert any("no such executable file here" in n for n in plan["notes"])
+    assert any("model.gguf: no such file here" in n for n in plan["notes"])
+
+
+def test_json_needs_dry_run(fake_build: Callable[[str], str], tiny_model: Path) -> None:
+    done = xpulaunch("llama", "-m", str(tiny_model), "--binary", fake_build("none"), "--json",
+                     "--inventory", str(inventory_path("cpu-only.json")))  # fmt: skip
+    assert done.returncode == 2 and error_lines(done.stderr) == done.stderr.splitlines()
+
+
+# --- the real llama-server -------------------------------------------------------------
+
+
+def leftovers(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``marker`` (a per-test model path)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(marker in part for part in cmdline) and proc.info["status"] != "zombie":
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def model_link(tiny_model: Path, tmp_path: Path) -> Path:
+    """The tiny model under a path unique to this test, to find its processes by."""
+    link = tmp_path / "this-test-model.gguf"
+    link.symlink_to(tiny_model)
+    return link
+
+
+@pytest.mark.llama
+def test_missing_model_is_one_line_and_starts_nothing(llama_server: str, tmp_path: Path) -> None:
+    model = tmp_path / "missing-model.gguf"
+    done = xpulaunch("llama", "-m", str(model), "--binary", llama_server)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"xpulaunch: error: --model {model}: no such file; expected the path of a .gguf file"
+    ]
+    assert not leftovers(str(model))
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+def test_explicit_busy_port_is_one_clear_error(llama_server: str, model_link: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = xpulaunch("llama", "-m", str(model_link), "--binary", llama_server,
+                         "--port", str(port), "--", "-c", "256")  # fmt: skip
+    assert done.returncode == 1
+    assert error_lines(done.stderr) == [
+        f"xpulaunch: error: port {port} on 127.0.0.1 is already in use (llama-server: couldn't "
+        "bind HTTP server socket); choose another --port, or leave --port out for free ports"
+    ]
+    assert done.stderr.splitlines()[-1].startswith("xpulaunch: error:")
+    assert not leftovers(str(model_link))
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+def test_broken_model_shows_llama_servers_reason(llama_server: str, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-model.gguf"
+    broken.write_bytes(b"not a gguf file at all")
+    done = xpulaunch("llama", "-m", str(broken), "--binary", llama_server, "--", "-c", "256")
+    assert done.returncode == 1
+    (line,) = error_lines(done.stderr)
+    assert "llama-server 0 exited with code 1 before it was ready" in line
+    assert "gguf" in line.lower()
+    assert "xpulaunch:   [0]" in done.stderr  # the log's last lines are shown above it
+    assert not leftovers(str(broken))
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_serves_two_replicas_restarts_one_and_stops_on_ctrl_c(
+    llama_server: str, model_link: Path
+) -> None:
+    proc = subprocess.Popen(
+        [XPULAUNCH, "llama", "-m", str(model_link), "--binary", llama_server, "--replicas", "2",
+         "--backoff", "0.1", "--", "-c", "256", "-t", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        urls = read_ready_urls(proc, 2, timeout_s=30)
+        for url in urls:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            assert health_status(host, int(port), 2.0) == 200
+        servers = [p for p in leftovers(str(model_link)) if p.name() == "llama-server"]
+        assert len(servers) == 2
+        servers[0].kill()  # restarted by default (--restart always), on its own port
+        (again,) = read_ready_urls(proc, 1, timeout_s=30)
+        assert again in urls
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 128 + signal.SIGINT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not leftovers(str(model_link))
+
+
+def read_ready_urls(proc: subprocess.Popen[str], count: int, timeout_s: float) -> list[str]:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    urls: list[str] = []
+    while len(urls) < count and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if " ready at " in line:
+            urls.append(line.split(" ready at ")[1].split()[0])
+    assert len(urls) == count, f"only {urls} became ready"
+    return urls
