@@ -16,6 +16,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,9 +76,23 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--python", default=sys.executable, help="interpreter for all Python runs")
     parser.add_argument("--budget-ms", type=float, default=150.0)
+    parser.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE as inherited (every run recompiles every module)",
+    )
     args = parser.parse_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    if not args.no_bytecode:
+        # An installed package has bytecode (pip compiles at install). Some machines set
+        # PYTHONDONTWRITEBYTECODE=1, which makes every run recompile every module it imports:
+        # give all Python runs alike (ours and the Python peers) a bytecode cache.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-probe-pyc-")
+        print(f"bytecode cached in {env['PYTHONPYCACHEPREFIX']} (as in an installed package)")
+    else:
+        print(f"PYTHONDONTWRITEBYTECODE={env.get('PYTHONDONTWRITEBYTECODE', 'unset')}")
     ours = measure([args.python, "-m", "xpulaunch", "devices", "--json"], args.runs, env)
     if isinstance(ours, str):
         print(f"xpulaunch devices --json: cannot run ({ours})")

@@ -14,16 +14,16 @@ A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mappi
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from xpulaunch.model import Plan
     from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn
     from xpulaunch.proc.queue import WaitStatus
@@ -32,7 +32,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 LOCK_DIR_OPTION = click.option(
     "--lock-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    # str, not pathlib.Path: importing pathlib costs start-up time on every --dry-run.
+    type=click.Path(file_okay=False),
     envvar="XPULAUNCH_LOCK_DIR",
     metavar="DIR",
     help="Lock directory shared by every user of this machine (its files are readable and "
@@ -86,7 +87,7 @@ class LeaseSettings:
         """Take the four options out of a command's keyword arguments."""
         lock_dir, shared, wait, timeout_s = (options.pop(key, None) for key in _KEYS)
         return cls(
-            lock_dir=Path(lock_dir) if lock_dir else None,
+            lock_dir=_path(lock_dir),
             shared=bool(shared),
             wait=bool(wait) or timeout_s is not None,
             wait_timeout_s=None if timeout_s is None else float(timeout_s),
@@ -119,7 +120,7 @@ class LeaseSettings:
 def lease_manager(options: Mapping[str, Any]) -> LeaseManager:
     """The manager for a command's keyword arguments (without removing them)."""
     lock_dir = options.get("lock_dir")
-    return LeaseSettings(lock_dir=Path(lock_dir) if lock_dir else None).manager()
+    return LeaseSettings(lock_dir=_path(lock_dir)).manager()
 
 
 def wait_line(status: WaitStatus) -> str:
@@ -142,6 +143,8 @@ class WaitReporter:
     def __call__(self, status: WaitStatus) -> None:
         line = "xpulaunch: " + wait_line(status)
         if self._tty:
+            import shutil
+
             width = shutil.get_terminal_size().columns - 1
             self._stream.write("\r\x1b[K" + line[:width])
             self._open_line = True
@@ -173,3 +176,11 @@ class WaitReporter:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def _path(value: object) -> Path | None:
+    if not value:
+        return None
+    from pathlib import Path
+
+    return Path(str(value))

@@ -143,7 +143,8 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     path = options["inventory"]
     inventory = api.load_inventory(path) if path else api.probe(parent_env)
     if dry_run:
-        held = leases.manager().unavailable()
+        # Leases are this host's: a plan for another machine's --inventory ignores them.
+        held = None if path else leases.manager().unavailable()
         _print_plan(plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held),
                     as_json)  # fmt: skip
         return 0

@@ -49,9 +49,9 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     leases = LeaseSettings.pop_from(options)
     kwargs = _plan_kwargs(options)
     if dry_run:
-        plan = api.plan(
-            list(program), **kwargs, unavailable=leases.manager().unavailable(), must_exist=False
-        )
+        # Leases are this host's: a plan for another machine's --inventory ignores them.
+        held = None if kwargs["inventory"] else leases.manager().unavailable()
+        plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)
         _print_plan(plan, as_json)
         return 0
     if as_json:
