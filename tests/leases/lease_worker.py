@@ -1,8 +1,10 @@
 """A tiny launcher for the lease tests: allocate devices through LeaseManager, then act.
 
-Until ``xpulaunch run`` takes the lease options, this stands in for it. It plans with a small
-pure planner of its own over a fake inventory of N NVIDIA cards (keys 0000:0i:00.0), so the
-tests exercise the real lock directory, real processes and real signals.
+It plans with a small pure planner of its own over a fake inventory of N NVIDIA cards (keys
+0000:0i:00.0), so the tests exercise the real lock directory, real processes and real signals
+at the level of ``LeaseManager``: a slow planner, or a child holding the lease with no
+supervisor or guardian around it. What ``xpulaunch run`` itself does under a lease is tested
+with the real command in test_cli_leases.py.
 
     python lease_worker.py --lock-dir D --gpus 1 --wait hold --seconds 0.2 --audit FILE
     python lease_worker.py --lock-dir D --gpus device=KEY spawn     # child inherits the fds

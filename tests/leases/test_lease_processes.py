@@ -1,13 +1,14 @@
-"""Leases across real processes: SIGKILLed launchers, inherited descriptors, 32 racing jobs."""
+"""Leases across real processes: SIGKILLed launchers, inherited descriptors, racing launches.
+
+The 32-job contention test runs the real ``xpulaunch run`` (test_cli_leases.py).
+"""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -100,37 +101,3 @@ def test_racing_launches_never_pick_the_same_device(
         assert job.returncode == 0, err
     keys = [line.split()[0] for line in audit.read_text().splitlines()]
     assert sorted(keys) == [f"0000:0{i}:00.0" for i in range(1, 7)]
-
-
-@pytest.mark.slow
-def test_32_waiting_jobs_on_4_devices_never_overlap(
-    lock_dir: Path, processes: Processes, tmp_path: Path
-) -> None:
-    audit = tmp_path / "audit.txt"
-    start = time.monotonic()
-    jobs = [
-        processes.worker(
-            lock_dir, "--gpus", "1", "--wait", "hold", "--seconds", "0.15", "--audit", str(audit)
-        )
-        for _ in range(32)
-    ]
-    for job in jobs:
-        _out, err = job.communicate(timeout=60)
-        assert job.returncode == 0, err
-    elapsed_s = time.monotonic() - start
-
-    per_device: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for line in audit.read_text().splitlines():
-        key, begin, end, pid = line.split()
-        per_device[key].append((float(begin), float(end), int(pid)))
-    assert sorted(pid for spans in per_device.values() for *_, pid in spans) == sorted(
-        job.pid for job in jobs
-    )  # every job ran, exactly once
-    assert set(per_device) <= {f"0000:0{i}:00.0" for i in range(1, 5)}
-    for key, spans in per_device.items():
-        spans.sort()
-        for (_b1, end1, pid1), (begin2, _e2, pid2) in itertools.pairwise(spans):
-            assert end1 <= begin2, f"{key}: jobs {pid1} and {pid2} overlap"
-    assert len(per_device) == 4  # the 4 devices were all used: the jobs ran in parallel
-    assert LeaseManager(lock_dir).status().waiting == ()
-    print(f"32 jobs on 4 devices: {elapsed_s:.1f} s")

@@ -81,7 +81,8 @@ def run_plan(
     for spec in specs:
         check_program(spec.argv, spec.env, spec.cwd)
     _check_ranks(options.console_ranks, [s.name for s in specs])
-    settle = gpu_settle(plan)
+    # Waiting for GPU memory matters only before a restart.
+    settle = gpu_settle(plan) if policy.mode is not RestartMode.NO else None
     logs = LogConfig(
         log_dir=options.log_dir,
         console_names=options.console_ranks,

@@ -206,6 +206,9 @@ def _identity(pid: int) -> list[int] | None:
     return None if info is None else [pid, info.start_ticks]
 
 
+GUARDIAN_EXIT_WAIT_S = 5.0
+
+
 class GuardianHandle:
     """The supervisor's end of the guardian: a pipe whose EOF means "the supervisor died"."""
 
@@ -227,7 +230,16 @@ class GuardianHandle:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        # Reap it without blocking the caller: it exits as soon as it reads "done".
+        if done:
+            # The guardian holds the lease fds: wait (bounded) until it has exited, so that
+            # when `xpulaunch run` returns, its devices are free for the next command. It
+            # exits as soon as it reads "done" (milliseconds).
+            try:
+                self.proc.wait(timeout=GUARDIAN_EXIT_WAIT_S)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        # Reap it without blocking the caller.
         reaper = threading.Thread(target=self.proc.wait, name="xpulaunch-reaper", daemon=True)
         reaper.start()
 
