@@ -9,7 +9,7 @@ for pair in click:click psutil:psutil pynvml:nvidia_ml_py pytest:pytest pluggy:p
             iniconfig:iniconfig packaging:packaging pytest_timeout:pytest_timeout; do
   module=${pair%%:*}; wheel=${pair#*:}
   if ! "$PY" -c "import $module" 2>/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/"$wheel"-*.whl
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" .whl/"$wheel"-*.whl
   fi
 done
 echo "$SITE" >"$("$PY" -c 'import site; print(site.getsitepackages()[0])')/xpulaunch-carry.pth"

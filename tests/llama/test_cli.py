@@ -7,6 +7,7 @@ tests run the real llama-server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -234,3 +235,119 @@ def read_ready_urls(proc: subprocess.Popen[str], count: int, timeout_s: float) -
             urls.append(line.split(" ready at ")[1].split()[0])
     assert len(urls) == count, f"only {urls} became ready"
     return urls
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_two_quick_ctrl_cs_while_the_console_is_blocked_exit_at_once(
+    llama_server: str, model_link: Path, tmp_path: Path
+) -> None:
+    """The second SIGINT comes while the first one's message cannot be written (a full
+    stderr pipe, as with a paused terminal). A handler that took the console's lock then
+    deadlocked on the second signal; handlers now only post, and the loop prints."""
+    err_r, err_w = os.pipe()
+    proc = subprocess.Popen(
+        [XPULAUNCH, "llama", "-m", str(model_link), "--binary", llama_server, "--grace", "30",
+         "--", "-c", "256", "-t", "1"],
+        stdout=subprocess.PIPE, stderr=err_w, text=True,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)},
+    )  # fmt: skip
+    os.set_blocking(err_r, False)
+    err = bytearray()
+    try:
+        wait_ready_draining(proc, err_r, err, timeout_s=30)
+        err += drain(err_r)
+        fill_pipe(err_w)  # every write to stderr blocks from now on
+        os.close(err_w)
+        err_w = -1
+        assert not blocked_writing(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        # Once its "stopping" line is stuck in write(), the first SIGINT was handled: the
+        # second one cannot merge with it (a pending signal is not queued twice).
+        deadline = time.monotonic() + 10
+        while not blocked_writing(proc.pid):
+            assert time.monotonic() < deadline, "the first SIGINT never wrote its line"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)  # handled while the first line is still stuck (where it deadlocked)
+        deadline = time.monotonic() + 20  # far below the 30 s grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            err += drain(err_r)
+            time.sleep(0.02)
+        assert proc.poll() is not None, "xpulaunch hung after two SIGINTs"
+        err += drain(err_r)
+    finally:
+        if err_w >= 0:
+            os.close(err_w)
+        os.close(err_r)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+    text = err.decode(errors="replace")
+    assert proc.returncode == 128 + signal.SIGINT, text[-2000:]
+    assert "Traceback" not in text
+    assert "xpulaunch: SIGINT: stopping llama-server (again to kill at once)" in text
+    assert "xpulaunch: SIGINT: killing every llama-server now" in text
+    assert not leftovers(str(model_link))
+
+
+def drain(fd: int) -> bytes:
+    """Everything a non-blocking pipe holds now."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def blocked_writing(pid: int) -> bool:
+    """True while a thread of ``pid`` waits in write() on a full pipe (``/proc`` wchan)."""
+    waits = []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it or a thread ended
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                waits.append((task / "wchan").read_text())
+    return any("pipe_write" in wait for wait in waits)  # anon_pipe_write on newer kernels
+
+
+def fill_pipe(fd: int) -> None:
+    """Fill the pipe whose write end is ``fd`` until a write would block."""
+    # A new open file description of the same pipe: O_NONBLOCK set on ``fd`` itself would
+    # also make xpulaunch's inherited stderr non-blocking (the flag is shared).
+    filler = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        for size in (4096, 1):
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(filler, b"." * size)
+    finally:
+        os.close(filler)
+
+
+def wait_ready_draining(
+    proc: subprocess.Popen[str], err_fd: int, err: bytearray, timeout_s: float
+) -> None:
+    """Read stdout until the ready line while keeping the stderr pipe drained."""
+    import selectors
+
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(err_fd, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            for key, _ in selector.select(0.1):
+                if key.fileobj is proc.stdout:
+                    line = proc.stdout.readline()
+                    assert line, f"xpulaunch ended before ready: {err.decode()[-2000:]}"
+                    if " ready at " in line:
+                        return
+                else:
+                    err += drain(err_fd)
+    pytest.fail(f"not ready after {timeout_s} s: {err.decode()[-2000:]}")

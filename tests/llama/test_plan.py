@@ -151,6 +151,30 @@ def test_a_gpu_build_may_still_run_on_the_cpu() -> None:
     assert arg(worker.argv, "--device") == "none" and worker.env["CUDA_VISIBLE_DEVICES"] == ""
 
 
+@pytest.mark.parametrize(("inventory", "build"), [
+    ("2x-h200.json", LlamaBackend.CUDA),
+    ("2x-max1550.json", LlamaBackend.SYCL),
+    ("2x-h200.json", LlamaBackend.CPU),
+])  # fmt: skip
+def test_replicas_do_not_get_torchruns_omp_num_threads(inventory: str, build: LlamaBackend) -> None:
+    request = replace(BASE, replicas=2, gpus="none" if build is LlamaBackend.CPU else "2")
+    result = make(request, load_inventory(inventory), build)
+    assert len(result.plan.workers) == 2  # several workers: the planner would set it to 1
+    for worker in result.plan.workers:
+        assert "OMP_NUM_THREADS" not in worker.env
+        assert "OMP_NUM_THREADS" not in worker.child_env({"PATH": "/usr/bin"})
+    assert not any("OMP_NUM_THREADS" in n for n in result.plan.notes)
+
+
+def test_a_parents_omp_num_threads_reaches_every_replica_unchanged() -> None:
+    env = {"OMP_NUM_THREADS": "6"}
+    request = replace(BASE, replicas=2, gpus="2")
+    result = make(request, load_inventory("2x-h200.json"), LlamaBackend.CUDA, env)
+    for worker in result.plan.workers:
+        assert "OMP_NUM_THREADS" not in worker.env  # the diff: not changed, not removed
+        assert worker.child_env(env)["OMP_NUM_THREADS"] == "6"
+
+
 def test_first_port_counts_up_and_is_fixed() -> None:
     request = replace(BASE, replicas=2, gpus="2", port=8000)
     result = make(request, load_inventory("2x-h200.json"), LlamaBackend.CUDA)

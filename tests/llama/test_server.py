@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica, make_llama
 from xpulaunch.llamacpp.serve import plan_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory
+from xpulaunch.proc.events import Event, Exited
 from xpulaunch.proc.logs import LogConfig
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(60)]
@@ -140,17 +142,26 @@ def test_kill_9_is_restarted_on_the_same_port(
     assert any("SIGKILL" in m for m in recorder.messages), recorder.messages
 
 
-def test_a_stopped_server_fails_liveness_and_is_replaced(
+def test_a_stopped_server_fails_liveness_and_is_replaced_well_within_the_grace(
     llama_server: str, tiny_model: Path, start_server: Start
 ) -> None:
-    server, recorder = start_server(_free_plan(llama_server, tiny_model))
+    events: list[Event] = []
+    # A long grace: only SIGCONT with the SIGTERM lets the stopped server go before it ends.
+    server, recorder = start_server(
+        _free_plan(llama_server, tiny_model), grace_s=30.0, on_event=events.append
+    )
     first = pid_of(server)
+    stopped_at = time.monotonic()
     os.kill(first, signal.SIGSTOP)  # still accepts connections, never answers
-    ready = recorder.wait_ready(2)
-    assert gone(first), "the stopped server must be killed"
+    ready = recorder.wait_ready(2, timeout_s=25.0)
+    took_s = time.monotonic() - stopped_at
+    assert took_s < 20.0, f"replaced after {took_s:.1f} s: it waited for the SIGKILL deadline"
+    assert gone(first), "the stopped server must be gone"
     assert pid_of(server) != first
     assert health_status(ready[1].host, ready[1].port, 2.0) == 200
     assert any("unhealthy" in m for m in recorder.messages), recorder.messages
+    (exited,) = [e for e in events if isinstance(e, Exited) and e.pid == first]
+    assert exited.expected and exited.signal != "SIGKILL"  # it acted on the SIGTERM itself
 
 
 def test_a_lost_port_race_moves_the_replica_to_a_free_port(

@@ -24,6 +24,13 @@ from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 
 # torchrun's variables mean nothing to llama-server: a replica is not a rank.
 RANK_VARS = frozenset(rank_env(0, 1, "", 0))
+# The planner sets OMP_NUM_THREADS=1 for several workers, torchrun's guard against several
+# trainers oversubscribing one host. A llama-server sizes its own CPU threads (-t, -tb),
+# while the OpenMP runtime of its CPU backend (GGML_OPENMP builds) and BLAS/oneMKL read the
+# variable: that default could quietly cap threads that -t should govern. A value the
+# parent set is kept: the planner adds the variable only when the parent has none, so it
+# is never in the diff then.
+OMP_VAR = "OMP_NUM_THREADS"
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
 
 
@@ -131,7 +138,8 @@ def make_llama_plan(
         notes += [f"replica {worker.name}: {n}" for n in arg_notes]
         notes.append(_replica_note(replica, units))
     _check_disjoint(build, replicas)
-    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *plan.notes, *notes))
+    planner_notes = tuple(n for n in plan.notes if not n.startswith(f"{OMP_VAR}="))
+    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *planner_notes, *notes))
     return LlamaPlan(final, tuple(replicas), build)
 
 
@@ -252,7 +260,7 @@ def _port_number(text: str, what: str) -> int:
 def _replica_env(
     worker: WorkerPlan, build: LlamaBackend, devices: int, parent_env: Mapping[str, str]
 ) -> dict[str, str | None]:
-    env = {k: v for k, v in worker.env.items() if k not in RANK_VARS}
+    env = {k: v for k, v in worker.env.items() if k not in RANK_VARS and k != OMP_VAR}
     if build is LlamaBackend.SYCL:
         child = worker.child_env(parent_env)
         # ggml-sycl picks its platform by substring of the selector and throws on one without

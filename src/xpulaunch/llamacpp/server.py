@@ -30,11 +30,19 @@ from xpulaunch.llamacpp.args import with_port
 from xpulaunch.llamacpp.health import free_port, is_healthy
 from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.proc import records
-from xpulaunch.proc.events import Event, Exited, GaveUp, Ready, Restarting, Stopped, Unhealthy
+from xpulaunch.proc.events import (
+    Event,
+    Exited,
+    GaveUp,
+    Ready,
+    Restarting,
+    Stopped,
+    Stopping,
+    Unhealthy,
+)
 from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.spec import Probe, WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
-from xpulaunch.proc.tree import signal_name
 
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
 # llama.cpp log lines: "0.00.006.413 E srv  load_model: failed ..." (time, level, text).
@@ -116,6 +124,7 @@ class LlamaServer:
         self._failure: ServerStartError | None = None
         self._stopped: Stopped | None = None
         self._started = False
+        self._signalled = False  # set by send_stop_signal: only a signal's stop is announced
         self._slots: dict[str, _Slot] = {}
         for replica, worker in zip(plan.replicas, plan.plan.workers, strict=True):
             spec = self._spec(replica, worker.argv, worker.child_env(parent_env), lease_fds)
@@ -175,6 +184,8 @@ class LlamaServer:
             self._unhealthy(event)
         elif isinstance(event, Restarting | GaveUp):
             self._restart_news(event)
+        elif isinstance(event, Stopping) and self._signalled:
+            self._stopping(event)
         elif isinstance(event, Stopped):
             with self._cond:
                 self._stopped = event
@@ -239,6 +250,12 @@ class LlamaServer:
             elif slot.ready_once:
                 self._say(f"replica {name}: {event.reason}")
 
+    def _stopping(self, event: Stopping) -> None:
+        if event.kill:
+            self._say(f"{event.signal}: killing every llama-server now")
+        else:
+            self._say(f"{event.signal}: stopping llama-server (again to kill at once)")
+
     def _fail(self, message: str) -> None:
         with self._cond:
             if self._failure is None:
@@ -301,8 +318,13 @@ class LlamaServer:
         return self.supervisor.stop(grace_s)
 
     def send_stop_signal(self, signum: int) -> None:
-        """For a signal handler: stop gracefully (a second call kills at once)."""
-        self._say(f"{signal_name(signum)}: stopping llama-server (again to kill at once)")
+        """For a signal handler: stop gracefully (a second call kills at once).
+
+        It only posts to the supervisor's loop and takes no lock: a handler may interrupt
+        code on this thread that holds one (the console's, while a line is written), and a
+        second Ctrl-C would then wait on it forever. The loop reports the stop as a
+        ``Stopping`` event, which :meth:`_event` prints."""
+        self._signalled = True  # a plain store: atomic, lock-free
         self.supervisor.send_stop_signal(signum)
 
     def __enter__(self) -> LlamaServer:

@@ -41,7 +41,7 @@ from xpulaunch.proc.logs import LogSink
 from xpulaunch.proc.loop import Loop
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.tree import describe_returncode, signal_members, signal_name
-from xpulaunch.proc.worker import START_FAILED_STATUS, Worker
+from xpulaunch.proc.worker import START_FAILED_STATUS, Worker, with_cont
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -327,7 +327,8 @@ class Engine:
         outside = [m for m in self.scan(workers) if m.info.pgid not in groups]
         for worker in workers:
             worker.begin_stop(signum, deadline)
-        signal_members(outside, signum)
+        for sig in with_cont(signum):  # a stopped process must be continued to act on it
+            signal_members(outside, sig)
         self.loop.call_at(deadline, self.kill_overdue)
 
     def kill_overdue(self) -> None:

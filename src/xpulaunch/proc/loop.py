@@ -14,13 +14,14 @@ import heapq
 import itertools
 import os
 import selectors
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import Future
 
 Action = Callable[[], None]
 
@@ -28,6 +29,18 @@ Action = Callable[[], None]
 def _close_fds(*fds: int) -> None:
     for fd in fds:
         os.close(fd)
+
+
+def _run_into(fn: Callable[[], object], future: Future[object]) -> None:
+    """A helper thread's body: ``fn``'s result or exception goes into ``future``."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn()
+    except BaseException as exc:  # noqa: BLE001 (re-raised on the loop by future.result())
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 class Loop:
@@ -41,7 +54,6 @@ class Loop:
         self._timers: list[tuple[float, int, Action]] = []
         self._seq = itertools.count()
         self._inbox: deque[Action] = deque()
-        self._executor: ThreadPoolExecutor | None = None
 
     def post(self, action: Action) -> None:
         """Run ``action`` on the loop thread; safe from any thread and signal handler."""
@@ -54,14 +66,22 @@ class Loop:
         heapq.heappush(self._timers, (when_s, next(self._seq), action))
 
     def submit(self, fn: Callable[[], object], then: Callable[[Future[object]], None]) -> None:
-        """Run ``fn`` on a helper thread; ``then(future)`` runs on the loop afterwards."""
-        if self._executor is None:
-            # Imported here: only jobs with health checks or a settle hook need threads.
-            from concurrent.futures import ThreadPoolExecutor
+        """Run ``fn`` on a helper thread; ``then(future)`` runs on the loop afterwards.
 
-            self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="xpulaunch")
-        future = self._executor.submit(fn)
+        One daemon thread per call, not a ``ThreadPoolExecutor``: the interpreter joins an
+        executor's threads at exit, so a health check still waiting for its answer delayed
+        every exit by up to its timeout (2.4 s seen on a busy port). A daemon thread is
+        abandoned instead. Calls are few: one check in flight per worker run.
+        """
+        # Imported here: only jobs with health checks or a settle hook need threads.
+        from concurrent.futures import Future
+
+        future: Future[object] = Future()
         future.add_done_callback(lambda f: self.post(lambda: then(f)))
+        thread = threading.Thread(
+            target=_run_into, args=(fn, future), name="xpulaunch-check", daemon=True
+        )
+        thread.start()
 
     def run_once(self, *, busy: bool = False) -> None:
         """Wait for fds or the next timer (not at all when ``busy``), then run what is due."""
@@ -89,6 +109,4 @@ class Loop:
                 pass
 
     def close(self) -> None:
-        self.selector.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.selector.close()  # helper threads still running post into a loop nobody runs

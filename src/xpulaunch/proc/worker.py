@@ -34,6 +34,19 @@ _READ_BYTES = 64 * 1024
 START_FAILED_STATUS = 127  # what a shell reports for a command it cannot run
 
 
+def with_cont(signum: int) -> tuple[int, ...]:
+    """The signals that stop a worker: ``signum``, then SIGCONT (unless it is SIGKILL).
+
+    A stopped process (SIGSTOP, a debugger's stop) leaves a caught SIGTERM pending until it
+    is continued (llama-server catches it), so without SIGCONT a worker that failed its
+    liveness check because it was stopped would only go at the SIGKILL deadline. systemd
+    does the same: right after the stop signal it always sends SIGCONT, so that suspended
+    tasks can terminate cleanly (systemd.kill(5), KillSignal=). The stop signal goes first
+    so that it is already pending when the process resumes.
+    """
+    return (signum,) if signum in (signal.SIGKILL, signal.SIGCONT) else (signum, signal.SIGCONT)
+
+
 def describe_start_error(argv0: str, exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         missing = exc.filename or argv0
@@ -195,7 +208,8 @@ class Worker:
         if self.kill_at_s is None or deadline_s < self.kill_at_s:
             self.kill_at_s = deadline_s
         if self.alive and self.pid is not None:
-            signal_group(self.pid, signum)
+            for sig in with_cont(signum):
+                signal_group(self.pid, sig)
 
     def kill_group(self) -> None:
         # Only while the main process is unreaped: then the group id cannot be reused.
@@ -207,7 +221,8 @@ class Worker:
         now = self.engine.clock()
         if self.kill_at_s is None:  # it ended on its own: ask the rest politely first
             self.kill_at_s = now + self.engine.grace_s
-            signal_members(members, signal.SIGTERM)
+            for sig in with_cont(signal.SIGTERM):
+                signal_members(members, sig)
             self.engine.loop.call_at(self.kill_at_s, self.engine.kill_overdue)
         elif now >= self.kill_at_s:
             signal_members(members, signal.SIGKILL)
