@@ -17,13 +17,17 @@ import _socket
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, Plan
+
+if TYPE_CHECKING:
+    from xpulaunch.core.restart import RestartPolicy
+    from xpulaunch.proc.spec import WorkerSpec
 
 
 def probe(
@@ -175,3 +179,20 @@ def plan(
 
         result = replace(result, notes=(*result.notes, missing))
     return result
+
+
+def worker_specs(
+    plan: Plan,
+    parent_env: Mapping[str, str] | None = None,
+    *,
+    policy: RestartPolicy | None = None,
+    lease_fds: tuple[int, ...] = (),
+) -> list[WorkerSpec]:
+    """The plan's workers as :class:`~xpulaunch.proc.spec.WorkerSpec`s for a ``Supervisor``:
+    each one's complete environment (the plan's diff applied to ``parent_env``)."""
+    from xpulaunch.proc.launch import RunOptions
+    from xpulaunch.proc.launch import worker_specs as specs_for
+
+    options = RunOptions()
+    env = dict(os.environ) if parent_env is None else parent_env
+    return specs_for(plan, env, options, policy or options.policy(plan), lease_fds)
