@@ -209,3 +209,17 @@ def test_isolated_tiles_of_a_written_inventory(tmp_path: Path) -> None:
     plan = json.loads(done.stdout)
     assert [w["env"]["ZE_AFFINITY_MASK"] for w in plan["workers"]] == ["0", "1", "2", "3"]
     assert [w["env"]["LOCAL_RANK"] for w in plan["workers"]] == ["0", "1", "2", "3"]
+
+
+def test_a_real_run_says_where_it_runs_and_why_on_the_cpu(tmp_path: Path) -> None:
+    cpu = str(inventory_path("cpu-only.json"))
+    code = "import os; print('rank', os.environ['RANK'])"
+    done = xpulaunch("--inventory", cpu, "--nproc-per-node", "2", "--", sys.executable, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert "xpulaunch: cpu: no usable accelerator is visible: running on the CPU; 2 workers" in (
+        done.stderr
+    )
+    assert "rank 0" in done.stdout and "rank 1" in done.stdout
+    gpu = xpulaunch("--inventory", str(inventory_path("2x-h200.json")), "--gpus", "1", "--",
+                    sys.executable, "-c", "pass")  # fmt: skip
+    assert "xpulaunch: cuda on nvidia 0 (0000:00:06.0); 1 worker" in gpu.stderr

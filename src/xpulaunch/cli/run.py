@@ -89,6 +89,7 @@ def _execute(
             on_wait=reporter,
             command=["xpulaunch", *program],
         )
+    click.echo(f"xpulaunch: {_summary(plan)}", err=True)
     with lease:
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
@@ -121,3 +122,13 @@ def _nproc(value: str) -> int | None:
     if count < 1:
         raise UsageError(f"--nproc-per-node {value!r}: expected a count of at least 1, or auto")
     return count
+
+
+def _summary(plan: Plan) -> str:
+    """One line before the workers start: where they run, and why on the CPU."""
+    workers = f"{len(plan.workers)} worker{'s' if len(plan.workers) != 1 else ''}"
+    if plan.devices:
+        where = ", ".join(u.label() for u in plan.devices)
+        return f"{plan.backend.value} on {where}; {workers}"
+    why = next((n for n in plan.notes if "CPU" in n), "running on the CPU")
+    return f"cpu: {why}; {workers}"
