@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 import stat
 import time
@@ -94,6 +93,8 @@ def _escape(key: str) -> str:
     # Percent-encode all but [A-Za-z0-9_.~-]: one-to-one, and portable to any filesystem.
     escaped = quote(key, safe="")
     if not escaped or len(escaped) > _MAX_ESCAPED_KEY:
+        import hashlib  # ~15 ms to import (OpenSSL): only for keys too long to escape
+
         escaped = _HASHED + hashlib.sha256(key.encode()).hexdigest()
     return UNIT_PREFIX + escaped
 
