@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -159,7 +159,8 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     from xpulaunch.cli.lease_options import WaitReporter
 
     with WaitReporter() as reporter:
-        _, lease = leases.allocate(plan_fn, on_wait=reporter, command=["xpulaunch", "llama"])
+        command = ["xpulaunch", "llama", "-m", str(request.model)]
+        _, lease = leases.allocate(plan_fn, on_wait=reporter, command=command)
     with lease:
         return _serve(planned[0], parent_env, options, lease.fds)
 
@@ -216,7 +217,7 @@ def _serve(
     logs = LogConfig(log_dir=options["log_dir"], color=False if options["no_color"] else None)
     server = LlamaServer(
         plan, parent_env, health=health, policy=policy, grace_s=options["grace"],
-        logs=logs, on_ready=_print_ready, settle=cuda_settle(plan), lease_fds=lease_fds,
+        logs=logs, on_ready=_ready_printer(plan), settle=cuda_settle(plan), lease_fds=lease_fds,
     )  # fmt: skip
     with forwarding(server.send_stop_signal):
         server.start()
@@ -224,6 +225,18 @@ def _serve(
     return 1 if status is None else status
 
 
-def _print_ready(replica: Replica) -> None:
-    devices = ",".join(replica.devices) or "CPU"
-    click.echo(f"xpulaunch: llama-server {replica.name} ready at {replica.url} ({devices})")
+def _ready_printer(plan: LlamaPlan) -> Callable[[Replica], None]:
+    """Say where each ready replica runs, physically: llama.cpp's own names (``CUDA0``) are
+    renumbered inside each replica's mask, so two replicas on two GPUs both say ``CUDA0``."""
+    physical = {
+        worker.name: ", ".join(plan.plan.devices[i].label() for i in worker.units)
+        for worker in plan.plan.workers
+    }
+
+    def print_ready(replica: Replica) -> None:
+        names = ",".join(replica.devices) or "CPU"
+        where = physical.get(replica.name)
+        shown = f"{names} = {where}" if where else names
+        click.echo(f"xpulaunch: llama-server {replica.name} ready at {replica.url} ({shown})")
+
+    return print_ready
