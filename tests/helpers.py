@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.model import Inventory
@@ -27,3 +28,33 @@ def inventory_names() -> list[str]:
 def write_inventory(path: Path, devices: list[dict[str, object]]) -> Path:
     path.write_text(json.dumps({"schema": "xpulaunch.inventory/1", "devices": devices}))
     return path
+
+
+def processes_marked(markers: tuple[str, ...]) -> list[Any]:
+    """Live processes (not zombies, not this one) whose command line or environment contains
+    one of ``markers``: how real-process tests find everything a launch started, grandchildren
+    and the guardian included."""
+    import os
+
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
+        words = [*(proc.info["cmdline"] or []), *(proc.info["environ"] or {}).values()]
+        if any(marker in word for word in words for marker in markers):
+            found.append(proc)
+    return found
+
+
+def kill_all(procs: list[Any]) -> None:
+    """SIGKILL ``procs`` (already gone is fine) and reap them, bounded."""
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(procs, timeout=10)

@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import write_inventory
+from helpers import kill_all, processes_marked, write_inventory
 
 XPULAUNCH = Path(sys.executable).parent / "xpulaunch"
 JOB = Path(__file__).with_name("cli_job.py")
@@ -141,14 +141,9 @@ class Cli:
         """Live processes of the launches ``names``: those naming a launch folder on their
         command line (the guardian: its job record) or in their environment (xpulaunch, its
         workers and everything they start inherit its ``XDG_RUNTIME_DIR``)."""
-        markers = tuple(f"{self.root / name}/" for name in names)
-        found = []
-        for proc in psutil.process_iter(["cmdline", "environ", "status"]):
-            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
-                continue
-            words = [*(proc.info["cmdline"] or []), *(proc.info["environ"] or {}).values()]
-            if any(marker in word for word in words for marker in markers):
-                found.append(proc)
+        found: list[psutil.Process] = processes_marked(
+            tuple(f"{self.root / name}/" for name in names)
+        )
         return found
 
     def cleanup(self) -> None:
@@ -158,12 +153,7 @@ class Cli:
             launch.proc.wait(timeout=10)
         found = [*self.strays, *self.running(*self._names())]
         leftovers = [proc for proc in found if not _gone(proc)]
-        for proc in leftovers:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                continue
-        psutil.wait_procs(leftovers, timeout=10)
+        kill_all(leftovers)
 
     def _names(self) -> list[str]:
         return [launch.home.name for launch in self.launches]

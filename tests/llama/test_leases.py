@@ -31,7 +31,7 @@ import psutil
 import pytest
 from fake_cuda_server import start_ticks
 
-from helpers import inventory_path
+from helpers import inventory_path, kill_all, processes_marked
 from xpulaunch.llamacpp.health import health_status
 from xpulaunch.proc.leases import lock_file_name
 
@@ -139,14 +139,9 @@ class Rig:
         """Live processes of the launches ``names``: those naming a launch folder on their
         command line (the guardian: its job record) or in their environment (xpulaunch and
         the servers it starts inherit ``XDG_RUNTIME_DIR`` and ``FAKE_LLAMA_RECORD_DIR``)."""
-        markers = tuple(f"{self.root / name}/" for name in names)
-        found = []
-        for proc in psutil.process_iter(["cmdline", "environ", "status"]):
-            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
-                continue
-            words = [*(proc.info["cmdline"] or []), *(proc.info["environ"] or {}).values()]
-            if any(marker in word for word in words for marker in markers):
-                found.append(proc)
+        found: list[psutil.Process] = processes_marked(
+            tuple(f"{self.root / name}/" for name in names)
+        )
         return found
 
     def cleanup(self) -> None:
@@ -156,12 +151,7 @@ class Rig:
             launch.proc.wait(timeout=10)
         names = [launch.home.name for launch in self.launches]
         leftovers = self.running(*names) if names else []
-        for proc in leftovers:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                continue
-        psutil.wait_procs(leftovers, timeout=10)
+        kill_all(leftovers)
 
 
 @pytest.fixture
