@@ -109,3 +109,19 @@ def test_the_options_module_does_not_load_the_supervisor() -> None:
     code = "import sys, xpulaunch.proc.options; print('xpulaunch.proc.engine' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_an_unusable_log_dir_is_a_one_line_error_before_anything_starts(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    xpulaunch = Path(sys.executable).parent / "xpulaunch"
+    marker = tmp_path / "ran"
+    done = subprocess.run(
+        [str(xpulaunch), "run", "--gpus", "none", "--log-dir", "/proc/no/such/dir", "--",
+         sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("xpulaunch: error: --log-dir /proc/no/such/dir: cannot create")
+    assert done.stderr.count("\n") == 1 and not marker.exists()

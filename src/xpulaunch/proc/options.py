@@ -124,10 +124,28 @@ def options_from_kwargs(kwargs: Mapping[str, Any]) -> RunOptions:
         stable_window_s=_seconds(kwargs.get("stable_window"), "--stable-window", 60.0),
         grace_s=grace_s,
         gang=kwargs.get("gang"),
-        log_dir=kwargs.get("log_dir"),
+        log_dir=_log_dir(kwargs.get("log_dir")),
         console_ranks=parse_ranks(kwargs.get("ranks")),
         color=False if kwargs.get("no_color") else None,
     )
+
+
+def _log_dir(value: str | None) -> str | None:
+    """Create ``--log-dir`` now, so that a bad one fails before any device is leased."""
+    if value is None:
+        return None
+    import os
+
+    try:
+        os.makedirs(value, exist_ok=True)
+        if not os.access(value, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise UsageError(
+            f"--log-dir {value}: cannot create or write it ({exc.strerror}); "
+            "give a writable directory"
+        ) from exc
+    return value
 
 
 def _max_restarts(value: int | None) -> int | None:
