@@ -95,7 +95,9 @@ def test_release_is_idempotent_and_frees_the_device(
         assert len(lease.fds) == 4
         assert not any(os.get_inheritable(fd) for fd in lease.fds)  # only via pass_fds
     lease.release()
-    assert lease.released and _open_fds() == before
+    # No descriptor of ours left open. (A subset, not equality: threads of earlier tests in
+    # this process may close their own descriptors meanwhile.)
+    assert lease.released and _open_fds() <= before
     _plan, again = LeaseManager(lock_dir).allocate(plan_for(inventory, "4"))
     again.release()
 
