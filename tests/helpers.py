@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,18 @@ def kill_all(procs: list[Any]) -> None:
         except psutil.NoSuchProcess:
             continue
     psutil.wait_procs(procs, timeout=10)
+
+
+def wait_for(condition: Callable[[], Any], what: str = "", timeout_s: float = 20.0) -> Any:
+    """Poll ``condition`` until it returns something truthy, and return that; fail the test
+    after ``timeout_s``, naming ``what`` it waited for."""
+    import time
+
+    import pytest
+
+    deadline_s = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() > deadline_s:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
+        time.sleep(0.02)
+    return value

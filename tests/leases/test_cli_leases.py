@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import kill_all, processes_marked, write_inventory
+from helpers import kill_all, processes_marked, wait_for, write_inventory
 
 XPULAUNCH = Path(sys.executable).parent / "xpulaunch"
 JOB = Path(__file__).with_name("cli_job.py")
@@ -168,17 +168,9 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
         tool.cleanup()
 
 
-def _wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
-    deadline_s = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline_s, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
-
-
 def _info(path: Path) -> dict[str, Any]:
     """The JSON a ``cli_job.py hold`` writes once it runs."""
-    _wait_for(path.exists, f"{path.name} (the held job to start)")
+    wait_for(path.exists, f"{path.name} (the held job to start)")
     info: dict[str, Any] = json.loads(path.read_text())
     return info
 
@@ -280,7 +272,7 @@ def test_sigkilled_xpulaunch_keeps_the_device_until_its_job_is_gone(cli: Cli) ->
     # A launch queued before the kill retries every 0.2 s through the whole kill...
     wait = ["--gpus", "1", "--wait", "--wait-timeout", "30"]
     queued = cli.start("queued", inventory, *wait, *_audit_job(audit, "queued", 0.3, *old_ids))
-    _wait_for(lambda: cli.status()["waiting"], "the queued launch to wait")
+    wait_for(lambda: cli.status()["waiting"], "the queued launch to wait")
     alive_before_kill_s = time.monotonic()
     os.kill(old.pid, signal.SIGKILL)
     # ... and one started right after it.
@@ -331,7 +323,7 @@ def test_status_json_shows_a_running_job_and_its_waiter_then_none(cli: Cli) -> N
     audit = cli.root / "audit.jsonl"
     wait = ["--gpus", "1", "--wait", "--wait-timeout", "30"]
     waiter = cli.start("waiter", inventory, *wait, *_audit_job(audit, "waiter"))
-    _wait_for(lambda: any(w["waiting_for"] for w in cli.status()["waiting"]), "a waiter")
+    wait_for(lambda: any(w["waiting_for"] for w in cli.status()["waiting"]), "a waiter")
 
     document = cli.status()
     assert document["schema"] == "xpulaunch.status/1"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from helpers import wait_for
 from xpulaunch.proc.leases import LeaseManager
 
 Processes = Any  # the processes fixture (tests/leases/conftest.py)
@@ -27,13 +28,6 @@ def _gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
-
-
-def _wait_until(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -59,7 +53,7 @@ def test_sigkilled_launcher_keeps_the_lease_until_its_child_exits(
     assert record.holder.pid == holder.pid and record.holder_alive is False
 
     waiter = processes.worker(lock_dir, "--devices", "1", "--gpus", "1", "--wait", "hold")
-    _wait_until(lambda: len(LeaseManager(lock_dir).status().waiting) == 1)
+    wait_for(lambda: len(LeaseManager(lock_dir).status().waiting) == 1)
     time.sleep(0.5)  # several of its polls: it must still be waiting
     assert waiter.poll() is None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers import wait_for
 from xpulaunch.errors import SelectionError, WaitTimeoutError
 from xpulaunch.model import Inventory
 from xpulaunch.proc.leases import LeaseManager
@@ -111,13 +112,6 @@ def test_explicit_busy_device_is_waited_for(
     assert seen and all(f"{key} is leased by pid {os.getpid()}" in s.reason for s in seen)
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_waiters_go_first_come_first_served_and_dead_ones_drop_out(
     lock_dir: Path, one_card: Inventory, plan_for: PlanFor, processes: Processes, tmp_path: Path
 ) -> None:
@@ -141,7 +135,7 @@ def test_waiters_go_first_come_first_served_and_dead_ones_drop_out(
                 str(audit),
             )
         )
-        _wait_for(lambda n=count: len(manager.status().waiting) == n)
+        wait_for(lambda n=count: len(manager.status().waiting) == n)
     report = manager.status()
     assert [w.holder.pid for w in report.waiting if w.holder] == [p.pid for p in waiters]
     assert [w.position for w in report.waiting] == [1, 2, 3, 4]
@@ -152,7 +146,7 @@ def test_waiters_go_first_come_first_served_and_dead_ones_drop_out(
     dead = waiters.pop(2)
     os.kill(dead.pid, signal.SIGKILL)
     dead.wait()
-    _wait_for(lambda: len(manager.status().waiting) == 3)
+    wait_for(lambda: len(manager.status().waiting) == 3)
     assert [w.holder.pid for w in manager.status().waiting if w.holder] == [p.pid for p in waiters]
 
     holder.release()

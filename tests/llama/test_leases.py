@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ import psutil
 import pytest
 from fake_cuda_server import start_ticks
 
-from helpers import inventory_path, kill_all, processes_marked
+from helpers import inventory_path, kill_all, processes_marked, wait_for
 from xpulaunch.llamacpp.health import health_status
 from xpulaunch.proc.leases import lock_file_name
 
@@ -161,14 +161,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         yield tool
     finally:
         tool.cleanup()
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
-    deadline_s = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline_s, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def gone(proc: psutil.Process) -> bool:

@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from helpers import wait_for
 from xpulaunch.model import Backend, Plan, WorkerPlan
 
 VISIBILITY_VARS = (
@@ -152,15 +152,6 @@ def record_dir(tmp_path: Path) -> Path:
     return tmp_path / "records"
 
 
-def wait_for(predicate: Callable[[], object], timeout_s: float = 15.0) -> None:
-    """Poll ``predicate`` until true; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {predicate}")
-        time.sleep(0.02)
-
-
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie (zombies hold nothing but a pid)."""
     try:
@@ -206,3 +197,6 @@ def drive(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+__all__ = ["alive", "pids_in", "wait_for"]
