@@ -164,3 +164,13 @@ def test_every_host_plans_and_serialises(name: str, isolate: bool) -> None:
     for worker in doc["workers"]:
         assert worker["argv"] == list(ARGV)
         assert worker["env"]["RANK"] == str(worker["rank"])
+
+
+def test_non_distributed_workers_get_no_rank_variables_and_no_omp_default() -> None:
+    plan = plan_for("2x-h200.json", gpus="2", nproc_per_node=2, isolate=True, distributed=False)
+    for worker in plan.workers:
+        assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "OMP_NUM_THREADS"} & set(
+            worker.env
+        )
+        assert worker.env["CUDA_VISIBLE_DEVICES"] in H200
+    assert not any(n.startswith("OMP_NUM_THREADS") for n in plan.notes)

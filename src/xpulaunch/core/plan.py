@@ -44,6 +44,9 @@ class LaunchRequest:
     device_map: DeviceMap | None = None
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
+    # torchrun's rank variables and its OMP_NUM_THREADS=1 default; False for processes that
+    # are not ranks of one job (llama-server replicas size their own threads).
+    distributed: bool = True
 
 
 def make_plan(
@@ -136,7 +139,7 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
             f"{count} workers share {len(units)} device(s): "
             f"LOCAL_RANK modulo {len(units)} picks each worker's device"
         )
-    if count > 1 and "OMP_NUM_THREADS" not in env:
+    if count > 1 and "OMP_NUM_THREADS" not in env and job.request.distributed:
         notes.append(
             "OMP_NUM_THREADS=1 for every worker "
             "(as torchrun does with several workers and no OMP_NUM_THREADS set)"
@@ -157,9 +160,10 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
             job.backend.vendor, mine, job.inventory, parent_env, hierarchy=job.hierarchy
         )
     )
-    env.update(rank_env(rank, count, request.master_addr, request.master_port))
-    if count > 1 and "OMP_NUM_THREADS" not in parent_env:
-        env["OMP_NUM_THREADS"] = "1"
+    if request.distributed:
+        env.update(rank_env(rank, count, request.master_addr, request.master_port))
+        if count > 1 and "OMP_NUM_THREADS" not in parent_env:
+            env["OMP_NUM_THREADS"] = "1"
     env["XPULAUNCH_BACKEND"] = job.backend.value
     env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
     chosen_map = devicemap.choose_device_map(len(mine), request.device_map)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.core.masks import ODS_VAR
-from xpulaunch.core.plan import LaunchRequest, make_plan, rank_env
+from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.selection import GpuMode, parse_gpus
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.llamacpp import args as llama_args
@@ -22,15 +22,6 @@ from xpulaunch.llamacpp import vulkan
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
 from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 
-# torchrun's variables mean nothing to llama-server: a replica is not a rank.
-RANK_VARS = frozenset(rank_env(0, 1, "", 0))
-# The planner sets OMP_NUM_THREADS=1 for several workers, torchrun's guard against several
-# trainers oversubscribing one host. A llama-server sizes its own CPU threads (-t, -tb),
-# while the OpenMP runtime of its CPU backend (GGML_OPENMP builds) and BLAS/oneMKL read the
-# variable: that default could quietly cap threads that -t should govern. A value the
-# parent set is kept: the planner adds the variable only when the parent has none, so it
-# is never in the diff then.
-OMP_VAR = "OMP_NUM_THREADS"
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
 
 
@@ -138,8 +129,7 @@ def make_llama_plan(
         notes += [f"replica {worker.name}: {n}" for n in arg_notes]
         notes.append(_replica_note(replica, units))
     _check_disjoint(build, replicas)
-    planner_notes = tuple(n for n in plan.notes if not n.startswith(f"{OMP_VAR}="))
-    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *planner_notes, *notes))
+    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *plan.notes, *notes))
     return LlamaPlan(final, tuple(replicas), build)
 
 
@@ -179,8 +169,10 @@ def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest
         backend = native.value
     return LaunchRequest(
         argv=(request.binary,), gpus=gpus, backend=backend, isolate=True,
+        # A replica is not a rank: no torchrun variables, no OMP_NUM_THREADS=1 (llama-server
+        # sizes its own CPU threads with -t/-tb; the OpenMP default would cap them).
         min_free_memory_bytes=request.min_free_memory_bytes,
-        max_utilization_percent=request.max_utilization_percent,
+        max_utilization_percent=request.max_utilization_percent, distributed=False,
     )  # fmt: skip
 
 
@@ -260,7 +252,7 @@ def _port_number(text: str, what: str) -> int:
 def _replica_env(
     worker: WorkerPlan, build: LlamaBackend, devices: int, parent_env: Mapping[str, str]
 ) -> dict[str, str | None]:
-    env = {k: v for k, v in worker.env.items() if k not in RANK_VARS and k != OMP_VAR}
+    env = dict(worker.env)
     if build is LlamaBackend.SYCL:
         child = worker.child_env(parent_env)
         # ggml-sycl picks its platform by substring of the selector and throws on one without

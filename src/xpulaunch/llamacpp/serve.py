@@ -21,7 +21,7 @@ from xpulaunch.llamacpp.binary import resolve_binary, which_build
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.health import free_port
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, effective_model, make_llama_plan
-from xpulaunch.model import Backend, Inventory
+from xpulaunch.model import Inventory
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.server import LlamaServer
@@ -92,13 +92,10 @@ def plan_llama(
 
 def cuda_settle(plan: LlamaPlan) -> Any | None:
     """On CUDA, wait for a dead replica's VRAM to be freed before its restart (landscape (c)
-    12); the same NVML hook ``xpulaunch run`` uses."""
-    if plan.plan.backend is not Backend.CUDA:
-        return None
-    # TODO(lead): make proc.launch._gpu_settle public; llama shares it with run.
-    from xpulaunch.proc.launch import _gpu_settle
+    12); the same NVML hook ``xpulaunch run`` uses (None for other backends)."""
+    from xpulaunch.proc.launch import gpu_settle
 
-    return _gpu_settle(plan.plan)
+    return gpu_settle(plan.plan)
 
 
 def serve_llama(

@@ -184,9 +184,6 @@ def gpu_settle(plan: Plan) -> NvmlSettle | None:
     return settle
 
 
-_gpu_settle = gpu_settle  # the name llamacpp.serve imported first
-
-
 def _device_id(plan: Plan, index: int) -> str | None:
     device = plan.devices[index].device
     return device.pci_bus_id or device.uuid
