@@ -1,4 +1,4 @@
-from xpulaunch.cli.main import main
+from xpulaunch.cli.main import console_main
 
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -9,22 +9,19 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from xpulaunch.cli.clickspec import options
+from xpulaunch.cli.run import SUPERVISOR_OPTIONS
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 from xpulaunch.proc.launch import RunOptions
-from xpulaunch.proc.options import (
-    options_from_kwargs,
-    parse_backoff,
-    parse_ranks,
-    supervisor_options,
-)
+from xpulaunch.proc.options import options_from_kwargs, parse_backoff, parse_ranks
 
 
 def parse(*args: str, env: dict[str, str] | None = None) -> RunOptions:
     seen: list[RunOptions] = []
 
     @click.command()
-    @supervisor_options
+    @options(SUPERVISOR_OPTIONS)
     def run(**kwargs: Any) -> None:
         seen.append(options_from_kwargs(kwargs))
 

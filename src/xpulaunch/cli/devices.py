@@ -7,58 +7,67 @@ Plain aligned text, no table library: the command should start fast (``devices -
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from pathlib import Path
 
-import click
-
+from xpulaunch.cli.output import echo
+from xpulaunch.cli.spec import FILE, FLAG, CommandSpec, Opt
 from xpulaunch.core.inventory import dumps
-from xpulaunch.model import Device, Inventory, Problem
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from xpulaunch.model import Device, Inventory, Problem
 
 _GIB = 1024**3
 _FOOTER_PROBLEMS = 5
 _FOOTER_WIDTH = 160
 
+OPTIONS = (
+    Opt("--json", dest="as_json", kind=FLAG, help="Print the inventory document (JSON)."),
+    Opt(
+        "--inventory",
+        dest="inventory_file",
+        kind=FILE,
+        envvar="XPULAUNCH_INVENTORY",
+        show_envvar=True,
+        help="Show this inventory document instead of probing the host.",
+    ),
+    Opt(
+        "--debug",
+        dest="debug",
+        kind=FLAG,
+        help="Show every problem in full, tools that are not installed, and each value's source.",
+    ),
+    Opt(
+        "--torch",
+        dest="use_torch",
+        kind=FLAG,
+        help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
+    ),
+)
 
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the inventory document (JSON).")
-@click.option(
-    "--inventory",
-    "inventory_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="XPULAUNCH_INVENTORY",
-    show_envvar=True,
-    help="Show this inventory document instead of probing the host.",
-)
-@click.option(
-    "--debug",
-    is_flag=True,
-    help="Show every problem in full, tools that are not installed, and each value's source.",
-)
-@click.option(
-    "--torch",
-    "use_torch",
-    is_flag=True,
-    help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
-)
-def devices(as_json: bool, inventory_file: Path | None, debug: bool, use_torch: bool) -> None:
+
+def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool) -> None:
     """Probe and list accelerators (index, name, PCI address, memory, utilisation, tiles)."""
     if inventory_file is not None:
         from xpulaunch.api import load_inventory
 
         inventory = load_inventory(inventory_file)
         if use_torch:
-            click.echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
+            echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
     else:
         from xpulaunch.probe import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
     if as_json:
-        click.echo(dumps(inventory))
+        echo(dumps(inventory))
         return
     if inventory_file is not None:
-        click.echo(f"inventory: {inventory_file} (not probed)")
-    click.echo(render_table(inventory, debug=debug))
+        echo(f"inventory: {inventory_file} (not probed)")
+    echo(render_table(inventory, debug=debug))
+
+
+DEVICES = CommandSpec("devices", OPTIONS, devices, devices.__doc__ or "")
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:

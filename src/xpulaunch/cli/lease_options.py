@@ -1,7 +1,7 @@
 """``--lock-dir``, ``--shared``, ``--wait``, ``--wait-timeout``: device reservations for ``run``
 and ``llama``, the manager built from them, and the live "waiting" line.
 
-Wiring, in a command decorated with :func:`lease_options`::
+Wiring, in a command with the :data:`LEASE_OPTIONS`::
 
     settings = LeaseSettings.pop_from(options)          # removes the four keys
     with WaitReporter() as reporter:
@@ -15,25 +15,25 @@ A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mappi
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-import click
+from xpulaunch.cli.spec import DIR, FLAG, FLOAT, Opt
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, MutableMapping, Sequence
     from pathlib import Path
+    from typing import Any, TextIO
 
     from xpulaunch.model import Plan
     from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn
     from xpulaunch.proc.queue import WaitStatus
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-LOCK_DIR_OPTION = click.option(
+LOCK_DIR = Opt(
     "--lock-dir",
+    dest="lock_dir",
     # str, not pathlib.Path: importing pathlib costs start-up time on every --dry-run.
-    type=click.Path(file_okay=False),
+    kind=DIR,
     envvar="XPULAUNCH_LOCK_DIR",
     metavar="DIR",
     help="Lock directory shared by every user of this machine (its files are readable and "
@@ -42,35 +42,32 @@ LOCK_DIR_OPTION = click.option(
     "[env: XPULAUNCH_LOCK_DIR].",
 )
 
-_OPTIONS = [
-    LOCK_DIR_OPTION,
-    click.option(
+LEASE_OPTIONS = (
+    LOCK_DIR,
+    Opt(
         "--shared",
-        is_flag=True,
+        dest="shared",
+        kind=FLAG,
         help="Use devices named in --gpus even when another job has leased them, and lease "
         "nothing: other jobs may then get these devices too.",
     ),
-    click.option(
+    Opt(
         "--wait",
-        is_flag=True,
+        dest="wait",
+        kind=FLAG,
         help="When the devices are leased by other jobs, queue until they are free (first "
         "come, first served) instead of failing.",
     ),
-    click.option(
+    Opt(
         "--wait-timeout",
-        type=click.FloatRange(min=0),
+        dest="wait_timeout",
+        kind=FLOAT,
+        low=0,
         metavar="SECONDS",
         help="Give up waiting after SECONDS (implies --wait).",
     ),
-]
+)
 _KEYS = ("lock_dir", "shared", "wait", "wait_timeout")
-
-
-def lease_options(func: F) -> F:
-    """Decorate a click command with the reservation options."""
-    for option in reversed(_OPTIONS):
-        func = option(func)
-    return func
 
 
 @dataclass(frozen=True, slots=True)

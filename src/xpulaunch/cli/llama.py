@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from xpulaunch.cli.lease_options import LeaseSettings, lease_options
-from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
+from xpulaunch.cli.clickspec import options
+from xpulaunch.cli.lease_options import LEASE_OPTIONS, LeaseSettings
+from xpulaunch.cli.plan_options import PLAN_OPTIONS, percent_option, size_option
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
@@ -47,7 +48,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     show_default=True,
     help="Which build the binary is; auto asks it with --list-devices.",
 )
-@plan_options
+@options(PLAN_OPTIONS)
 @click.option(
     "--ready-timeout",
     type=_SECONDS,
@@ -122,7 +123,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     help="Write DIR/attempt_N/REPLICA.log for every replica and attempt.",
 )
 @click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
-@lease_options
+@options(LEASE_OPTIONS)
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Start llama.cpp's llama-server pinned to selected devices, wait until every replica

@@ -1,5 +1,11 @@
 """Entry point: one ``main()`` that turns every XpulaunchError into one line and an exit code.
 
+Two ways through, one result. A well-formed ``run`` (the default command) or ``devices``
+command line is parsed by :func:`xpulaunch.cli.spec.parse` and runs without importing click,
+which alone costs ~35 ms of the 60 ms that ``xpulaunch train.py`` may add (issue 4). Anything
+else (other commands, ``--help``, ``--version``, a mistake) goes through the click group
+below, built from the same option tables, so help and error messages are click's.
+
 Subcommands are imported lazily so that ``xpulaunch run --dry-run`` loads only what it needs
 (the probe, psutil and the supervisor stay out of a dry run with ``--inventory``).
 """
@@ -9,81 +15,113 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
 
-import click
-
-from xpulaunch import __version__
 from xpulaunch.errors import XpulaunchError
 
-# name -> "module:attribute"; each command lives in its own module (hatch's layout).
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+# name -> "module:attribute": a CommandSpec (fast path and click) or a click command.
 COMMANDS = {
-    "run": "xpulaunch.cli.run:run",
-    "devices": "xpulaunch.cli.devices:devices",
+    "run": "xpulaunch.cli.run:RUN",
+    "devices": "xpulaunch.cli.devices:DEVICES",
     "llama": "xpulaunch.cli.llama:llama",
     "status": "xpulaunch.cli.status:status",
 }
-_GROUP_FLAGS = {"--help", "-h", "--version"}
+DEFAULT_COMMAND = "run"
+GROUP_FLAGS = frozenset({"--help", "-h", "--version"})
 
 
-class _DefaultRunGroup(click.Group):
-    """A group whose unknown first word means ``run``: ``xpulaunch train.py --gpus auto``."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        command: click.Command = getattr(importlib.import_module(module_name), attr)
-        return command
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in COMMANDS and args[0] not in _GROUP_FLAGS:
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
+def load_command(name: str) -> object:
+    module_name, attr = COMMANDS[name].split(":")
+    return getattr(importlib.import_module(module_name), attr)
 
 
-@click.group(cls=_DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="xpulaunch")
-def cli() -> None:
-    """Launch and supervise multi-GPU jobs and llama.cpp servers.
+def command_line(args: Sequence[str]) -> tuple[str, list[str]] | None:
+    """(command name, its arguments), with ``run`` for a first word that is no command;
+    None for an empty command line or a group flag (click shows help or the version)."""
+    if not args or args[0] in GROUP_FLAGS:
+        return None
+    if args[0] in COMMANDS:
+        return args[0], list(args[1:])
+    return DEFAULT_COMMAND, list(args)
 
-    \b
-    xpulaunch train.py --gpus auto          run a script on the free GPUs
-    xpulaunch devices                       list accelerators
-    xpulaunch llama -m model.gguf --gpus 2  serve a model pinned to 2 GPUs
-    """
+
+def fast_call(args: Sequence[str]) -> Callable[[], int | None] | None:
+    """The command to run for ``args`` without click, or None when click must parse them."""
+    from xpulaunch.cli.spec import CommandSpec, parse
+
+    found = command_line(args)
+    if found is None:
+        return None
+    spec = load_command(found[0])
+    if not isinstance(spec, CommandSpec):
+        return None  # declared with click decorators (llama, status)
+    values = parse(spec, found[1], os.environ)
+    if values is None:
+        return None
+    return lambda: spec.function(**values)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the CLI; exit with the command's status."""
+    """Run the CLI; exit (SystemExit) with the command's status."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get("XPULAUNCH_DEBUG") == "1"
     try:
-        status = cli.main(args=args, prog_name="xpulaunch", standalone_mode=False)
+        call = fast_call(args)
+        status = call() if call is not None else _click_main(args, debug)
     except XpulaunchError as exc:
         if debug:
             raise
         _fail(exc.message, exc.exit_code)
-    except click.exceptions.Abort:
-        _fail("interrupted", 130)
-    except click.ClickException as exc:
-        if debug:
-            raise
-        hint = ""
-        ctx = getattr(exc, "ctx", None)
-        if ctx is not None:
-            hint = f" (see '{ctx.command_path} --help')"
-        _fail(exc.format_message() + hint, exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     sys.exit(status if isinstance(status, int) else 0)
 
 
+def console_main() -> None:
+    """The ``xpulaunch`` executable and ``python -m xpulaunch``: :func:`main`, then a fast exit.
+
+    Leaving through ``os._exit`` skips the interpreter's teardown (~10 ms of module and thread
+    clean-up on the dev VM) that a finished command does not need: every file we wrote is
+    closed by then, the supervisor has reaped its workers, and we register no atexit hook.
+    """
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+        if code is not None and not isinstance(code, int):
+            sys.stderr.write(f"{code}\n")
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a reader that went away (`| head`), a closed stream
+                code = code or 1
+        os._exit(code or 0)
+
+
+def _click_main(args: list[str], debug: bool) -> int | None:
+    import click
+
+    from xpulaunch.cli.clickgroup import cli
+
+    try:
+        status = cli.main(args=args, prog_name="xpulaunch", standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("interrupted", 130)
+    except click.ClickException as exc:
+        if debug:
+            raise
+        ctx = getattr(exc, "ctx", None)
+        hint = "" if ctx is None else f" (see '{ctx.command_path} --help')"
+        _fail(exc.format_message() + hint, exc.exit_code)
+    return status if isinstance(status, int) else None
+
+
 def _fail(message: str, code: int) -> None:
     one_line = " ".join(message.split())
-    click.echo(f"xpulaunch: error: {one_line}", err=True)
+    sys.stderr.write(f"xpulaunch: error: {one_line}\n")
     sys.exit(code)

@@ -1,61 +1,57 @@
-"""Options shared by ``run`` and ``llama`` (contract section 1), and their conversion."""
+"""Options shared by ``run`` and ``llama`` (contract section 1), and their conversion.
+
+Declared as :class:`~xpulaunch.cli.spec.Opt` tables (no click import: see that module)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-import click
-
+from xpulaunch.cli.spec import FLAG, FLOAT, Opt
 from xpulaunch.core.units import parse_size
 from xpulaunch.errors import UsageError
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-_SHARED = [
-    click.option(
+PLAN_OPTIONS = (
+    Opt(
         "--gpus",
+        dest="gpus",
         default="auto",
         show_default=True,
         metavar="SPEC",
         help="auto | all | N | device=ID[,ID...] | 0,2 | none. Ids are physical indices, "
         "UUIDs or PCI addresses (CARD.TILE for one Intel tile).",
     ),
-    click.option(
+    Opt(
         "--backend",
+        dest="backend",
         envvar="XPULAUNCH_BACKEND",
         default="auto",
         show_default=True,
         metavar="auto|cuda|xpu|rocm|cpu",
         help="Vendor stack to use [env: XPULAUNCH_BACKEND].",
     ),
-    click.option("--dry-run", is_flag=True, help="Print the plan instead of starting anything."),
-    click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON."),
-    click.option(
+    Opt(
+        "--dry-run", dest="dry_run", kind=FLAG, help="Print the plan instead of starting anything."
+    ),
+    Opt("--json", dest="as_json", kind=FLAG, help="With --dry-run: the plan as JSON."),
+    Opt(
         "--inventory",
+        dest="inventory",
         envvar="XPULAUNCH_INVENTORY",
         metavar="FILE",
         help="Use this inventory document instead of probing [env: XPULAUNCH_INVENTORY].",
     ),
-    click.option(
+    Opt(
         "--min-free-memory",
+        dest="min_free_memory",
         metavar="SIZE",
         help="Only devices with at least this much free memory (e.g. 8GiB).",
     ),
-    click.option(
+    Opt(
         "--max-utilization",
-        type=float,
+        dest="max_utilization",
+        kind=FLOAT,
         metavar="PERCENT",
         help="Only devices at most this busy.",
     ),
-]
-
-
-def plan_options(func: F) -> F:
-    """Decorate a click command with the shared planning options."""
-    for option in reversed(_SHARED):
-        func = option(func)
-    return func
+)
 
 
 def size_option(value: str | None, option: str) -> int | None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from xpulaunch.cli.lease_options import LOCK_DIR_OPTION
+from xpulaunch.cli.clickspec import options
+from xpulaunch.cli.lease_options import LOCK_DIR
 from xpulaunch.proc.leases import LeaseManager, LeaseRecord, StatusReport
 from xpulaunch.proc.queue import HolderInfo, WaiterRecord
 
@@ -18,7 +19,7 @@ SCHEMA = "xpulaunch.status/1"
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-@LOCK_DIR_OPTION
+@options([LOCK_DIR])
 def status(as_json: bool, lock_dir: Path | None) -> int:
     """Show device leases and launches waiting for devices."""
     report = LeaseManager(lock_dir).status()

@@ -1,10 +1,6 @@
-"""``supervisor_options``: the click options of ``xpulaunch run`` that shape supervision.
-
-The CLI owns the command; this module owns what the supervisor's options mean::
-
-    @click.command()
-    @supervisor_options
-    def run(**kwargs): ... run_plan(plan, dict(os.environ), options_from_kwargs(kwargs))
+"""What the supervision options of ``xpulaunch run`` mean: :func:`options_from_kwargs` turns
+the command's values (declared in :data:`xpulaunch.cli.run.SUPERVISOR_OPTIONS`) into
+:class:`~xpulaunch.proc.launch.RunOptions`.
 
 Names follow torchrun where it has one (``--max-restarts``, ``--log-dir``,
 ``--local-ranks-filter``) and docker for the restart mode (``--restart on-failure``).
@@ -14,95 +10,17 @@ module does not import the supervisor (``--dry-run`` stays light).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import click
-
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # the supervisor is imported only when a run really starts
+    from collections.abc import Mapping
+    from typing import Any
+
     from xpulaunch.proc.launch import RunOptions
 
-F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_MAX_RESTARTS = 3
-
-_OPTIONS = (
-    click.option(
-        "--restart",
-        type=click.Choice([m.value for m in RestartMode]),
-        envvar="XPULAUNCH_RESTART",
-        help="When workers are started again. Default: no, or on-failure when "
-        "--max-restarts is given.",
-    ),
-    click.option(
-        "--max-restarts",
-        type=int,
-        envvar="XPULAUNCH_MAX_RESTARTS",
-        metavar="N",
-        help=f"Restarts allowed inside the stability window (-1: no limit; default "
-        f"{DEFAULT_MAX_RESTARTS} with --restart).",
-    ),
-    click.option(
-        "--backoff",
-        default="1:30:2",
-        show_default=True,
-        envvar="XPULAUNCH_BACKOFF",
-        metavar="FIRST[:MAX[:FACTOR]]",
-        help="Seconds before the first restart, the cap, and the growth factor; 0 restarts "
-        "at once.",
-    ),
-    click.option(
-        "--stable-window",
-        type=float,
-        default=60.0,
-        show_default=True,
-        envvar="XPULAUNCH_STABLE_WINDOW",
-        metavar="SECONDS",
-        help="A run that lasted this long resets the restart count.",
-    ),
-    click.option(
-        "--gang/--no-gang",
-        default=None,
-        help="Restart all workers when one fails (default without --isolate) or each on "
-        "its own (default with --isolate).",
-    ),
-    click.option(
-        "--grace",
-        type=float,
-        default=10.0,
-        show_default=True,
-        envvar="XPULAUNCH_GRACE",
-        metavar="SECONDS",
-        help="After the stop signal, wait this long before SIGKILL.",
-    ),
-    click.option(
-        "--log-dir",
-        type=click.Path(file_okay=False),
-        envvar="XPULAUNCH_LOG_DIR",
-        help="Write DIR/attempt_N/WORKER.log for every worker and attempt.",
-    ),
-    click.option(
-        "--ranks",
-        "--local-ranks-filter",
-        "ranks",
-        metavar="LIST",
-        help="Show only these workers on the console, e.g. 0,2 (log files keep all).",
-    ),
-    click.option(
-        "--no-color",
-        is_flag=True,
-        help="No colour in worker prefixes (also NO_COLOR=1).",
-    ),
-)
-
-
-def supervisor_options(command: F) -> F:
-    """Add the supervisor's options to a click command."""
-    for option in reversed(_OPTIONS):
-        command = option(command)
-    return command
 
 
 def options_from_kwargs(kwargs: Mapping[str, Any]) -> RunOptions:
