@@ -40,22 +40,38 @@ sys.exit(run_plan(plan, dict(os.environ), RunOptions()))
 """
 
 
-def timed(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
-    """Wall seconds of ``runs`` runs, after one warm-up run."""
-    times = []
+def timed_once(argv: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of one run of ``argv``."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, check=False, env=env, capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv} failed: {done.stderr.decode()[-500:]}")
+    return time.perf_counter() - start
+
+
+def timed_rounds(
+    commands: dict[str, list[str]], env: dict[str, str], runs: int
+) -> dict[str, list[float]]:
+    """``runs`` rounds, each running every command once, interleaved so that a busy minute of
+    a shared machine slows all of them alike; one warm-up round first (bytecode, caches)."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for i in range(runs + 1):
-        start = time.perf_counter()
-        done = subprocess.run(argv, check=False, env=env, capture_output=True, timeout=120)
-        if done.returncode != 0:
-            raise SystemExit(f"{argv} failed: {done.stderr.decode()[-500:]}")
-        if i:
-            times.append(time.perf_counter() - start)
+        for name, argv in list(commands.items()):
+            try:
+                took = timed_once(argv, env)
+            except SystemExit as exc:
+                print(f"  {name}: not measured ({str(exc).splitlines()[-1][:120]})")
+                del commands[name], times[name]
+                continue
+            if i:
+                times[name].append(took)
     return times
 
 
 def launchers(work: Path, script: str = "pass\n") -> dict[str, list[str]]:
     """Ways to start one worker running ``script``: bare, through run_plan, through the
-    ``xpulaunch`` CLI (with an empty inventory: no probing) and through torchrun."""
+    ``xpulaunch`` command (the console script, as users run it) with an empty inventory (no
+    probing) and with the default ``--gpus auto`` (probing this host), and through torchrun."""
     worker = work / "worker.py"
     worker.write_text(script)
     inventory = work / "empty.json"
@@ -63,22 +79,16 @@ def launchers(work: Path, script: str = "pass\n") -> dict[str, list[str]]:
     driver = work / "driver.py"
     driver.write_text(DRIVER)
     py = sys.executable
+    bindir = str(Path(py).parent)
+    script_path = shutil.which("xpulaunch", path=bindir)
+    command = [script_path] if script_path else [py, "-m", "xpulaunch"]
     found = {
         "bare": [py, str(worker)],
         "run_plan": [py, str(driver), py, str(worker)],
-        "xpulaunch": [
-            py,
-            "-m",
-            "xpulaunch",
-            "run",
-            "--gpus",
-            "none",
-            "--inventory",
-            str(inventory),
-            str(worker),
-        ],
+        "xpulaunch": [*command, "--gpus", "none", "--inventory", str(inventory), str(worker)],
+        "probing": [*command, str(worker)],
     }
-    torchrun = shutil.which("torchrun", path=str(Path(py).parent))
+    torchrun = shutil.which("torchrun", path=bindir)
     if torchrun:
         found["torchrun"] = [torchrun, "--standalone", "--nproc-per-node=1", str(worker)]
     return found
@@ -93,15 +103,11 @@ def bench_env(work: Path) -> dict[str, str]:
 
 def bench_overhead(work: Path, runs: int) -> dict[str, float]:
     env = bench_env(work)
-    medians = {}
-    for name, argv in launchers(work).items():
-        try:
-            medians[name] = statistics.median(timed(argv, env, runs))
-        except SystemExit as exc:
-            print(f"  {name}: not measured ({str(exc).splitlines()[-1][:120]})")
+    times = timed_rounds(launchers(work), env, runs)
+    medians = {name: statistics.median(values) for name, values in times.items()}
     bare = medians["bare"]
     print(f"  bare python worker: {bare * 1e3:7.1f} ms (median of {runs})")
-    for name in ("run_plan", "xpulaunch", "torchrun"):
+    for name in ("run_plan", "xpulaunch", "probing", "torchrun"):
         if name in medians:
             extra_ms = (medians[name] - bare) * 1e3
             print(f"  {name:>9}: {medians[name] * 1e3:7.1f} ms, overhead {extra_ms:7.1f} ms")
@@ -122,7 +128,7 @@ def proc_kib(pid: int, key: str, file: str = "status") -> int:
 def bench_rss(work: Path) -> None:
     env = bench_env(work)
     for name, argv in launchers(work, "import time; time.sleep(3)\n").items():
-        if name not in ("run_plan", "xpulaunch"):
+        if name not in ("run_plan", "xpulaunch", "probing"):
             continue
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.5)

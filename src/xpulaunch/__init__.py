@@ -15,11 +15,13 @@ never loads the supervisor.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
+    from typing import Any
+
     from xpulaunch.api import (
         inventory_document,
         load_inventory,
