@@ -11,21 +11,25 @@ Everything here is what the CLI does, minus the printing::
 from __future__ import annotations
 
 # Start-up time matters here (issue 2: ``run --dry-run`` in under 80 ms, of which importing
-# click takes most): pathlib, shutil and socket cost ~4-5 ms each to import, so the dry-run
-# path does without them: _read_text, _which, and _socket (the C module socket wraps) instead.
+# click takes most; issue 4: ``run`` adds at most 60 ms): pathlib, shutil, socket and typing
+# cost ~2-9 ms each to import, so the launch path does without them: _read_text, _which, and
+# _socket (the C module socket wraps) instead, and annotations only for the type checker.
 import _socket
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, Plan
+from xpulaunch.proc.which import which
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from xpulaunch.core.restart import RestartPolicy
     from xpulaunch.proc.spec import WorkerSpec
 
@@ -95,28 +99,7 @@ def resolve_argv(
 
 def _which(program: str) -> str | None:
     """``shutil.which(program)`` on POSIX (its code, without importing shutil)."""
-    if os.path.dirname(program):  # a path: checked as it is, not searched on PATH
-        return program if _is_executable_file(program) else None
-    search = os.environ.get("PATH")
-    if search is None:
-        try:
-            search = os.confstr("CS_PATH")
-        except (AttributeError, ValueError):
-            search = os.defpath
-    if not search:  # PATH="" finds nothing, whereas PATH=":" searches the current directory
-        return None
-    seen: set[str] = set()
-    for directory in os.fsdecode(search).split(os.pathsep):
-        if directory not in seen:
-            seen.add(directory)
-            candidate = os.path.join(directory, program)
-            if _is_executable_file(candidate):
-                return candidate
-    return None
-
-
-def _is_executable_file(path: str) -> bool:
-    return os.path.exists(path) and os.access(path, os.F_OK | os.X_OK) and not os.path.isdir(path)
+    return which(program)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -175,7 +158,7 @@ def plan(
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
     if missing:
-        from dataclasses import replace
+        from xpulaunch._dataclass import replace
 
         result = replace(result, notes=(*result.notes, missing))
     return result

@@ -7,9 +7,13 @@ environment is written (see :mod:`xpulaunch.core.env`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import Enum
+
+from xpulaunch._dataclass import dataclass, field
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class Vendor(str, Enum):

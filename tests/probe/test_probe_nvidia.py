@@ -181,6 +181,29 @@ def test_host_without_nvidia_has_no_nvml_noise(tmp_path: Path) -> None:
     assert any(p.source == "nvml" and "Library Not Found" in p.message for p in debug.problems)
 
 
+def test_without_the_library_or_pynvml_the_note_names_pynvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without libnvidia-ml the probe does not import pynvml (start-up time, issue 4); its
+    note is still the one an import failure gave when pynvml is not installed either."""
+    import importlib.util
+
+    from xpulaunch.probe.nvidia import _library_loads
+
+    if _library_loads():
+        pytest.skip("this host has the NVIDIA driver")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "pynvml" else real_find_spec(name, *args),
+    )
+    m = FakeMachine(tmp_path)
+    inv = probe_host(sys_root=m.sys, proc_root=m.proc, env={"PATH": "/nonexistent"},
+                     use_pyzes=False, report_missing=True)  # fmt: skip
+    assert [str(p) for p in inv.problems] == ["nvml: pynvml (nvidia-ml-py) is not importable"]
+
+
 def test_real_pynvml_on_this_host(tmp_path: Path) -> None:
     """The installed nvidia-ml-py, for real: no library here means a quiet, empty answer."""
     m = FakeMachine(tmp_path)

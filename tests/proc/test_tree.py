@@ -179,8 +179,8 @@ def test_sweep_never_kills_a_reused_pid(child: Argv, tmp_path: Path, procs: list
 
 
 def test_runtime_dir_prefers_xdg(tmp_path: Path) -> None:
-    assert (
-        records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path)}) == tmp_path / "xpulaunch" / "jobs"
-    )
+    # A string (the launch path does without pathlib, issue 4).
+    found = records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path)})
+    assert found == str(tmp_path / "xpulaunch" / "jobs")
     missing = records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "missing")})
-    assert missing == Path(f"/tmp/xpulaunch-{os.getuid()}/jobs")
+    assert missing == f"/tmp/xpulaunch-{os.getuid()}/jobs"

@@ -15,14 +15,13 @@ A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mappi
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
+from xpulaunch._dataclass import dataclass
 from xpulaunch.cli.spec import DIR, FLAG, FLOAT, Opt
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping, Sequence
-    from pathlib import Path
     from typing import Any, TextIO
 
     from xpulaunch.model import Plan
@@ -74,7 +73,7 @@ _KEYS = ("lock_dir", "shared", "wait", "wait_timeout")
 class LeaseSettings:
     """The values of the reservation options."""
 
-    lock_dir: Path | None = None
+    lock_dir: str | None = None  # str: pathlib costs start-up time (it imports urllib)
     shared: bool = False
     wait: bool = False
     wait_timeout_s: float | None = None
@@ -175,9 +174,5 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _path(value: object) -> Path | None:
-    if not value:
-        return None
-    from pathlib import Path
-
-    return Path(str(value))
+def _path(value: object) -> str | None:
+    return str(value) if value else None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.selection import GpuMode, GpuRequest
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.model import Backend, Device, Unit, Vendor
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 # With --backend auto and several vendors visible: NVIDIA first (contract section 2), then
 # AMD, then Intel. Users of the other stacks say so with --backend / XPULAUNCH_BACKEND.

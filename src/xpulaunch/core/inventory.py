@@ -7,12 +7,15 @@ the bad key as a path (``devices[1].memory_total_bytes``) and what would be vali
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping  # also at run time: isinstance checks
 
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import InventoryError
 from xpulaunch.model import Device, Inventory, MigDevice, Problem, Vendor
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = "xpulaunch.inventory/1"
 

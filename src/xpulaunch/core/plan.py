@@ -6,10 +6,7 @@ Pure function of (request, inventory, parent env, leases). The plan document
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
+from xpulaunch._dataclass import dataclass
 from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, parse_backend
 from xpulaunch.core.placement import place, worker_count
@@ -26,6 +23,11 @@ from xpulaunch.model import (
     Vendor,
     WorkerPlan,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 SCHEMA = "xpulaunch.plan/1"
 

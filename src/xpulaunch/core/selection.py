@@ -7,14 +7,17 @@ holds what (leases); the output is the chosen units plus a note for every choice
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from enum import Enum
 
+from xpulaunch._dataclass import dataclass, field
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
 from xpulaunch.model import Device, Unit
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 # A device is "busy" (not free for auto/N) above these readings. A CUDA context alone costs
 # ~0.5 GiB (reference pitfall 3), so 10% of an 8 GiB card still counts as idle.
@@ -164,7 +167,7 @@ def select(
     units: Sequence[Unit],
     devices: Sequence[Device],
     *,
-    filters: Filters = Filters(),
+    filters: Filters = Filters(),  # noqa: B008 (frozen value)
     unavailable: Mapping[str, str] | None = None,
 ) -> Selection:
     """Choose units for ``request`` among the parent's visible ``units``."""

@@ -14,8 +14,7 @@ card's first instance, so the mask stays physical; a note says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from xpulaunch._dataclass import dataclass
 
 # Vendor parsers are reached as ``masks.<name>``: the package loads a vendor's module on first
 # use, so planning for one vendor's host does not load the other vendors' parsers (issue 2).
@@ -30,6 +29,10 @@ from xpulaunch.core.masks import (
 )
 from xpulaunch.errors import MaskError, SelectionError
 from xpulaunch.model import Device, Hierarchy, Inventory, MigDevice, Unit, Vendor
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 CUDA_ORDER_VAR = "CUDA_DEVICE_ORDER"
 PCI_ORDER_VAR = "ZE_ENABLE_PCI_ID_DEVICE_ORDER"

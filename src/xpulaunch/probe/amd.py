@@ -7,6 +7,7 @@ SMI tools are only a fallback; their JSON layout has changed between releases (s
 
 from __future__ import annotations
 
+import os
 import re
 
 from xpulaunch.model import Problem, Vendor
@@ -64,17 +65,18 @@ def _from_sysfs(gpu: PciGpu, result: VendorResult) -> Observation | None:
         result.problems.append(gpu.skipped())
         return None
     problems = result.problems
-    busy = read_int(gpu.path / "gpu_busy_percent", problems)
+    busy = read_int(os.path.join(gpu.path, "gpu_busy_percent"), problems)
     return Observation(
         vendor=Vendor.AMD,
         sources=("sysfs",),
         pci_bus_id=gpu.bus_id,
-        uuid=_uuid(read_text(gpu.path / "unique_id", problems)),
-        name=read_text(gpu.path / "product_name", problems) or PRODUCTS.get(gpu.device_id or -1),
+        uuid=_uuid(read_text(os.path.join(gpu.path, "unique_id"), problems)),
+        name=read_text(os.path.join(gpu.path, "product_name"), problems)
+        or PRODUCTS.get(gpu.device_id or -1),
         integrated=False,  # amdgpu has no sysfs flag for APUs; unknown APUs count as discrete
         tiles=1,
-        memory_total_bytes=read_int(gpu.path / "mem_info_vram_total", problems),
-        memory_used_bytes=read_int(gpu.path / "mem_info_vram_used", problems),
+        memory_total_bytes=read_int(os.path.join(gpu.path, "mem_info_vram_total"), problems),
+        memory_used_bytes=read_int(os.path.join(gpu.path, "mem_info_vram_used"), problems),
         utilization_percent=percent(busy),
         extra=gpu.facts(),
     )

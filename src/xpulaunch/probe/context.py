@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TypeVar
 
+from xpulaunch._dataclass import dataclass, field
 from xpulaunch.model import Problem
-from xpulaunch.probe.observe import Observation
-from xpulaunch.probe.runner import Runner, RunResult, tool_env
+from xpulaunch.probe.runner import tool_env
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import TypeVar
+
+    from xpulaunch.probe.observe import Observation
+    from xpulaunch.probe.runner import Runner, RunResult
+
+    T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeContext:
-    sys_root: Path
-    proc_root: Path
+    # Roots as strings: pathlib costs ~4 ms of every launch's start-up (issue 4).
+    sys_root: str
+    proc_root: str
     runner: Runner
     env: Mapping[str, str]
     timeout_s: float

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
 
 from xpulaunch.model import Device, Inventory, Vendor
 from xpulaunch.probe.context import ProbeContext, VendorResult, parallel
 from xpulaunch.probe.observe import to_devices
-from xpulaunch.probe.runner import Runner, SubprocessRunner
-from xpulaunch.probe.sysfs import PciGpu, list_pci_gpus, perfmon_capable
+from xpulaunch.probe.runner import SubprocessRunner
+from xpulaunch.probe.sysfs import list_pci_gpus, perfmon_capable
+
+# Start-up time (issue 4): probing is on every launch's path, so typing and pathlib are not
+# imported here; roots are strings (a Path is welcome as an argument).
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from xpulaunch.probe.runner import Runner
+    from xpulaunch.probe.sysfs import PciGpu
+
+    _VendorProbe = Callable[[ProbeContext, list[PciGpu] | None], VendorResult]
 
 # Testing hooks: point the CLI's probe at a fake machine (a sysfs/procfs tree built by a test).
 # A fake machine has no real NVML or Sysman, so with a fake sysfs root both are switched off.
@@ -26,7 +35,6 @@ SYSFS_ROOT_ENV = "XPULAUNCH_SYSFS_ROOT"
 PROCFS_ROOT_ENV = "XPULAUNCH_PROCFS_ROOT"
 
 _ORDER = {Vendor.NVIDIA: "vendor", Vendor.INTEL: "discrete", Vendor.AMD: "pci"}
-_VendorProbe = Callable[[ProbeContext, "list[PciGpu] | None"], VendorResult]
 
 
 # Vendor modules are imported only for vendors that are probed: on an NVIDIA-only host the
@@ -58,8 +66,8 @@ _PROBES: tuple[tuple[Vendor, _VendorProbe], ...] = (
 
 def probe_host(
     *,
-    sys_root: Path = Path("/sys"),
-    proc_root: Path = Path("/proc"),
+    sys_root: str | os.PathLike[str] = "/sys",
+    proc_root: str | os.PathLike[str] = "/proc",
     runner: Runner | None = None,
     env: Mapping[str, str] | None = None,
     use_nvml: bool = True,
@@ -85,8 +93,8 @@ def probe_host(
         nvml_module, pyzes_module: stand-ins for ``pynvml``/``pyzes`` (tests).
     """
     ctx = ProbeContext(
-        sys_root=sys_root,
-        proc_root=proc_root,
+        sys_root=os.fspath(sys_root),
+        proc_root=os.fspath(proc_root),
         runner=runner or SubprocessRunner(),
         env=dict(os.environ if env is None else env),
         timeout_s=timeout_s,
@@ -123,8 +131,8 @@ def probe_from_env(
     fake_sys = env.get(SYSFS_ROOT_ENV)
     fake_proc = env.get(PROCFS_ROOT_ENV)
     return probe_host(
-        sys_root=Path(fake_sys) if fake_sys else Path("/sys"),
-        proc_root=Path(fake_proc) if fake_proc else Path("/proc"),
+        sys_root=fake_sys or "/sys",
+        proc_root=fake_proc or "/proc",
         env=env,
         use_nvml=not fake_sys,
         use_pyzes=not fake_sys,

@@ -8,9 +8,10 @@ free == total, so an unprivileged "0 bytes used" is unknown, not idle (pitfall 9
 
 from __future__ import annotations
 
-import dataclasses
+import os
 from collections.abc import Callable
 
+from xpulaunch._dataclass import replace
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probe.context import ProbeContext, VendorResult
 from xpulaunch.probe.levelzero import import_pyzes, probe_pyzes
@@ -78,10 +79,10 @@ def _from_sysfs(ctx: ProbeContext, gpu: PciGpu, result: VendorResult) -> Observa
 def _lmem(ctx: ProbeContext, gpu: PciGpu, problems: list[Problem]) -> tuple[int | None, int | None]:
     """i915 backport: ``/sys/class/drm/cardN/lmem_{total,avail}_bytes`` (not under device/)."""
     for card in gpu.drm_cards:
-        base = ctx.sys_root / "class" / "drm" / card
-        total = read_int(base / "lmem_total_bytes", problems)
+        base = os.path.join(ctx.sys_root, "class", "drm", card)
+        total = read_int(os.path.join(base, "lmem_total_bytes"), problems)
         if total is not None:
-            avail = read_int(base / "lmem_avail_bytes", problems)
+            avail = read_int(os.path.join(base, "lmem_avail_bytes"), problems)
             return total, None if avail is None else max(total - avail, 0)
     return None, None
 
@@ -91,7 +92,7 @@ def _xe_vram(gpu: PciGpu, problems: list[Problem]) -> int | None:
     if gpu.driver != "xe":
         return None
     sizes = [
-        read_int(gpu.path / f"tile{n}" / "physical_vram_size_bytes", problems)
+        read_int(os.path.join(gpu.path, f"tile{n}", "physical_vram_size_bytes"), problems)
         for n in range(count_tiles(gpu) or 0)
     ]
     return sum(s for s in sizes if s is not None) if any(s is not None for s in sizes) else None
@@ -157,7 +158,7 @@ def _absorb(
                     obs.key,
                 )
             )
-            obs = dataclasses.replace(obs, memory_used_bytes=None)
+            obs = replace(obs, memory_used_bytes=None)
         trusted.append(obs)
     merged, conflicts = merge(cards, trusted)
     result.problems += conflicts

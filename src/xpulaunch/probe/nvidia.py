@@ -8,11 +8,10 @@ NVML index, which is the contract's physical index.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-from collections.abc import Callable
-from typing import Any
+import os
 
+from xpulaunch._dataclass import replace
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import MigDevice, Problem, Vendor
 from xpulaunch.probe.context import ProbeContext, VendorResult, failed, not_installed, run_tool
@@ -26,6 +25,11 @@ from xpulaunch.probe.parsers.nvidia import (
     parse_query_gpu,
 )
 from xpulaunch.probe.sysfs import PciGpu
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _Found = tuple[list[Observation] | None, list[Problem], bool]  # (devices, problems, absent)
 
@@ -83,7 +87,7 @@ def _reconcile(
 
 def _with_pci(obs: Observation, gpu: PciGpu) -> Observation:
     extra = {**gpu.facts(), **obs.extra}
-    return dataclasses.replace(obs, sources=("sysfs", *obs.sources), extra=extra)
+    return replace(obs, sources=("sysfs", *obs.sources), extra=extra)
 
 
 def _from_sysfs(listed: list[PciGpu], result: VendorResult) -> list[Observation]:
@@ -127,9 +131,9 @@ def _mig_problems(found: list[Observation]) -> list[Problem]:
 
 
 def _from_procfs(ctx: ProbeContext) -> _Found:
-    gpus_dir = ctx.proc_root / "driver" / "nvidia" / "gpus"
+    gpus_dir = os.path.join(ctx.proc_root, "driver", "nvidia", "gpus")
     try:
-        entries = sorted(gpus_dir.iterdir())
+        entries = [os.path.join(gpus_dir, name) for name in sorted(os.listdir(gpus_dir))]
     except FileNotFoundError:
         return None, [], True
     except OSError as exc:
@@ -137,7 +141,8 @@ def _from_procfs(ctx: ProbeContext) -> _Found:
     found, problems = [], []
     for entry in entries:
         try:
-            found.append(parse_proc_information((entry / "information").read_text()))
+            with open(os.path.join(entry, "information")) as handle:
+                found.append(parse_proc_information(handle.read()))
         except OSError as exc:
             problems.append(
                 Problem("procfs", f"cannot read {entry}/information: {exc.strerror or exc}")
@@ -149,9 +154,11 @@ def _from_procfs(ctx: ProbeContext) -> _Found:
 
 
 def _from_nvml(ctx: ProbeContext) -> _Found:
+    if ctx.nvml_module is None and not _library_loads():
+        return None, [_no_nvml()], True
     nvml: Any = ctx.nvml_module if ctx.nvml_module is not None else _import_pynvml()
     if nvml is None:
-        return None, [Problem("nvml", "pynvml (nvidia-ml-py) is not importable")], True
+        return None, [Problem("nvml", _NOT_IMPORTABLE)], True
     try:
         _init_once(nvml)
     except nvml.NVMLError as exc:
@@ -180,6 +187,38 @@ def _init_once(nvml: Any) -> None:
         _NVML_READY.add(id(nvml))
 
 
+# What pynvml's nvmlInit loads on Linux (its _LoadNvmlLibrary), and what it then says.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+_NO_LIBRARY = "nvmlInit failed: NVML Shared Library Not Found"
+_NOT_IMPORTABLE = "pynvml (nvidia-ml-py) is not importable"
+
+
+def _library_loads() -> bool:
+    """Whether the NVML library can be loaded, asked without importing pynvml.
+
+    On a host without the NVIDIA driver, importing pynvml costs ~20 ms of every launch (it
+    imports ctypes.util, and with it shutil and tempfile) only for nvmlInit to fail to load
+    the library. dlopen answers the same question in ~0.3 ms; where it succeeds, pynvml's
+    own load of the library is then only a reference count.
+    """
+    import ctypes
+
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
+def _no_nvml() -> Problem:
+    """What the NVML source reports on a host without the library, pynvml installed or not
+    (the texts of :func:`_from_nvml`'s own paths; tests/probe compare them with pynvml's)."""
+    import importlib.util
+
+    found = importlib.util.find_spec("pynvml") is not None
+    return Problem("nvml", _NO_LIBRARY if found else _NOT_IMPORTABLE)
+
+
 def _import_pynvml() -> Any:
     try:
         return importlib.import_module("pynvml")
@@ -193,7 +232,7 @@ def _nvml_devices(nvml: Any, problems: list[Problem]) -> list[Observation]:
     for index in range(nvml.nvmlDeviceGetCount()):
         obs = _nvml_device(nvml, index, problems)
         if obs is not None:
-            found.append(dataclasses.replace(obs, extra={"driver_version": driver}))
+            found.append(replace(obs, extra={"driver_version": driver}))
     return found
 
 

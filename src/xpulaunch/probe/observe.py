@@ -9,11 +9,12 @@ identity is recorded as a problem.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-
+from xpulaunch._dataclass import dataclass, field, replace
 from xpulaunch.model import Device, MigDevice, Problem, Vendor
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
 
 _FILLABLE = (
     "pci_bus_id", "uuid", "index", "name", "integrated", "tiles", "memory_total_bytes",
@@ -67,7 +68,7 @@ def fill(first: Observation, then: Observation) -> Observation:
     }
     sources = first.sources + tuple(s for s in then.sources if s not in first.sources)
     extra = {**then.extra, **first.extra}
-    return dataclasses.replace(first, sources=sources, extra=extra, **changes)  # type: ignore[arg-type]
+    return replace(first, sources=sources, extra=extra, **changes)  # type: ignore[arg-type]
 
 
 def _find(merged: Sequence[Observation], obs: Observation) -> int | None:

@@ -3,15 +3,16 @@
 ``/sys/class/drm`` is not enough: it is absent where no DRM driver is loaded (our NVIDIA VMs have
 no nvidia-drm) and its ``cardN`` numbering interleaves vendors and is not stable (reference
 section 1, 2.6). So the walk is over PCI addresses, and DRM nodes are only looked up per device.
-Roots are parameters so tests build fake trees in ``tmp_path``.
+Roots are parameters so tests build fake trees in ``tmp_path``. Paths are strings (``os.path``):
+pathlib costs ~4 ms of every launch's start-up (issue 4).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
+from xpulaunch._dataclass import dataclass
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Problem, Vendor
 
@@ -36,7 +37,7 @@ class PciGpu:
     class_code: int
     driver: str | None
     drm_cards: tuple[str, ...]
-    path: Path
+    path: str  # its sysfs directory
 
     @property
     def has_gpu_driver(self) -> bool:
@@ -61,33 +62,35 @@ class PciGpu:
                        self.bus_id)  # fmt: skip
 
 
-def list_pci_gpus(sys_root: Path = Path("/sys")) -> tuple[list[PciGpu] | None, list[Problem]]:
+def list_pci_gpus(
+    sys_root: str | os.PathLike[str] = "/sys",
+) -> tuple[list[PciGpu] | None, list[Problem]]:
     """Every NVIDIA, Intel and AMD GPU function, sorted by PCI address.
 
     Returns ``None`` (and a problem) when the PCI directory cannot be listed at all, so callers
     can tell "no GPU here" from "cannot see".
     """
-    pci_dir = sys_root / "bus" / "pci" / "devices"
+    pci_dir = os.path.join(sys_root, "bus", "pci", "devices")
     try:
-        entries = sorted(pci_dir.iterdir())
+        entries = sorted(os.listdir(pci_dir))
     except OSError as exc:
         return None, [Problem("sysfs", f"cannot list {pci_dir}: {exc.strerror or exc}")]
     gpus: list[PciGpu] = []
     problems: list[Problem] = []
     for entry in entries:
-        gpu = _read_pci_gpu(entry, problems)
+        gpu = _read_pci_gpu(os.path.join(pci_dir, entry), problems)
         if gpu is not None:
             gpus.append(gpu)
     gpus.sort(key=lambda g: g.bus_id)
     return gpus, problems
 
 
-def _read_pci_gpu(path: Path, problems: list[Problem]) -> PciGpu | None:
-    bus_id = normalize_bus_id(path.name)
-    vendor_id = read_int(path / "vendor", problems)
+def _read_pci_gpu(path: str, problems: list[Problem]) -> PciGpu | None:
+    bus_id = normalize_bus_id(os.path.basename(path))
+    vendor_id = read_int(os.path.join(path, "vendor"), problems)
     if bus_id is None or vendor_id not in VENDOR_IDS:
         return None
-    class_code = read_int(path / "class", problems)
+    class_code = read_int(os.path.join(path, "class"), problems)
     if class_code is None:
         return None
     vendor = VENDOR_IDS[vendor_id]
@@ -99,7 +102,7 @@ def _read_pci_gpu(path: Path, problems: list[Problem]) -> PciGpu | None:
     return PciGpu(
         bus_id=bus_id,
         vendor=vendor,
-        device_id=read_int(path / "device", problems),
+        device_id=read_int(os.path.join(path, "device"), problems),
         class_code=class_code,
         driver=driver,
         drm_cards=_drm_cards(path),
@@ -107,29 +110,30 @@ def _read_pci_gpu(path: Path, problems: list[Problem]) -> PciGpu | None:
     )
 
 
-def _driver_name(path: Path) -> str | None:
-    link = path / "driver"
+def _driver_name(path: str) -> str | None:
     try:
-        return Path(link.readlink()).name
+        # The link's last component (``../../../bus/pci/drivers/nvidia`` -> ``nvidia``).
+        return os.path.basename(os.path.normpath(os.readlink(os.path.join(path, "driver"))))
     except OSError:
         # No driver bound: the link does not exist (ENOENT). Any other error means the same
         # thing for us - the device cannot be used through a vendor stack.
         return None
 
 
-def _drm_cards(path: Path) -> tuple[str, ...]:
+def _drm_cards(path: str) -> tuple[str, ...]:
     """``cardN`` minors of this device; connectors (``card0-HDMI-A-1``) and render nodes skipped."""
     try:
-        names = [p.name for p in (path / "drm").iterdir()]
+        names = os.listdir(os.path.join(path, "drm"))
     except OSError:
         return ()
     return tuple(sorted((n for n in names if _DRM_CARD.match(n)), key=lambda n: int(n[4:])))
 
 
-def read_text(path: Path, problems: list[Problem], source: str = "sysfs") -> str | None:
+def read_text(path: str, problems: list[Problem], source: str = "sysfs") -> str | None:
     """A sysfs attribute's text; ``None`` when absent (the normal case for optional files)."""
     try:
-        return path.read_text(encoding="ascii", errors="replace").strip()
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read().strip()
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -137,7 +141,7 @@ def read_text(path: Path, problems: list[Problem], source: str = "sysfs") -> str
         return None
 
 
-def read_int(path: Path, problems: list[Problem], source: str = "sysfs") -> int | None:
+def read_int(path: str, problems: list[Problem], source: str = "sysfs") -> int | None:
     """A decimal or ``0x`` hex attribute (``"0x8086"``, ``"34342961152"``); ``None`` if absent."""
     text = read_text(path, problems, source)
     if text is None:
@@ -152,15 +156,13 @@ def read_int(path: Path, problems: list[Problem], source: str = "sysfs") -> int 
 def count_tiles(gpu: PciGpu) -> int | None:
     """xe creates one ``tile<N>`` directory per tile on the PCI device (xe_tile_sysfs.c)."""
     try:
-        tiles = [
-            p for p in gpu.path.iterdir() if p.name.startswith("tile") and p.name[4:].isdigit()
-        ]
+        tiles = [n for n in os.listdir(gpu.path) if n.startswith("tile") and n[4:].isdigit()]
     except OSError:
         return None
     return len(tiles) or None
 
 
-def perfmon_capable(proc_root: Path = Path("/proc")) -> bool:
+def perfmon_capable(proc_root: str | os.PathLike[str] = "/proc") -> bool:
     """Whether this process has CAP_PERFMON or CAP_SYS_ADMIN (root has both).
 
     i915 and xe fill "used/unallocated" VRAM figures only for ``perfmon_capable()`` callers and
@@ -168,7 +170,10 @@ def perfmon_capable(proc_root: Path = Path("/proc")) -> bool:
     status counts as not capable: a reading we cannot trust is unknown.
     """
     try:
-        status = (proc_root / "self" / "status").read_text(encoding="ascii", errors="replace")
+        with open(
+            os.path.join(proc_root, "self", "status"), encoding="ascii", errors="replace"
+        ) as f:
+            status = f.read()
     except OSError:
         return False
     for line in status.splitlines():

@@ -11,10 +11,10 @@ SYCL selection variables removed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection
 from functools import partial
 
+from xpulaunch._dataclass import replace
 from xpulaunch.model import Problem
 from xpulaunch.probe.context import ProbeContext, failed, not_installed, parallel, run_tool
 from xpulaunch.probe.observe import Observation
@@ -70,7 +70,7 @@ def _with_names(ctx: ProbeContext, found: list[Observation]) -> list[Observation
     if not isinstance(run, RunResult) or run.returncode != 0:
         return found
     names = parse_list_gpus_v2(run.stdout)
-    return [dataclasses.replace(o, name=names.get(o.uuid or "")) for o in found]
+    return [replace(o, name=names.get(o.uuid or "")) for o in found]
 
 
 def _probe_v1(
@@ -139,7 +139,7 @@ def _v1_card(
     memory_busy = percent(row.get(5))
     if memory_busy is not None:
         extra["memory_utilization_percent"] = memory_busy
-    return dataclasses.replace(
+    return replace(
         card.observation,
         memory_total_bytes=total,
         memory_used_bytes=used,

@@ -10,9 +10,12 @@ back near what it was before the job started. NVML answers without creating a CU
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from types import ModuleType
+    from typing import Any
 
 SLACK_BYTES = 256 * 1024 * 1024  # other tenants' small allocations are not ours to wait for
 

@@ -8,18 +8,22 @@ everything itself. EOF without ``done`` means the supervisor died: the guardian 
 every process of the job, found by session id and by the ``XPULAUNCH_JOB_ID`` environment
 marker every descendant inherits, until none is left, and only then exits. It also holds the
 job's device-lease file descriptors, so the devices stay leased until the job is really gone.
+(On a normal end the supervisor unlocks the leases itself once it has seen the job gone, and
+does not wait for the guardian to exit.)
 
 It must stay small and start fast, so it is run by path with ``python -S -E`` (no
-site-packages, no PYTHON* variables) and imports only ``os``, ``signal``, ``sys`` and
-``time``: not even ``typing`` (2 MiB of the guardian's ~9 MiB). The /proc reader below is
+site-packages, no PYTHON* variables) and imports only ``os``, ``_signal``, ``sys`` and
+``time``: not even ``typing`` (2 MiB of the guardian's ~9 MiB), nor ``signal``, whose enums
+pull in ``enum``, ``functools`` and ``collections`` (~6 ms of its ~16 ms start, competing
+with the workers' own start for the CPU; issue 4). The /proc reader below is
 also what :mod:`xpulaunch.proc.tree` uses to find a job's processes, so both sides agree on
 what "a process of the job" is.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # what signal wraps (no stub): same calls
 import os
-import signal
 import sys
 import time
 
@@ -30,6 +34,9 @@ if TYPE_CHECKING:
 JOB_ID_VAR = "XPULAUNCH_JOB_ID"
 WORKER_VAR = "XPULAUNCH_WORKER"
 _GONE_STATES = frozenset("ZXx")  # zombie / dead: it holds no resources but a pid
+# /proc/PID/stat is 52 numbers and a command name of at most 64 bytes (TASK_COMM_LEN 16,
+# escaped): well under 1 KiB.
+_STAT_MAX_BYTES = 4096
 
 
 class ProcInfo:
@@ -61,11 +68,17 @@ class Member:
 
 def read_stat(pid: int) -> ProcInfo | None:
     """Parse /proc/PID/stat; None when the process is gone."""
+    # os.open/os.read, not open(): a third faster, and a scan reads this for every process.
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:  # gone between listing and reading (ENOENT/ESRCH)
         return None
+    try:
+        raw = os.read(fd, _STAT_MAX_BYTES)  # one read: the kernel writes it in one go
+    except OSError:  # gone while reading (ESRCH)
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) is in parentheses and may itself hold spaces and ')'.
     fields = raw[raw.rfind(b")") + 2 :].split()
     return ProcInfo(pid, fields) if len(fields) >= 20 else None
@@ -94,19 +107,20 @@ def now_ticks() -> int:
     return max(int(uptime_s * os.sysconf("SC_CLK_TCK")) - 1, 0)
 
 
-def iter_procs(uid: int) -> Iterator[ProcInfo]:
-    """Every live (not zombie) process of ``uid``."""
+def iter_procs(uid: int, since_ticks: int = 0) -> Iterator[ProcInfo]:
+    """Every live (not zombie) process of ``uid`` started at or after ``since_ticks``."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
+            continue
+        info = read_stat(int(entry.name))
+        if info is None or info.state in _GONE_STATES or info.start_ticks < since_ticks:
             continue
         try:
             if entry.stat().st_uid != uid:
                 continue
         except OSError:  # exited while we looked
             continue
-        info = read_stat(int(entry.name))
-        if info is not None and info.state not in _GONE_STATES:
-            yield info
+        yield info
 
 
 def find_job(
@@ -121,14 +135,15 @@ def find_job(
     ``sessions`` maps a worker's session id to its leader's start ticks. A session whose id
     was reused by a newer process is not ours (the kernel frees a pid only once no process
     uses it as session id, so a live leader with other start ticks means reuse). Only
-    processes started at or after ``since_ticks`` are read for the marker.
+    processes started at or after ``since_ticks`` are looked at: the job started then, so
+    every process of it, in its workers' sessions or carrying its marker, was forked after.
     """
     ours = {sid for sid, ticks in sessions.items() if _session_is_ours(sid, ticks)}
     found = []
-    for info in iter_procs(os.getuid()):
+    for info in iter_procs(os.getuid(), since_ticks):
         if info.pid in exclude or info.pid <= 1:
             continue
-        env = read_environ(info.pid) if info.start_ticks >= since_ticks else {}
+        env = read_environ(info.pid)
         marked = job_id is not None and env.get(JOB_ID_VAR) == job_id
         if marked or info.sid in ours:
             found.append(Member(info, env.get(WORKER_VAR)))
@@ -145,7 +160,7 @@ def _kill(pid: int) -> None:
     if pid <= 1 or pid == os.getpid():
         return
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, _signal.SIGKILL)
     except ProcessLookupError:
         return  # already gone: that is what we want
 
@@ -166,8 +181,8 @@ def kill_job(job_id: str, sessions: Mapping[int, int], since_ticks: int) -> None
 def main(argv: list[str]) -> int:
     """``guardian.py JOB_ID SINCE_TICKS [RECORD_FILE]``; the supervisor's pipe is stdin."""
     # The terminal's Ctrl-C and hang-up are for the supervisor, which forwards them.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGHUP, _signal.SIG_IGN)
     job_id, since_ticks = argv[0], int(argv[1])
     record = argv[2] if len(argv) > 2 else None
     sessions: dict[int, int] = {}

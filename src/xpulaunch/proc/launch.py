@@ -11,13 +11,9 @@ failing worker's status, or 128 + N when stopped by signal N.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from xpulaunch._dataclass import dataclass, replace
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.model import Backend, Plan
@@ -27,13 +23,20 @@ from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.signals import forwarding
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
+from xpulaunch.proc.which import which
 
+# Start-up time (issue 4): typing, pathlib and shutil are not imported on the launch path;
+# names used only in annotations are the type checker's alone.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
     from xpulaunch.proc.gpu import NvmlSettle
+
+    _Prepare = Callable[[int], WorkerSpec]
 
 RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
 MAX_RESTARTS_VAR = "TORCHELASTIC_MAX_RESTARTS"
-_Prepare = Callable[[int], WorkerSpec]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ def check_program(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) 
             raise LaunchError(f"{program}: no such file")
         if not os.access(found, os.X_OK):
             raise LaunchError(f"{program}: not executable")
-    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+    elif which(program, env.get("PATH", os.defpath)) is None:
         raise LaunchError(f"{program}: command not found on PATH")
     script = argv[1] if len(argv) > 1 and _is_python(program) else None
     if script is not None and script.endswith(".py") and not os.path.isfile(_resolve(script, cwd)):
@@ -150,7 +153,7 @@ def _resolve(path: str, cwd: str | None) -> str:
 
 
 def _is_python(program: str) -> bool:
-    return program == sys.executable or Path(program).name.startswith("python")
+    return program == sys.executable or os.path.basename(program).startswith("python")
 
 
 def _check_ranks(ranks: frozenset[str] | None, names: list[str]) -> None:

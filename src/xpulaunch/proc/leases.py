@@ -11,7 +11,11 @@ How a lease works (landscape pitfall 15):
   Our descriptors are non-inheritable (PEP 446); ``pass_fds`` makes them inheritable only in
   the children that should hold them.
 * :meth:`Lease.release` only closes our descriptors, never ``LOCK_UN``: unlocking would drop the
-  lock of the whole open file description, also for workers that are still alive.
+  lock of the whole open file description, also for workers that are still alive. The one
+  place that unlocks is the supervisor, once it has seen every process of the job gone (by
+  session and marker, as the guardian would): then waiting for the guardian to exit is not
+  needed for the devices to be free when ``run`` returns (issue 4; see
+  :meth:`xpulaunch.proc.engine.Engine.release_leases`).
 * Lock files are never deleted: unlinking a lock file that others have open puts later lockers
   on another inode and breaks mutual exclusion (py-filelock #31).
 * Who holds a unit is in a side file ``unit-<escaped key>.holder``, written after the lock is
@@ -34,15 +38,18 @@ import fcntl
 import os
 import stat
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import quote, unquote
 
+from xpulaunch._dataclass import dataclass, field
 from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
-from xpulaunch.model import Plan
+from xpulaunch.proc.lease_names import (
+    HOLDER_SUFFIX,
+    LOCK_SUFFIX,
+    UNIT_PREFIX,
+    holder_file_name,
+    key_of_lock_file,
+    lock_file_name,
+)
 from xpulaunch.proc.queue import (
     HolderInfo,
     WaiterRecord,
@@ -53,15 +60,19 @@ from xpulaunch.proc.queue import (
     write_record,
 )
 
-PlanFn = Callable[[Mapping[str, str]], Plan]
+# Start-up time (issue 4): every launch allocates, so this module imports neither typing nor
+# pathlib (~4 ms with the urllib.parse and ipaddress it pulls in) nor uuid (~4 ms). Paths are
+# strings inside; the public ``Path`` attributes are built when asked for.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from pathlib import Path
+
+    from xpulaunch.model import Plan
+
+    PlanFn = Callable[[Mapping[str, str]], Plan]
 
 ALLOCATION_LOCK = "allocate.lock"
-UNIT_PREFIX = "unit-"
-_LOCK, _HOLDER = ".lock", ".holder"
-# NAME_MAX is 255 bytes; a longer escaped key is hashed. quote() only writes '%' + two hex
-# digits, so '%s...' can never be an escaped key: no collision.
-_MAX_ESCAPED_KEY = 200
-_HASHED = "%sha256-"
 _HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
 # flock(2) on filesystems without working locks (some NFS mounts, FUSE, odd container mounts).
 _NO_LOCK_ERRNOS = frozenset(
@@ -74,42 +85,31 @@ _PRIVATE_DIR_MODE, _PRIVATE_FILE_MODE = 0o700, 0o600
 _SHARED_DIR_MODE, _SHARED_FILE_MODE, _SHARED_TICKET_MODE = 0o1777, 0o666, 0o644
 
 
-def lock_file_name(key: str) -> str:
-    """``0000:29:00.0/tile1`` -> ``unit-0000%3A29%3A00.0%2Ftile1.lock``: no ``/``, no dot."""
-    return _escape(key) + _LOCK
+def _path(root: str | os.PathLike[str]) -> Path:
+    from pathlib import Path  # only for the callers that ask for a Path (status, tests)
 
-
-def holder_file_name(key: str) -> str:
-    return _escape(key) + _HOLDER
-
-
-def key_of_lock_file(name: str) -> str | None:
-    """The unit key of a lock file name; None for a hashed (very long) key."""
-    stem = name[len(UNIT_PREFIX) : -len(_LOCK)]
-    return None if stem.startswith(_HASHED) else unquote(stem)
-
-
-def _escape(key: str) -> str:
-    # Percent-encode all but [A-Za-z0-9_.~-]: one-to-one, and portable to any filesystem.
-    escaped = quote(key, safe="")
-    if not escaped or len(escaped) > _MAX_ESCAPED_KEY:
-        import hashlib  # ~15 ms to import (OpenSSL): only for keys too long to escape
-
-        escaped = _HASHED + hashlib.sha256(key.encode()).hexdigest()
-    return UNIT_PREFIX + escaped
+    return Path(root)
 
 
 @dataclass(frozen=True, slots=True)
 class LockDirectory:
     """A lock directory: private to one user (0700, verified) or shared by several users."""
 
-    path: Path
+    root: str | os.PathLike[str]  # the directory (a string on the launch path)
     shared: bool
     owner_uid: int | None = None  # who must own a private directory
 
+    @property
+    def path(self) -> Path:
+        return _path(self.root)
+
     @classmethod
     def default(
-        cls, env: Mapping[str, str], *, uid: int | None = None, tmp_root: Path = Path("/tmp")
+        cls,
+        env: Mapping[str, str],
+        *,
+        uid: int | None = None,
+        tmp_root: str | os.PathLike[str] = "/tmp",
     ) -> LockDirectory:
         """``$XDG_RUNTIME_DIR/xpulaunch``, else ``/tmp/xpulaunch-<uid>``; private either way."""
         uid = os.getuid() if uid is None else uid
@@ -117,22 +117,25 @@ class LockDirectory:
         # The XDG spec says to ignore a relative XDG_RUNTIME_DIR; a missing one (su, cron,
         # containers) falls back to /tmp, as the supervisor's job records do.
         if os.path.isabs(runtime) and os.path.isdir(runtime):
-            return cls(Path(runtime) / "xpulaunch", shared=False, owner_uid=uid)
-        return cls(tmp_root / f"xpulaunch-{uid}", shared=False, owner_uid=uid)
+            return cls(os.path.join(runtime, "xpulaunch"), shared=False, owner_uid=uid)
+        return cls(os.path.join(tmp_root, f"xpulaunch-{uid}"), shared=False, owner_uid=uid)
+
+    def join(self, name: str) -> str:
+        return os.path.join(self.root, name)
 
     def ensure(self, *, create: bool) -> bool:
         """Check (and with ``create``, make) the directory; False when it does not exist."""
         if create:
-            _make_dir(self.path, _SHARED_DIR_MODE if self.shared else _PRIVATE_DIR_MODE)
+            _make_dir(self.root, _SHARED_DIR_MODE if self.shared else _PRIVATE_DIR_MODE)
         try:
             # lstat for a private directory: a symlink planted in /tmp is refused, not followed.
-            st = os.stat(self.path) if self.shared else os.lstat(self.path)
+            st = os.stat(self.root) if self.shared else os.lstat(self.root)
         except FileNotFoundError:
             return False
         except OSError as exc:
-            raise LeaseError(f"lock directory {self.path}: {exc.strerror}; {_HINT}") from exc
+            raise LeaseError(f"lock directory {self.root}: {exc.strerror}; {_HINT}") from exc
         if not stat.S_ISDIR(st.st_mode):
-            raise LeaseError(f"lock directory {self.path} is not a directory; remove it or {_HINT}")
+            raise LeaseError(f"lock directory {self.root} is not a directory; remove it or {_HINT}")
         if not self.shared:
             self._check_private(st)
         return True
@@ -140,27 +143,27 @@ class LockDirectory:
     def _check_private(self, st: os.stat_result) -> None:
         if st.st_uid != self.owner_uid:
             raise LeaseError(
-                f"lock directory {self.path} belongs to uid {st.st_uid}, not to you (uid "
+                f"lock directory {self.root} belongs to uid {st.st_uid}, not to you (uid "
                 f"{self.owner_uid}), so its owner could fake or break your reservations; "
                 f"remove it or {_HINT}"
             )
         mode = stat.S_IMODE(st.st_mode)
         if mode & 0o022:
             raise LeaseError(
-                f"lock directory {self.path} has mode {mode:04o}, so other users may have "
+                f"lock directory {self.root} has mode {mode:04o}, so other users may have "
                 f"planted files in it; a private lock directory must be 0700: check it and run "
-                f"'chmod 700 {self.path}', or {_HINT}"
+                f"'chmod 700 {self.root}', or {_HINT}"
             )
         if mode & 0o077:
             # Only readable by others (a parent made by ``mkdir -p`` under umask 022): nothing
             # can have been planted, so closing it is safe.
-            os.chmod(self.path, _PRIVATE_DIR_MODE)
+            os.chmod(self.root, _PRIVATE_DIR_MODE)
 
     def open_file(
         self, name: str, access: int, *, create: bool, writable_by_all: bool
     ) -> int | None:
         """Open a regular file here (no symlinks, no blocking); None if absent and not created."""
-        path = self.path / name
+        path = self.join(name)
         if not self.shared:
             mode = _PRIVATE_FILE_MODE
         else:
@@ -180,7 +183,7 @@ class LockDirectory:
     def must_open(self, name: str, access: int) -> int:
         fd = self.open_file(name, access, create=True, writable_by_all=True)
         if fd is None:  # pragma: no cover - open_file returns None only without create
-            raise LeaseError(f"cannot create {self.path / name}")
+            raise LeaseError(f"cannot create {self.join(name)}")
         return fd
 
     def try_lock(self, fd: int) -> bool:
@@ -209,22 +212,22 @@ class LockDirectory:
     def _lock_failure(self, exc: OSError) -> LeaseError:
         if exc.errno in _NO_LOCK_ERRNOS:
             return LeaseError(
-                f"lock directory {self.path} does not support file locks (flock: "
+                f"lock directory {self.root} does not support file locks (flock: "
                 f"{exc.strerror}); {_HINT} on a local filesystem, such as /tmp"
             )
-        return LeaseError(f"cannot lock a file in {self.path}: {exc.strerror}")
+        return LeaseError(f"cannot lock a file in {self.root}: {exc.strerror}")
 
     def names(self, prefix: str, suffix: str) -> list[str]:
         try:
-            entries = os.listdir(self.path)
+            entries = os.listdir(self.root)
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise LeaseError(f"cannot list lock directory {self.path}: {exc.strerror}") from exc
+            raise LeaseError(f"cannot list lock directory {self.root}: {exc.strerror}") from exc
         return [n for n in entries if n.startswith(prefix) and n.endswith(suffix)]
 
 
-def _make_dir(path: Path, mode: int) -> None:
+def _make_dir(path: str | os.PathLike[str], mode: int) -> None:
     try:
         os.mkdir(path, mode)
     except FileExistsError:
@@ -234,7 +237,7 @@ def _make_dir(path: Path, mode: int) -> None:
     os.chmod(path, mode)  # mkdir's mode went through the umask
 
 
-def _open(path: Path, flags: int, mode: int, *, create: bool) -> int | None:
+def _open(path: str, flags: int, mode: int, *, create: bool) -> int | None:
     if create:
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
@@ -256,15 +259,21 @@ class Lease:
     """Locks held for one job; ``release()`` closes our descriptors (idempotent).
 
     Workers that inherited :attr:`fds` keep the lease after ``release()``: it ends when the
-    last process holding them exits. ``shared`` leases (``--shared``) and CPU plans hold none.
+    last process holding them exits, or when the supervisor that ran them has seen every
+    process of the job gone and unlocked it. ``shared`` leases (``--shared``) and CPU plans
+    hold none.
     """
 
     keys: tuple[str, ...]
     fds: tuple[int, ...]
     job_id: str
-    lock_dir: Path
+    root: str | os.PathLike[str]  # the lock directory
     shared: bool = False
     released: bool = field(default=False, init=False)
+
+    @property
+    def lock_dir(self) -> Path:
+        return _path(self.root)
 
     def release(self) -> None:
         if self.released:
@@ -325,7 +334,7 @@ class LeaseManager:
             env = os.environ if env is None else env
             self.directory = LockDirectory.default(env, uid=uid)
         else:
-            self.directory = LockDirectory(Path(lock_dir), shared=True)
+            self.directory = LockDirectory(lock_dir, shared=True)
         self._clock = clock
         self._sleep = sleep
         self._poll_interval_s = poll_interval_s
@@ -361,7 +370,8 @@ class LeaseManager:
         line for ``status`` (default: this process's argv).
         """
         self.directory.ensure(create=True)
-        holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
+        # 12 random hex digits, as uuid4().hex[:12] gave (its first 6 bytes are all random).
+        holder = HolderInfo.of_this_process(os.urandom(6).hex(), command)
         if not wait:
             with self.directory.allocation_lock():
                 return self._allocate_now(plan_fn, holder, shared=shared)
@@ -407,7 +417,7 @@ class LeaseManager:
                 plan = plan_fn(unavailable)
             except DeviceBusyError:
                 plan = plan_fn({})  # a leased unit named explicitly: sharing it is the point
-            return plan, Lease((), (), holder.job_id, self.lock_dir, shared=True)
+            return plan, Lease((), (), holder.job_id, self.directory.root, shared=True)
         plan = plan_fn(unavailable)
         return plan, self._lock(plan.lease_keys, holder)
 
@@ -427,12 +437,12 @@ class LeaseManager:
             for key in keys:
                 self._write(holder_file_name(key), {"key": key, **holder.to_dict()})
             undo.pop_all()
-        return Lease(tuple(keys), tuple(fds), holder.job_id, self.lock_dir)
+        return Lease(tuple(keys), tuple(fds), holder.job_id, self.directory.root)
 
     def _held(self) -> dict[str, HolderInfo | None]:
         """Unit key -> holder (None: unknown) of every leased unit. Under the allocation lock."""
         held: dict[str, HolderInfo | None] = {}
-        for name in self.directory.names(UNIT_PREFIX, _LOCK):
+        for name in self.directory.names(UNIT_PREFIX, LOCK_SUFFIX):
             fd = self.directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
             if fd is None:
                 continue
@@ -442,7 +452,7 @@ class LeaseManager:
                 os.close(fd)  # drops the probe's own lock on a free unit
             if free:
                 continue  # a stale holder file next to it is ignored
-            record = self._read(name[: -len(_LOCK)] + _HOLDER)
+            record = self._read(name[: -len(LOCK_SUFFIX)] + HOLDER_SUFFIX)
             key = key_of_lock_file(name) or str((record or {}).get("key", name))
             held[key] = HolderInfo.from_dict(record)
         return held
@@ -452,7 +462,7 @@ class LeaseManager:
         try:
             write_record(fd, record)
         except OSError as exc:
-            raise LeaseError(f"cannot write {self.lock_dir / name}: {exc.strerror}") from exc
+            raise LeaseError(f"cannot write {self.directory.join(name)}: {exc.strerror}") from exc
         finally:
             os.close(fd)
 

@@ -16,10 +16,16 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
+
+from xpulaunch._dataclass import dataclass
+
+# Start-up time (issue 4): typing and pathlib are not imported on the launch path; a Path is
+# made only for a log file (``log_dir``).
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+    from typing import BinaryIO
 
 MAX_LINE_BYTES = 64 * 1024
 # Cyan, yellow, green, magenta, blue, bright cyan ... red stays free for errors.
@@ -107,6 +113,8 @@ class LogSink:
         """Start the log file of ``name``'s attempt ``attempt`` (closing the previous one)."""
         if self._config.log_dir is None:
             return None
+        from pathlib import Path
+
         path = Path(self._config.log_dir) / f"attempt_{attempt}" / f"{name}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)

@@ -17,13 +17,15 @@ import selectors
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from concurrent.futures import Future
+    from typing import TypeVar
 
-Action = Callable[[], None]
+    R = TypeVar("R")
+    Action = Callable[[], None]
 
 
 def _close_fds(*fds: int) -> None:
@@ -31,7 +33,7 @@ def _close_fds(*fds: int) -> None:
         os.close(fd)
 
 
-def _run_into(fn: Callable[[], object], future: Future[object]) -> None:
+def _run_into(fn: Callable[[], R], future: Future[R]) -> None:
     """A helper thread's body: ``fn``'s result or exception goes into ``future``."""
     if not future.set_running_or_notify_cancel():
         return
@@ -65,7 +67,7 @@ class Loop:
         """Run ``action`` on the loop once the clock reaches ``when_s``."""
         heapq.heappush(self._timers, (when_s, next(self._seq), action))
 
-    def submit(self, fn: Callable[[], object], then: Callable[[Future[object]], None]) -> None:
+    def submit(self, fn: Callable[[], R], then: Callable[[Future[R]], None]) -> None:
         """Run ``fn`` on a helper thread; ``then(future)`` runs on the loop afterwards.
 
         One daemon thread per call, not a ``ThreadPoolExecutor``: the interpreter joins an
@@ -76,7 +78,7 @@ class Loop:
         # Imported here: only jobs with health checks or a settle hook need threads.
         from concurrent.futures import Future
 
-        future: Future[object] = Future()
+        future: Future[R] = Future()
         future.add_done_callback(lambda f: self.post(lambda: then(f)))
         thread = threading.Thread(
             target=_run_into, args=(fn, future), name="xpulaunch-check", daemon=True

@@ -9,10 +9,13 @@ row. A check that has not answered within ``timeout_s`` counts as one failure pe
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import Enum
 
-from xpulaunch.proc.spec import Probe
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from xpulaunch.proc.spec import Probe
 
 
 class Verdict(str, Enum):

@@ -25,39 +25,43 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, suppress
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, TypeVar
+from contextlib import suppress
 
+from xpulaunch._dataclass import dataclass
 from xpulaunch.errors import LeaseError, WaitTimeoutError
 
-T = TypeVar("T")
+# Start-up time (issue 4): every launch allocates through this module, so typing and
+# pathlib are not imported here; the protocol below exists for the type checker only.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from contextlib import AbstractContextManager
+    from typing import Protocol, TypeVar
+
+    T = TypeVar("T")
+
+    class LockFiles(Protocol):
+        """What the queue needs from the lock directory (``leases.LockDirectory``)."""
+
+        def join(self, name: str) -> str: ...
+
+        def open_file(
+            self, name: str, access: int, *, create: bool, writable_by_all: bool
+        ) -> int | None: ...
+
+        def try_lock(self, fd: int) -> bool: ...
+
+        def names(self, prefix: str, suffix: str) -> list[str]: ...
+
+        def allocation_lock(self) -> AbstractContextManager[None]: ...
+
+
 TICKET_PREFIX = "wait-"
 TICKET_SUFFIX = ".ticket"
 # Tickets and holder files hold a small JSON record; anything larger was not written by us.
 _MAX_RECORD_BYTES = 64 * 1024
-
-
-class LockFiles(Protocol):
-    """What the queue needs from the lock directory (``leases.LockDirectory``)."""
-
-    @property
-    def path(self) -> Path: ...
-
-    def open_file(
-        self, name: str, access: int, *, create: bool, writable_by_all: bool
-    ) -> int | None: ...
-
-    def try_lock(self, fd: int) -> bool: ...
-
-    def names(self, prefix: str, suffix: str) -> list[str]: ...
-
-    def allocation_lock(self) -> AbstractContextManager[None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +124,9 @@ class HolderInfo:
         """Short command line: ``xpulaunch --gpus 1 train.py``."""
         if not self.argv:
             return "?"
-        text = shlex.join([Path(self.argv[0]).name, *self.argv[1:]])
+        import shlex  # for status lines and messages only, not on the launch path
+
+        text = shlex.join([_basename(self.argv[0]), *self.argv[1:]])
         return text if len(text) <= width else text[: width - 3] + "..."
 
     def since(self) -> str:
@@ -146,6 +152,12 @@ class HolderInfo:
         if started_s is None or self.pid_started_s is None:
             return started_s is not None
         return abs(started_s - self.pid_started_s) < 1.0  # another start time: a reused pid
+
+
+def _basename(path: str) -> str:
+    """``pathlib.PurePosixPath(path).name``: the last component that is not empty or ``.``."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return parts[-1] if parts else ""
 
 
 def _user_name(uid: int) -> str:
@@ -223,7 +235,7 @@ class Ticket:
             return
         # Unlink while still holding the lock: nobody ever sees our ticket unlocked and alive.
         with suppress(FileNotFoundError):
-            os.unlink(self._files.path / self.name)
+            os.unlink(self._files.join(self.name))
         os.close(self._fd)
         self._fd = None
 
@@ -282,7 +294,7 @@ class WaitQueue:
         try:
             if self._files.try_lock(fd):
                 with suppress(FileNotFoundError, PermissionError):
-                    os.unlink(self._files.path / name)
+                    os.unlink(self._files.join(name))
                 return None
             return read_record(fd) or {}
         finally:

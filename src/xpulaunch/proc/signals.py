@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import FrameType
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from types import FrameType
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterable
 
-from xpulaunch.proc.guardian import Member
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from xpulaunch.proc.guardian import Member
 
 
 def _is_safe_target(pid: int) -> bool:

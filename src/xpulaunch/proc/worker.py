@@ -14,7 +14,6 @@ import selectors
 import signal
 import subprocess
 import threading
-from typing import IO, TYPE_CHECKING, cast
 
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.proc.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
@@ -25,8 +24,10 @@ from xpulaunch.proc.spawn import open_pidfd, spawn
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.tree import exit_status, signal_group, signal_members, signal_name
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from concurrent.futures import Future
+    from typing import IO
 
     from xpulaunch.proc.engine import Engine, Gang
 
@@ -259,11 +260,11 @@ class Worker:
                 self.engine.clock() + probe.interval_s, lambda: self._probe_tick(token)
             )
 
-    def _probe_done(self, token: int, future: Future[object]) -> None:
+    def _probe_done(self, token: int, future: Future[tuple[bool, str]]) -> None:
         probe_run = self._probe
         if token != self.token or not self.alive or probe_run is None:
             return
-        ok, detail = cast("tuple[bool, str]", future.result())
+        ok, detail = future.result()
         verdict = probe_run.result(ok, detail)
         if verdict is Verdict.READY:
             self.state = WorkerState.READY

@@ -16,7 +16,6 @@ and ROCm parsers (issue 2: ``run --dry-run`` start-up time).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from xpulaunch.core.masks.common import (
     CUDA_VAR,
@@ -27,6 +26,7 @@ from xpulaunch.core.masks.common import (
     ZE_MASK_VAR,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from xpulaunch.core.masks.cuda import (
         CudaEntry,

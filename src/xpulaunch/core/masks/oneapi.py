@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
 
+from xpulaunch._dataclass import dataclass
 from xpulaunch.core.masks.common import C_SPACE, ODS_VAR, ZE_MASK_VAR
 from xpulaunch.errors import MaskError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["ODS_VAR", "OneApiFilter", "parse_oneapi_device_selector"]
 

@@ -1,0 +1,136 @@
+"""When ``run_plan`` returns, its devices are free at once; never while the job lives.
+
+The supervisor unlocks the leases itself (``flock(LOCK_UN)`` on the open file description
+that it, the workers and the guardian share) once it has seen every process of the job gone,
+instead of waiting for the guardian to exit (issue 4). Real processes throughout: a driver
+like ``xpulaunch run`` allocates one device through ``LeaseManager`` and runs a worker that
+leaves a grandchild behind, in its own session, ignoring SIGTERM, holding the inherited lease
+fd. The driver keeps its own lease descriptors open after ``run_plan`` returns, so the device
+can only be free then because the supervisor unlocked it. The SIGKILLed-supervisor case (the
+guardian keeps the devices until the job is gone) is test_orphans.py's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xpulaunch.model import Backend, Device, Plan, Unit, Vendor
+from xpulaunch.proc.leases import LeaseManager, lock_file_name
+
+from .conftest import alive, wait_for
+
+KEY = "0000:01:00.0"
+
+# The worker: fork a grandchild that leaves the session (setsid), ignores SIGTERM, records its
+# pid and sleeps; exit 0 once it is there. argv[2] is the grandchild's XPULAUNCH_WORKER: the
+# worker's own name, or another one (a process the job's marker still names, owned by no
+# worker: the supervisor's last check must find it too).
+WORKER = """
+import os, signal, sys, time
+out, name = sys.argv[1], sys.argv[2]
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    env = {**os.environ, "XPULAUNCH_WORKER": name}
+    code = ("import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+            "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(600)")
+    os.execve(sys.executable, [sys.executable, "-c", code, out], env)
+while not os.path.exists(out):
+    time.sleep(0.01)
+"""
+
+# Like `xpulaunch run`: allocate, run_plan with the lease fds, say so; keep our descriptors
+# until stdin closes (so only an unlock can have freed the device).
+DRIVER = """
+import json, os, sys
+from xpulaunch.model import Backend, Device, Plan, Unit, Vendor, WorkerPlan
+from xpulaunch.proc.launch import RunOptions, run_plan
+from xpulaunch.proc.leases import LeaseManager
+lock_dir, key, argv = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+unit = Unit(Device(Vendor.NVIDIA, 0, pci_bus_id=key))
+plan_fn = lambda held: Plan(Backend.CUDA, (unit,), (WorkerPlan("0", 0, 0, tuple(argv), {}),), None)
+plan, lease = LeaseManager(lock_dir).allocate(plan_fn)
+status = run_plan(plan, dict(os.environ), RunOptions(grace_s=0.3), lease.fds)
+print("returned", status, flush=True)
+sys.stdin.read()
+lease.release()
+"""
+
+
+def _plan(held: object) -> Plan:
+    return Plan(Backend.CUDA, (Unit(Device(Vendor.NVIDIA, 0, pci_bus_id=KEY)),), (), None)
+
+
+def _lock_free(lock_file: Path) -> bool:
+    """Try the device's lock without keeping it (closing our descriptor drops ours)."""
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _watch_until_returned(driver: subprocess.Popen[str], lock_file: Path, grandchild: int) -> str:
+    """Until the driver says ``returned``: whenever the device is free, the grandchild (which
+    holds the lease fd) must already be dead. Checked in this order on purpose: free first,
+    then alive, so "free while alive" is never a race of the two looks."""
+    assert driver.stdout is not None
+    deadline = time.monotonic() + 30
+    seen_held = False
+    while time.monotonic() < deadline:
+        free = _lock_free(lock_file)
+        assert not (free and alive(grandchild)), "the device was free while the job lived"
+        seen_held = seen_held or not free
+        ready, _, _ = select.select([driver.stdout], [], [], 0.01)
+        if ready:
+            assert seen_held  # the check above really watched a held lease
+            return driver.stdout.readline().strip()
+    pytest.fail("run_plan did not return")
+
+
+@pytest.mark.parametrize("marker", ["0", "other"])
+def test_devices_are_free_when_run_plan_returns(tmp_path: Path, marker: str) -> None:
+    lock_dir = tmp_path / "locks"
+    pid_file = tmp_path / "grandchild.pid"
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    argv = [sys.executable, str(script), str(pid_file), marker]
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(lock_dir), KEY, json.dumps(argv)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    grandchild = 0
+    try:
+        wait_for(pid_file.exists, timeout_s=20)
+        grandchild = int(pid_file.read_text())
+        line = _watch_until_returned(driver, lock_dir / lock_file_name(KEY), grandchild)
+        assert line == "returned 0"
+        assert not alive(grandchild)
+        # The driver still holds its lease descriptors (and the guardian may not have exited
+        # yet): another launch gets the device at once all the same.
+        plan, lease = LeaseManager(lock_dir).allocate(_plan)
+        with lease:
+            assert plan.lease_keys == (KEY,)
+        assert driver.poll() is None
+    finally:
+        driver.communicate(timeout=20)
+        if grandchild and alive(grandchild):  # only after a failure above
+            os.kill(grandchild, signal.SIGKILL)
+    assert driver.returncode == 0
