@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench_probe import CONSOLE_SCRIPT  # the same directory: run as bench/bench_supervisor.py
+
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.proc.events import Event, Exited, Started
 from xpulaunch.proc.guardian import find_job
@@ -81,7 +83,13 @@ def launchers(work: Path, script: str = "pass\n") -> dict[str, list[str]]:
     py = sys.executable
     bindir = str(Path(py).parent)
     script_path = shutil.which("xpulaunch", path=bindir)
-    command = [script_path] if script_path else [py, "-m", "xpulaunch"]
+    if script_path is None:  # a checkout on PYTHONPATH (the lent GPU machines): pip's script
+        (work / "bin").mkdir(exist_ok=True)  # not work/xpulaunch: that is the lock directory
+        script_path = str(work / "bin" / "xpulaunch")
+        Path(script_path).write_text(CONSOLE_SCRIPT)
+        command = [py, script_path]
+    else:
+        command = [script_path]
     found = {
         "bare": [py, str(worker)],
         "run_plan": [py, str(driver), py, str(worker)],

@@ -363,8 +363,10 @@ def max1550_cards(*, used_mib: tuple[float, float] = (26.31, 40102.55)) -> list[
 
 
 def tool_path(bin_dir: Path | None) -> str:
-    """PATH with the fake tools first and nothing else that could answer for them."""
-    return f"{bin_dir}:/usr/bin:/bin" if bin_dir else "/usr/bin:/bin"
+    """PATH with the fake tools and nothing else: on a GPU host /usr/bin has the real
+    nvidia-smi, which would answer for a tool the test means to be missing. (The fakes run
+    under this Python by absolute path and need nothing from PATH.)"""
+    return str(bin_dir) if bin_dir else "/nonexistent-xpulaunch-test-tools"
 
 
 def probe_fake(m: FakeMachine, bin_dir: Path | None = None, **kwargs: Any) -> Inventory:
