@@ -142,7 +142,12 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     leases = LeaseSettings.pop_from(options)
     request = _request(server_args, options)
     path = options["inventory"]
-    inventory = api.load_inventory(path) if path else api.probe(parent_env)
+    if path:
+        inventory = api.load_inventory(path)
+    else:  # forked, so that NVML's ~20 MiB never become the long-lived supervisor's
+        from xpulaunch.probe.isolated import probe_isolated
+
+        inventory = probe_isolated(parent_env)
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if path else leases.manager().unavailable()

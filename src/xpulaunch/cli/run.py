@@ -185,8 +185,11 @@ def _execute(
 
     run_options = options_from_kwargs(options)  # validate before anything is reserved
     if kwargs["inventory"] is None:
-        # Probe once, outside the allocation lock: only planning runs under it.
-        kwargs["inventory"] = api.probe(kwargs["parent_env"])
+        # Probe once, outside the allocation lock (only planning runs under it), in a forked
+        # child so that NVML's ~20 MiB never become the supervisor's.
+        from xpulaunch.probe.isolated import probe_isolated
+
+        kwargs["inventory"] = probe_isolated(kwargs["parent_env"])
     with WaitReporter() as reporter:
         plan, lease = leases.allocate(
             lambda unavailable: api.plan(program, **kwargs, unavailable=unavailable),

@@ -1,0 +1,108 @@
+"""probe_isolated: the same inventory as probing in-process, with the probe's imports and
+memory left in a forked child (NVML must not stay resident in a long-lived supervisor)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from probe_fakes import FakeMachine, b580_uhd_host
+
+from xpulaunch.core.inventory import dumps
+from xpulaunch.probe import isolated
+from xpulaunch.probe.host import PROCFS_ROOT_ENV, SYSFS_ROOT_ENV, probe_from_env
+
+
+def fake_intel_host(tmp_path: Path) -> dict[str, str]:
+    """A fake Arc B580 + UHD host: devices and a problem (memory used unknown) to carry."""
+    m = FakeMachine(tmp_path)
+    b580_uhd_host(m)
+    return {SYSFS_ROOT_ENV: str(m.sys), PROCFS_ROOT_ENV: str(m.proc), "PATH": str(tmp_path)}
+
+
+def run_isolated(code: str, env: dict[str, str]) -> dict[str, object]:
+    """Run ``code`` in a fresh, single-threaded interpreter; it prints one JSON line."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_the_forked_probe_gives_the_in_process_inventory(tmp_path: Path) -> None:
+    env = fake_intel_host(tmp_path)
+    code = (
+        "import json, os\n"
+        "from xpulaunch.core.inventory import dumps\n"
+        "from xpulaunch.probe.isolated import probe_isolated\n"
+        "print(json.dumps({'doc': dumps(probe_isolated(dict(os.environ))), 'pid': os.getpid()}))\n"
+    )
+    result = run_isolated(code, env)
+    expected = dumps(probe_from_env({**os.environ, **env}))
+    assert result["doc"] == expected
+    document = json.loads(expected)
+    assert document["devices"] and document["problems"]  # a real comparison
+
+
+def test_the_childs_imports_and_state_stay_in_the_child(tmp_path: Path) -> None:
+    code = (
+        "import json, os, sys\n"
+        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.model import Inventory, Problem\n"
+        "seen = []\n"
+        "def probe(env):\n"
+        "    import wave  # stands in for pynvml: loaded only where the probe ran\n"
+        "    seen.append(os.getpid())\n"
+        "    return Inventory(devices=(), problems=(Problem('nvml', f'from {os.getpid()}'),))\n"
+        "isolated.probe_from_env = probe\n"
+        "inv = isolated.probe_isolated({})\n"
+        "print(json.dumps({'problems': [str(p) for p in inv.problems], 'me': os.getpid(),\n"
+        "                  'wave': 'wave' in sys.modules, 'seen': seen}))\n"
+    )
+    result = run_isolated(code, {})
+    assert result["wave"] is False and result["seen"] == []
+    (problem,) = result["problems"]  # type: ignore[misc]
+    assert problem.startswith("nvml: from ") and problem != f"nvml: from {result['me']}"
+
+
+def test_a_failing_child_is_recorded_and_the_probe_runs_here() -> None:
+    code = (
+        "import json, os\n"
+        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.model import Inventory\n"
+        "parent = os.getpid()\n"
+        "def probe(env):\n"
+        "    if os.getpid() != parent:\n"
+        "        raise RuntimeError('a bug in the probe')\n"
+        "    return Inventory(devices=(), problems=())\n"
+        "isolated.probe_from_env = probe\n"
+        "inv = isolated.probe_isolated({})\n"
+        "print(json.dumps({'problems': [str(p) for p in inv.problems]}))\n"
+    )
+    result = run_isolated(code, {})
+    assert result["problems"] == [
+        "probe: the forked probe failed (exit status 1); probed in-process"
+    ]
+
+
+def test_with_other_threads_it_does_not_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fork() -> int:
+        raise AssertionError("forked while another thread ran")
+
+    monkeypatch.setattr(isolated.os, "fork", no_fork)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        inventory = isolated.probe_isolated({SYSFS_ROOT_ENV: "/nonexistent", "PATH": ""})
+    finally:
+        stop.set()
+        other.join()
+    assert inventory.devices == ()
