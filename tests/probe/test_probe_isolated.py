@@ -101,7 +101,8 @@ def test_with_other_threads_it_does_not_fork(monkeypatch: pytest.MonkeyPatch) ->
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
     try:
-        inventory = isolated.probe_isolated({SYSFS_ROOT_ENV: "/nonexistent", "PATH": ""})
+        nowhere = {SYSFS_ROOT_ENV: "/nonexistent", PROCFS_ROOT_ENV: "/nonexistent", "PATH": ""}
+        inventory = isolated.probe_isolated(nowhere)
     finally:
         stop.set()
         other.join()
