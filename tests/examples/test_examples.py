@@ -45,6 +45,8 @@ def ddp_plan(ckpt: Path, *extra: str) -> Plan:
                 "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port),
                 "OMP_NUM_THREADS": "1",
+                # As the planner's CPU plans do: on a GPU host the example would pick nccl.
+                "CUDA_VISIBLE_DEVICES": "",
             },
         )
         for rank in range(2)

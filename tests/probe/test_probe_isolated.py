@@ -87,9 +87,7 @@ def test_a_failing_child_is_recorded_and_the_probe_runs_here() -> None:
         "print(json.dumps({'problems': [str(p) for p in inv.problems]}))\n"
     )
     result = run_isolated(code, {})
-    assert result["problems"] == [
-        "probe: the forked probe failed (exit status 1); probed in-process"
-    ]
+    assert result["problems"] == ["probe: the forked probe failed (exit status 1); probed here"]
 
 
 def test_with_other_threads_it_does_not_fork(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,3 +105,29 @@ def test_with_other_threads_it_does_not_fork(monkeypatch: pytest.MonkeyPatch) ->
         stop.set()
         other.join()
     assert inventory.devices == ()
+
+
+def test_leaving_without_the_result_kills_and_reaps_the_child() -> None:
+    code = (
+        "import json, os, time\n"
+        "from xpulaunch.probe import isolated\n"
+        "def probe(env):\n"
+        "    time.sleep(30)\n"
+        "isolated.probe_from_env = probe\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    with isolated.ForkedProbe({}) as probing:\n"
+        "        child = probing._pid\n"
+        "        raise ValueError('bad --grace')  # an error before result(), as in run\n"
+        "except ValueError:\n"
+        "    pass\n"
+        "try:\n"
+        "    os.kill(child, 0)\n"
+        "    alive = True\n"
+        "except ProcessLookupError:\n"
+        "    alive = False  # killed and reaped: not even a zombie holds its pid\n"
+        "print(json.dumps({'alive': alive, 'took_s': time.monotonic() - started}))\n"
+    )
+    result = run_isolated(code, {})
+    assert result["alive"] is False
+    assert isinstance(result["took_s"], float) and result["took_s"] < 10

@@ -7,6 +7,7 @@ same command from :data:`RUN` for help and errors (:mod:`xpulaunch.cli.clickspec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -178,18 +179,21 @@ def _execute(
     program: list[str], kwargs: dict[str, Any], leases: LeaseSettings, options: dict[str, Any]
 ) -> int:
     """Allocate devices under the lease lock, then run the plan until the job is over."""
-    from xpulaunch import api
-    from xpulaunch.cli.lease_options import WaitReporter
-    from xpulaunch.proc.launch import run_plan
-    from xpulaunch.proc.options import options_from_kwargs
+    from xpulaunch.probe.isolated import ForkedProbe
 
-    run_options = options_from_kwargs(options)  # validate before anything is reserved
-    if kwargs["inventory"] is None:
-        # Probe once, outside the allocation lock (only planning runs under it), in a forked
-        # child so that NVML's ~20 MiB never become the supervisor's.
-        from xpulaunch.probe.isolated import probe_isolated
+    # Probe once, outside the allocation lock (only planning runs under it), in a forked
+    # child: NVML's ~20 MiB never become the supervisor's, and the probe runs while this
+    # process imports the supervisor.
+    probing = ForkedProbe(kwargs["parent_env"]) if kwargs["inventory"] is None else None
+    with probing or contextlib.nullcontext():
+        from xpulaunch import api
+        from xpulaunch.cli.lease_options import WaitReporter
+        from xpulaunch.proc.launch import run_plan
+        from xpulaunch.proc.options import options_from_kwargs
 
-        kwargs["inventory"] = probe_isolated(kwargs["parent_env"])
+        run_options = options_from_kwargs(options)  # validate before anything is reserved
+        if probing is not None:
+            kwargs["inventory"] = probing.result()
     with WaitReporter() as reporter:
         plan, lease = leases.allocate(
             lambda unavailable: api.plan(program, **kwargs, unavailable=unavailable),

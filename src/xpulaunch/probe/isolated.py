@@ -13,6 +13,7 @@ threads.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 from xpulaunch.core.inventory import dumps, loads
@@ -27,22 +28,56 @@ if TYPE_CHECKING:
 def probe_isolated(env: Mapping[str, str]) -> Inventory:
     """:func:`~xpulaunch.probe.host.probe_from_env` in a forked child (in-process when other
     threads run, or when the child fails, which is then recorded as a problem)."""
-    if threading.active_count() > 1:
-        return probe_from_env(env)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        _child(env, read_fd, write_fd)  # never returns
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        payload = pipe.read()
-    _, wait_status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(wait_status)
-    if code == 0:
-        return loads(payload.decode(), source="the forked probe")
-    inventory = probe_from_env(env)
-    problem = Problem("probe", f"the forked probe failed (exit status {code}); probed in-process")
-    return Inventory(devices=inventory.devices, problems=(*inventory.problems, problem))
+    with ForkedProbe(env) as probe:
+        return probe.result()
+
+
+class ForkedProbe:
+    """A probe started in a forked child; the caller may do other work (import the
+    supervisor) until :meth:`result`. As a context manager, leaving it kills a child whose
+    result was not collected."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self._pid: int | None = None
+        self._read_fd = -1
+        if threading.active_count() > 1:
+            return  # result() probes in-process
+        self._read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _child(env, self._read_fd, write_fd)  # never returns
+        os.close(write_fd)
+        self._pid = pid
+
+    def result(self) -> Inventory:
+        """The inventory: the child's, or probed here when there is no child or it failed."""
+        pid, self._pid = self._pid, None
+        if pid is None:
+            return probe_from_env(self._env)
+        with os.fdopen(self._read_fd, "rb") as pipe:
+            payload = pipe.read()
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if code == 0:
+            return loads(payload.decode(), source="the forked probe")
+        inventory = probe_from_env(self._env)
+        problem = Problem("probe", f"the forked probe failed (exit status {code}); probed here")
+        return Inventory(devices=inventory.devices, problems=(*inventory.problems, problem))
+
+    def cancel(self) -> None:
+        """Kill and reap the child if its result was not collected."""
+        pid, self._pid = self._pid, None
+        if pid is None:
+            return
+        os.close(self._read_fd)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+    def __enter__(self) -> ForkedProbe:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cancel()
 
 
 def _child(env: Mapping[str, str], read_fd: int, write_fd: int) -> None:
