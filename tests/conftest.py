@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -39,3 +41,19 @@ def _isolated_env(
         if name.startswith("XPULAUNCH_"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XPULAUNCH_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+
+
+@pytest.fixture
+def search_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """For PATH lookups (which, resolve_argv, check_program): a/tool executable, b/tool not
+    executable, c/tool a directory, e/ empty; cwd = tmp_path, with an executable ./tool too."""
+    for name, mode in (("a", 0o755), ("b", 0o644)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tool").write_text("#!/bin/sh\n")
+        (tmp_path / name / "tool").chmod(mode)
+    (tmp_path / "c" / "tool").mkdir(parents=True)
+    (tmp_path / "e").mkdir()
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "tool").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

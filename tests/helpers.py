@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,3 +76,16 @@ def wait_for(condition: Callable[[], Any], what: str = "", timeout_s: float = 20
             pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
         time.sleep(0.02)
     return value
+
+
+def lock_is_free(lock_file: str | Path) -> bool:
+    """Whether a device lease's lock could be taken now (tried without keeping it: closing
+    our descriptor drops ours)."""
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True

@@ -221,21 +221,6 @@ def test_read_text_errors_are_one_line_inventory_errors(tmp_path: Path) -> None:
         api.load_inventory(tmp_path)
 
 
-@pytest.fixture
-def search_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """a/tool executable, b/tool not executable, c/tool a directory, e/ empty; cwd = tmp_path."""
-    for name, mode in (("a", 0o755), ("b", 0o644)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "tool").write_text("#!/bin/sh\n")
-        (tmp_path / name / "tool").chmod(mode)
-    (tmp_path / "c" / "tool").mkdir(parents=True)
-    (tmp_path / "e").mkdir()
-    (tmp_path / "tool").write_text("#!/bin/sh\n")
-    (tmp_path / "tool").chmod(0o755)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 @pytest.mark.parametrize(
     "search_path",
     [None, "", ":", "{t}/b:{t}/a", "{t}/c:{t}/a", "{t}/e", "{t}/a:{t}/a", "a", "b:", ":{t}/b"],

@@ -12,7 +12,6 @@ guardian keeps the devices until the job is gone) is test_orphans.py's.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import select
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import lock_is_free
 from xpulaunch.model import Backend, Device, Plan, Unit, Vendor
 from xpulaunch.proc.leases import LeaseManager, lock_file_name
 
@@ -32,9 +32,9 @@ from .conftest import alive, wait_for
 KEY = "0000:01:00.0"
 
 # The worker: fork a grandchild that leaves the session (setsid), ignores SIGTERM, records its
-# pid and sleeps; exit 0 once it is there. argv[2] is the grandchild's XPULAUNCH_WORKER: the
-# worker's own name, or another one (a process the job's marker still names, owned by no
-# worker: the supervisor's last check must find it too).
+# pid and sleeps; exit 0 once the test says go (it first sees the device held). argv[2] is the
+# grandchild's XPULAUNCH_WORKER: the worker's own name, or another one (a process the job's
+# marker still names, owned by no worker: the supervisor's last check must find it too).
 WORKER = """
 import os, signal, sys, time
 out, name = sys.argv[1], sys.argv[2]
@@ -45,7 +45,7 @@ if os.fork() == 0:
     code = ("import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
             "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(600)")
     os.execve(sys.executable, [sys.executable, "-c", code, out], env)
-while not os.path.exists(out):
+while not os.path.exists(out + ".go"):
     time.sleep(0.01)
 """
 
@@ -71,18 +71,6 @@ def _plan(held: object) -> Plan:
     return Plan(Backend.CUDA, (Unit(Device(Vendor.NVIDIA, 0, pci_bus_id=KEY)),), (), None)
 
 
-def _lock_free(lock_file: Path) -> bool:
-    """Try the device's lock without keeping it (closing our descriptor drops ours)."""
-    fd = os.open(lock_file, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
 def _watch_until_returned(driver: subprocess.Popen[str], lock_file: Path, grandchild: int) -> str:
     """Until the driver says ``returned``: whenever the device is free, the grandchild (which
     holds the lease fd) must already be dead. Checked in this order on purpose: free first,
@@ -91,7 +79,7 @@ def _watch_until_returned(driver: subprocess.Popen[str], lock_file: Path, grandc
     deadline = time.monotonic() + 30
     seen_held = False
     while time.monotonic() < deadline:
-        free = _lock_free(lock_file)
+        free = lock_is_free(lock_file)
         assert not (free and alive(grandchild)), "the device was free while the job lived"
         seen_held = seen_held or not free
         ready, _, _ = select.select([driver.stdout], [], [], 0.01)
@@ -120,7 +108,12 @@ def test_devices_are_free_when_run_plan_returns(tmp_path: Path, marker: str) -> 
     try:
         wait_for(pid_file.exists, timeout_s=20)
         grandchild = int(pid_file.read_text())
-        line = _watch_until_returned(driver, lock_dir / lock_file_name(KEY), grandchild)
+        # Watch from before the worker exits: with marker "other" the supervisor kills the
+        # grandchild and frees the device within milliseconds of that exit.
+        lock_file = lock_dir / lock_file_name(KEY)
+        assert not lock_is_free(lock_file)
+        Path(f"{pid_file}.go").touch()
+        line = _watch_until_returned(driver, lock_file, grandchild)
         assert line == "returned 0"
         assert not alive(grandchild)
         # The driver still holds its lease descriptors (and the guardian may not have exited

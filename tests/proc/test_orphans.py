@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import lock_is_free
 from xpulaunch.proc import records
 
 from .conftest import alive, pids_in, wait_for
@@ -63,13 +63,8 @@ def test_guardian_holds_the_lease_until_the_job_is_gone(child: Argv, tmp_path: P
     proc.wait(timeout=10)
 
     def lease_free() -> bool:
-        fd = os.open(lease, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_is_free(lease):
             return False
-        finally:
-            os.close(fd)
         # The lease became free: by then every process of the job must be gone.
         assert not [p for p in pids if alive(p)]
         return True

@@ -24,22 +24,6 @@ SEARCH_PATHS = (
 )  # fmt: skip
 
 
-@pytest.fixture
-def search_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """a/tool executable, b/tool not executable, c/tool a directory, e/ empty; cwd = tmp_path,
-    with an executable ./tool too."""
-    for name, mode in (("a", 0o755), ("b", 0o644)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "tool").write_text("#!/bin/sh\n")
-        (tmp_path / name / "tool").chmod(mode)
-    (tmp_path / "c" / "tool").mkdir(parents=True)
-    (tmp_path / "e").mkdir()
-    (tmp_path / "tool").write_text("#!/bin/sh\n")
-    (tmp_path / "tool").chmod(0o755)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 @pytest.mark.parametrize("search_path", SEARCH_PATHS)
 def test_explicit_search_path_finds_what_shutil_finds(
     search_path: str | None, search_dirs: Path
