@@ -60,7 +60,8 @@ lock_dir, key, argv = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 unit = Unit(Device(Vendor.NVIDIA, 0, pci_bus_id=key))
 plan_fn = lambda held: Plan(Backend.CUDA, (unit,), (WorkerPlan("0", 0, 0, tuple(argv), {}),), None)
 plan, lease = LeaseManager(lock_dir).allocate(plan_fn)
-status = run_plan(plan, dict(os.environ), RunOptions(grace_s=0.3), lease.fds)
+status = run_plan(plan, dict(os.environ), RunOptions(grace_s=0.3), lease.fds,
+                  release_leases=sys.argv[4] == "release")
 print("returned", status, flush=True)
 sys.stdin.read()
 lease.release()
@@ -98,7 +99,7 @@ def test_devices_are_free_when_run_plan_returns(tmp_path: Path, marker: str) -> 
     argv = [sys.executable, str(script), str(pid_file), marker]
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(lock_dir), KEY, json.dumps(argv)],
+        [sys.executable, "-c", DRIVER, str(lock_dir), KEY, json.dumps(argv), "release"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -127,3 +128,23 @@ def test_devices_are_free_when_run_plan_returns(tmp_path: Path, marker: str) -> 
         if grandchild and alive(grandchild):  # only after a failure above
             os.kill(grandchild, signal.SIGKILL)
     assert driver.returncode == 0
+
+
+def test_without_release_the_callers_lease_holds_the_device_after_the_job(tmp_path: Path) -> None:
+    """The Python API's default: a caller may run several jobs under one lease, so the device
+    stays leased after run_plan returns, until the caller releases it."""
+    lock_dir = tmp_path / "locks"
+    argv = [sys.executable, "-c", "pass"]
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(lock_dir), KEY, json.dumps(argv), "keep"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "returned 0"
+        assert not lock_is_free(lock_dir / lock_file_name(KEY))
+    finally:
+        driver.communicate(timeout=20)  # stdin closes: the driver releases its lease
+    assert driver.returncode == 0
+    assert lock_is_free(lock_dir / lock_file_name(KEY))

@@ -204,7 +204,9 @@ def _execute(
     with lease:
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
-        return run_plan(plan, kwargs["parent_env"], run_options, lease_fds=lease.fds)
+        return run_plan(
+            plan, kwargs["parent_env"], run_options, lease_fds=lease.fds, release_leases=True
+        )
 
 
 def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:

@@ -95,6 +95,7 @@ class Engine:
         guardian: GuardianHandle | None,
         record: JobRecord,
         lease_fds: tuple[int, ...] = (),
+        release_leases: bool = False,
     ) -> None:
         self.policy, self.grace_s, self.clock = policy, grace_s, clock
         self.sink, self._on_event, self._settle = sink, on_event, settle
@@ -119,10 +120,11 @@ class Engine:
         self._events: deque[Event] = deque(maxlen=10_000)
         self._started = threading.Event()
         self._done = threading.Event()
-        # Our own descriptors of the leases' open file descriptions, to unlock them at the
-        # end (last: nothing to close if an earlier step failed). Not the caller's numbers:
-        # those may be closed (Lease.release) and reused for another file meanwhile.
-        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds)
+        # With release_leases: our own descriptors of the leases' open file descriptions, to
+        # unlock them at the end (last: nothing to close if an earlier step failed). Not the
+        # caller's numbers: those may be closed (Lease.release) and reused meanwhile.
+        self._holds_leases = bool(lease_fds)
+        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if release_leases else ()
 
     # -- called from any thread ----------------------------------------------------------
     def request_stop(self, signum: int, grace_s: float | None) -> None:
@@ -450,9 +452,12 @@ class Engine:
             worker.close()
         # Finished (not crashed) means _check_finished saw every process of the job gone.
         finished = self._crash is None and self._status is not None
-        unlocked = self.release_leases() if finished else False
+        unlocked = bool(self._lease_fds) and finished and self.release_leases()
         if self.guardian is not None:
-            self.guardian.close(done=self._crash is None, wait=not unlocked)
+            # Leases not unlocked here: wait (bounded) for the guardian, which holds them, so
+            # that the caller's own release frees the devices at once.
+            wait = self._holds_leases and not unlocked
+            self.guardian.close(done=self._crash is None, wait=wait)
         for fd in self._lease_fds:
             os.close(fd)
         if self._crash is None:

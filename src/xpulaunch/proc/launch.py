@@ -77,8 +77,13 @@ def run_plan(
     parent_env: Mapping[str, str],
     options: RunOptions,
     lease_fds: tuple[int, ...] = (),
+    *,
+    release_leases: bool = False,
 ) -> int:
-    """Run every worker of ``plan``; block until the job is over; return its exit status."""
+    """Run every worker of ``plan``; block until the job is over; return its exit status.
+
+    ``lease_fds`` go to every worker and the guardian; with ``release_leases`` they are
+    unlocked as soon as every process of the job is gone (see :class:`Supervisor`)."""
     policy = options.policy(plan)
     specs = worker_specs(plan, parent_env, options, policy, lease_fds)
     for spec in specs:
@@ -94,7 +99,8 @@ def run_plan(
     reporter = Reporter(len(specs))
     supervisor = Supervisor(
         specs, policy, grace_s=options.grace_s, logs=logs, on_event=reporter.on_event,
-        lease_fds=lease_fds, settle=settle, record_dir=records.runtime_dir(parent_env),
+        lease_fds=lease_fds, release_leases=release_leases, settle=settle,
+        record_dir=records.runtime_dir(parent_env),
     )  # fmt: skip
     reporter.supervisor = supervisor
     with forwarding(reporter.on_signal):

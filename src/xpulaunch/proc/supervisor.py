@@ -74,20 +74,24 @@ class Supervisor:
         on_event: Callable[[Event], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         lease_fds: tuple[int, ...] = (),
+        release_leases: bool = False,
         settle: Callable[[Sequence[str]], None] | None = None,
         record_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        """``lease_fds`` (flock'd device leases) are held by the guardian until every process
-        of the job is gone; once the supervisor itself has seen them all gone, it unlocks them
-        (``LOCK_UN``), so the devices are free when :meth:`wait` returns. ``settle(names)``
-        blocks (on a helper thread) until those workers' devices can be reused;
-        ``record_dir`` defaults to the user's runtime dir."""
+        """``lease_fds`` (flock'd device leases) are held by the workers and the guardian until
+        every process of the job is gone, and by the caller's own descriptors until it
+        releases them. ``release_leases``: the caller is done with them once the job is, so
+        the supervisor unlocks them (``LOCK_UN``) as soon as it has seen every process of the
+        job gone, and the devices are free when :meth:`wait` returns (``xpulaunch run``).
+        ``settle(names)`` blocks (on a helper thread) until those workers' devices can be
+        reused; ``record_dir`` defaults to the user's runtime dir."""
         _validate(workers, grace_s)
         self._specs = tuple(workers)
         self._policy, self._grace_s = policy, grace_s
         self._sink = LogSink(logs, [w.name for w in workers])
         self._on_event, self._clock = on_event, clock
         self._lease_fds, self._settle = tuple(lease_fds), settle
+        self._release_leases = release_leases
         self._record_dir = os.fspath(record_dir) if record_dir else records.runtime_dir(os.environ)
         self.job_id = os.urandom(8).hex()
         self._engine: Engine | None = None
@@ -126,6 +130,7 @@ class Supervisor:
             self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
             on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
             settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
+            release_leases=self._release_leases,
         )  # fmt: skip
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -234,7 +239,7 @@ class GuardianHandle:
         """Close our end; ``done``: the job is over, the guardian may exit without killing.
 
         ``wait``: block (bounded) until it has exited, for when it may still be the holder
-        of the lease fds (their unlock failed). Otherwise it is reaped by a daemon thread:
+        of the lease fds (they were not unlocked). Otherwise it is reaped by a daemon thread:
         waiting for its exit cost ~7.5 ms of every ``xpulaunch run`` (issue 4).
         """
         if done:
