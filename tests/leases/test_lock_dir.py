@@ -14,7 +14,8 @@ import pytest
 
 from xpulaunch.errors import LeaseError
 from xpulaunch.model import Inventory
-from xpulaunch.proc.leases import LeaseManager, LockDirectory
+from xpulaunch.proc.leases import LeaseManager
+from xpulaunch.proc.lockdir import LockDirectory
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 

@@ -34,11 +34,9 @@ retries forever (3.x takes any other flock error for contention). We raise a cle
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
-import stat
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 from xpulaunch._dataclass import dataclass, field
 from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
@@ -50,6 +48,7 @@ from xpulaunch.proc.lease_names import (
     key_of_lock_file,
     lock_file_name,
 )
+from xpulaunch.proc.lockdir import LockDirectory, path_of
 from xpulaunch.proc.queue import (
     HolderInfo,
     WaiterRecord,
@@ -65,193 +64,12 @@ from xpulaunch.proc.queue import (
 # strings inside; the public ``Path`` attributes are built when asked for.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
     from xpulaunch.model import Plan
 
     PlanFn = Callable[[Mapping[str, str]], Plan]
-
-ALLOCATION_LOCK = "allocate.lock"
-_HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
-# flock(2) on filesystems without working locks (some NFS mounts, FUSE, odd container mounts).
-_NO_LOCK_ERRNOS = frozenset(
-    {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
-)
-_HINT = "use --lock-dir DIR (or XPULAUNCH_LOCK_DIR)"
-_PRIVATE_DIR_MODE, _PRIVATE_FILE_MODE = 0o700, 0o600
-# A shared directory is like /tmp (anyone creates, nobody deletes others' files); its lock and
-# holder files are locked and rewritten by every user, tickets only by their owner.
-_SHARED_DIR_MODE, _SHARED_FILE_MODE, _SHARED_TICKET_MODE = 0o1777, 0o666, 0o644
-
-
-def _path(root: str | os.PathLike[str]) -> Path:
-    from pathlib import Path  # only for the callers that ask for a Path (status, tests)
-
-    return Path(root)
-
-
-@dataclass(frozen=True, slots=True)
-class LockDirectory:
-    """A lock directory: private to one user (0700, verified) or shared by several users."""
-
-    root: str | os.PathLike[str]  # the directory (a string on the launch path)
-    shared: bool
-    owner_uid: int | None = None  # who must own a private directory
-
-    @property
-    def path(self) -> Path:
-        return _path(self.root)
-
-    @classmethod
-    def default(
-        cls,
-        env: Mapping[str, str],
-        *,
-        uid: int | None = None,
-        tmp_root: str | os.PathLike[str] = "/tmp",
-    ) -> LockDirectory:
-        """``$XDG_RUNTIME_DIR/xpulaunch``, else ``/tmp/xpulaunch-<uid>``; private either way."""
-        uid = os.getuid() if uid is None else uid
-        runtime = env.get("XDG_RUNTIME_DIR", "")
-        # The XDG spec says to ignore a relative XDG_RUNTIME_DIR; a missing one (su, cron,
-        # containers) falls back to /tmp, as the supervisor's job records do.
-        if os.path.isabs(runtime) and os.path.isdir(runtime):
-            return cls(os.path.join(runtime, "xpulaunch"), shared=False, owner_uid=uid)
-        return cls(os.path.join(tmp_root, f"xpulaunch-{uid}"), shared=False, owner_uid=uid)
-
-    def join(self, name: str) -> str:
-        return os.path.join(self.root, name)
-
-    def ensure(self, *, create: bool) -> bool:
-        """Check (and with ``create``, make) the directory; False when it does not exist."""
-        if create:
-            _make_dir(self.root, _SHARED_DIR_MODE if self.shared else _PRIVATE_DIR_MODE)
-        try:
-            # lstat for a private directory: a symlink planted in /tmp is refused, not followed.
-            st = os.stat(self.root) if self.shared else os.lstat(self.root)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise LeaseError(f"lock directory {self.root}: {exc.strerror}; {_HINT}") from exc
-        if not stat.S_ISDIR(st.st_mode):
-            raise LeaseError(f"lock directory {self.root} is not a directory; remove it or {_HINT}")
-        if not self.shared:
-            self._check_private(st)
-        return True
-
-    def _check_private(self, st: os.stat_result) -> None:
-        if st.st_uid != self.owner_uid:
-            raise LeaseError(
-                f"lock directory {self.root} belongs to uid {st.st_uid}, not to you (uid "
-                f"{self.owner_uid}), so its owner could fake or break your reservations; "
-                f"remove it or {_HINT}"
-            )
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & 0o022:
-            raise LeaseError(
-                f"lock directory {self.root} has mode {mode:04o}, so other users may have "
-                f"planted files in it; a private lock directory must be 0700: check it and run "
-                f"'chmod 700 {self.root}', or {_HINT}"
-            )
-        if mode & 0o077:
-            # Only readable by others (a parent made by ``mkdir -p`` under umask 022): nothing
-            # can have been planted, so closing it is safe.
-            os.chmod(self.root, _PRIVATE_DIR_MODE)
-
-    def open_file(
-        self, name: str, access: int, *, create: bool, writable_by_all: bool
-    ) -> int | None:
-        """Open a regular file here (no symlinks, no blocking); None if absent and not created."""
-        path = self.join(name)
-        if not self.shared:
-            mode = _PRIVATE_FILE_MODE
-        else:
-            mode = _SHARED_FILE_MODE if writable_by_all else _SHARED_TICKET_MODE
-        try:
-            fd = _open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK, mode, create=create)
-        except OSError as exc:
-            raise LeaseError(
-                f"cannot open {path}: {exc.strerror}; every user of a lock directory must be "
-                f"able to write to it (a shared one: chmod 1777), or {_HINT}"
-            ) from exc
-        if fd is not None and not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise LeaseError(f"{path} is not a regular file; remove it or {_HINT}")
-        return fd
-
-    def must_open(self, name: str, access: int) -> int:
-        fd = self.open_file(name, access, create=True, writable_by_all=True)
-        if fd is None:  # pragma: no cover - open_file returns None only without create
-            raise LeaseError(f"cannot create {self.join(name)}")
-        return fd
-
-    def try_lock(self, fd: int) -> bool:
-        """Take an exclusive flock without blocking; False when someone else holds it."""
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in _HELD_ERRNOS:
-                return False
-            raise self._lock_failure(exc) from exc
-        return True
-
-    @contextmanager
-    def allocation_lock(self) -> Iterator[None]:
-        """Hold the directory-wide allocation lock (blocking: holders keep it milliseconds)."""
-        fd = self.must_open(ALLOCATION_LOCK, os.O_RDONLY)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:
-                raise self._lock_failure(exc) from exc
-            yield
-        finally:
-            os.close(fd)  # our only descriptor of it: closing releases the lock
-
-    def _lock_failure(self, exc: OSError) -> LeaseError:
-        if exc.errno in _NO_LOCK_ERRNOS:
-            return LeaseError(
-                f"lock directory {self.root} does not support file locks (flock: "
-                f"{exc.strerror}); {_HINT} on a local filesystem, such as /tmp"
-            )
-        return LeaseError(f"cannot lock a file in {self.root}: {exc.strerror}")
-
-    def names(self, prefix: str, suffix: str) -> list[str]:
-        try:
-            entries = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise LeaseError(f"cannot list lock directory {self.root}: {exc.strerror}") from exc
-        return [n for n in entries if n.startswith(prefix) and n.endswith(suffix)]
-
-
-def _make_dir(path: str | os.PathLike[str], mode: int) -> None:
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise LeaseError(f"cannot create lock directory {path}: {exc.strerror}; {_HINT}") from exc
-    os.chmod(path, mode)  # mkdir's mode went through the umask
-
-
-def _open(path: str, flags: int, mode: int, *, create: bool) -> int | None:
-    if create:
-        try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
-        except FileExistsError:
-            pass
-        else:
-            os.fchmod(fd, mode)  # the umask would strip the bits a shared directory needs
-            return fd
-    try:
-        return os.open(path, flags)
-    except FileNotFoundError:
-        if create:
-            raise
-        return None
 
 
 @dataclass(eq=False)
@@ -273,7 +91,7 @@ class Lease:
 
     @property
     def lock_dir(self) -> Path:
-        return _path(self.root)
+        return path_of(self.root)
 
     def release(self) -> None:
         if self.released:
