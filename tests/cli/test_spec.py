@@ -215,3 +215,19 @@ def test_the_fast_path_does_not_import_click(tmp_path: Path) -> None:
 @given(args=st.lists(st.sampled_from(["--grace", "1", "--grace=2", "train.py"]), max_size=6))
 def test_repeated_options_last_one_wins_as_in_click(args: list[str]) -> None:
     check_same(RUN, args, {})
+
+
+def test_a_reader_that_went_away_is_a_quiet_exit_not_a_traceback() -> None:
+    """``xpulaunch devices | head -1``: the pipe's reader is gone before we write."""
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    inventory = HERE.parents[0] / "fixtures" / "inventories" / "8x-h100.json"
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "xpulaunch"), "devices", "--inventory",
+             str(inventory)],
+            stdout=write_fd, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_fd)
+    assert (done.returncode, done.stderr) == (141, "")

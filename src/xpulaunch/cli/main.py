@@ -78,7 +78,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail(exc.message, exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except BrokenPipeError:
+        _reader_gone()
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def _reader_gone() -> None:
+    """Our output's reader went away (``xpulaunch devices | head -1``): stop quietly, as a
+    program killed by SIGPIPE would (128 + 13), without a traceback. stdout goes to /dev/null
+    first, so that flushing it on the way out cannot fail again (Python's signal docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(128 + 13)
 
 
 def console_main() -> None:
