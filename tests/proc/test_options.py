@@ -122,3 +122,21 @@ def test_an_unusable_log_dir_is_a_one_line_error_before_anything_starts(tmp_path
     assert done.returncode == 2
     assert done.stderr.startswith("xpulaunch: error: --log-dir /proc/no/such/dir: cannot create")
     assert done.stderr.count("\n") == 1 and not marker.exists()
+
+
+def test_an_unknown_rank_is_one_line_before_the_summary_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    xpulaunch = Path(sys.executable).parent / "xpulaunch"
+    marker = tmp_path / "ran"
+    done = subprocess.run(
+        [str(xpulaunch), "run", "--gpus", "none", "--ranks", "0,3", "--",
+         sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == "xpulaunch: error: --ranks 3: no such worker; the workers are 0\n"
+    assert not marker.exists()

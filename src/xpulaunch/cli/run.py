@@ -188,7 +188,7 @@ def _execute(
     with probing or contextlib.nullcontext():
         from xpulaunch import api
         from xpulaunch.cli.lease_options import WaitReporter
-        from xpulaunch.proc.launch import run_plan
+        from xpulaunch.proc.launch import check_ranks, run_plan
         from xpulaunch.proc.options import options_from_kwargs
 
         run_options = options_from_kwargs(options)  # validate before anything is reserved
@@ -200,8 +200,10 @@ def _execute(
             on_wait=reporter,
             command=["xpulaunch", *program],
         )
-    echo(f"xpulaunch: {_summary(plan)}", err=True)
     with lease:
+        # Checked before the summary line: a mistake prints one line, not a start and an error.
+        check_ranks(run_options.console_ranks, [w.name for w in plan.workers])
+        echo(f"xpulaunch: {_summary(plan)}", err=True)
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
         return run_plan(

@@ -88,7 +88,7 @@ def run_plan(
     specs = worker_specs(plan, parent_env, options, policy, lease_fds)
     for spec in specs:
         check_program(spec.argv, spec.env, spec.cwd)
-    _check_ranks(options.console_ranks, [s.name for s in specs])
+    check_ranks(options.console_ranks, [s.name for s in specs])
     # Waiting for GPU memory matters only before a restart.
     settle = gpu_settle(plan) if policy.mode is not RestartMode.NO else None
     logs = LogConfig(
@@ -162,7 +162,8 @@ def _is_python(program: str) -> bool:
     return program == sys.executable or os.path.basename(program).startswith("python")
 
 
-def _check_ranks(ranks: frozenset[str] | None, names: list[str]) -> None:
+def check_ranks(ranks: frozenset[str] | None, names: list[str]) -> None:
+    """``--ranks`` names only workers that exist (a one-line UsageError otherwise)."""
     unknown = sorted((ranks or frozenset()) - set(names))
     if unknown:
         raise UsageError(
