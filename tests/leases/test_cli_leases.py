@@ -333,7 +333,7 @@ def test_status_json_shows_a_running_job_and_its_waiter_then_none(cli: Cli) -> N
     assert lease["pid"] == holder.pid and lease["holder_alive"] is True
     assert lease["command"] == ["xpulaunch", str(JOB), "hold", str(info_path)]
     assert lease["user"] == pwd.getpwuid(os.getuid()).pw_name
-    assert isinstance(lease["job_id"], str) and lease["job_id"]
+    assert isinstance(lease["job_id"], str) and lease["job_id"] == info["job_id"]  # one job id
     [queued] = document["waiting"]
     assert queued["position"] == 1 and queued["pid"] == waiter.pid
     assert queued["command"][:3] == ["xpulaunch", str(JOB), "audit"]

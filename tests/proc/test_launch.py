@@ -49,6 +49,19 @@ def test_children_get_plan_env_and_markers(child: Argv, capfd: pytest.CaptureFix
     assert len(seen["0"]["XPULAUNCH_JOB_ID"] or "") == 16
 
 
+def test_a_given_job_id_is_the_workers_marker(child: Argv, capfd: pytest.CaptureFixture) -> None:
+    plan = make_plan([child("print_env.py", "XPULAUNCH_JOB_ID")])
+    assert run_plan(plan, dict(os.environ), RunOptions(), job_id="lease-0a1b") == 0
+    assert env_lines(capfd.readouterr().out)["0"] == {"XPULAUNCH_JOB_ID": "lease-0a1b"}
+
+
+@pytest.mark.parametrize("job_id", ["", "../x", "a b", "id\n", "jöb"])
+def test_a_job_id_unsafe_in_a_file_name_is_refused(child: Argv, job_id: str) -> None:
+    plan = make_plan([child("print_env.py", "XPULAUNCH_JOB_ID")])
+    with pytest.raises(UsageError, match="job id"):
+        run_plan(plan, dict(os.environ), RunOptions(), job_id=job_id)
+
+
 def test_parent_env_is_the_base_and_is_not_changed(child: Argv, capfd: pytest.CaptureFixture):
     parent = {"PATH": os.environ["PATH"], "ONLY_IN_PARENT": "p"}
     before = dict(parent)

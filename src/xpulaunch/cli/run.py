@@ -207,8 +207,9 @@ def _execute(
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
         return run_plan(
-            plan, kwargs["parent_env"], run_options, lease_fds=lease.fds, release_leases=True
-        )
+            plan, kwargs["parent_env"], run_options, lease_fds=lease.fds, release_leases=True,
+            job_id=lease.job_id,
+        )  # fmt: skip
 
 
 def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:

@@ -79,11 +79,13 @@ def run_plan(
     lease_fds: tuple[int, ...] = (),
     *,
     release_leases: bool = False,
+    job_id: str | None = None,
 ) -> int:
     """Run every worker of ``plan``; block until the job is over; return its exit status.
 
     ``lease_fds`` go to every worker and the guardian; with ``release_leases`` they are
-    unlocked as soon as every process of the job is gone (see :class:`Supervisor`)."""
+    unlocked as soon as every process of the job is gone; ``job_id`` (the lease's) becomes the
+    workers' ``XPULAUNCH_JOB_ID`` (see :class:`Supervisor`)."""
     policy = options.policy(plan)
     specs = worker_specs(plan, parent_env, options, policy, lease_fds)
     for spec in specs:
@@ -100,7 +102,7 @@ def run_plan(
     supervisor = Supervisor(
         specs, policy, grace_s=options.grace_s, logs=logs, on_event=reporter.on_event,
         lease_fds=lease_fds, release_leases=release_leases, settle=settle,
-        record_dir=records.runtime_dir(parent_env),
+        record_dir=records.runtime_dir(parent_env), job_id=job_id,
     )  # fmt: skip
     reporter.supervisor = supervisor
     with forwarding(reporter.on_signal):

@@ -77,6 +77,7 @@ class Supervisor:
         release_leases: bool = False,
         settle: Callable[[Sequence[str]], None] | None = None,
         record_dir: str | os.PathLike[str] | None = None,
+        job_id: str | None = None,
     ) -> None:
         """``lease_fds`` (flock'd device leases) are held by the workers and the guardian until
         every process of the job is gone, and by the caller's own descriptors until it
@@ -84,7 +85,9 @@ class Supervisor:
         the supervisor unlocks them (``LOCK_UN``) as soon as it has seen every process of the
         job gone, and the devices are free when :meth:`wait` returns (``xpulaunch run``).
         ``settle(names)`` blocks (on a helper thread) until those workers' devices can be
-        reused; ``record_dir`` defaults to the user's runtime dir."""
+        reused; ``record_dir`` defaults to the user's runtime dir. ``job_id`` (default: a
+        random one) is the ``XPULAUNCH_JOB_ID`` every process of the job carries; pass the
+        lease's, so that ``xpulaunch status`` and the workers name the job alike."""
         _validate(workers, grace_s)
         self._specs = tuple(workers)
         self._policy, self._grace_s = policy, grace_s
@@ -93,7 +96,7 @@ class Supervisor:
         self._lease_fds, self._settle = tuple(lease_fds), settle
         self._release_leases = release_leases
         self._record_dir = os.fspath(record_dir) if record_dir else records.runtime_dir(os.environ)
-        self.job_id = os.urandom(8).hex()
+        self.job_id = _job_id(job_id)
         self._engine: Engine | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -206,6 +209,15 @@ class Supervisor:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _job_id(given: str | None) -> str:
+    """A random id, or ``given`` when it is safe in a file name and an environment value."""
+    if given is None:
+        return os.urandom(8).hex()
+    if not given or not all(c.isascii() and (c.isalnum() or c in "-_") for c in given):
+        raise UsageError(f"job id {given!r}: expected letters, digits, '-' or '_'")
+    return given
 
 
 def _pending(name: str) -> WorkerStatus:
