@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,9 @@ from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
 from xpulaunch.model import Plan
+
+if TYPE_CHECKING:
+    from xpulaunch.proc.leases import Lease
 
 _SECONDS = click.FloatRange(min=0, min_open=True)
 
@@ -168,7 +171,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
         command = ["xpulaunch", "llama", "-m", str(request.model)]
         _, lease = leases.allocate(plan_fn, on_wait=reporter, command=command)
     with lease:
-        return _serve(planned[0], parent_env, options, lease.fds)
+        return _serve(planned[0], parent_env, options, lease)
 
 
 def _request(server_args: tuple[str, ...], options: dict[str, Any]) -> LlamaRequest:
@@ -199,7 +202,7 @@ def _print_plan(plan: LlamaPlan, as_json: bool) -> None:
 
 
 def _serve(
-    plan: LlamaPlan, parent_env: dict[str, str], options: dict[str, Any], lease_fds: tuple[int, ...]
+    plan: LlamaPlan, parent_env: dict[str, str], options: dict[str, Any], lease: Lease
 ) -> int:
     from xpulaunch.core.restart import RestartMode, RestartPolicy
     from xpulaunch.llamacpp.serve import cuda_settle
@@ -223,7 +226,8 @@ def _serve(
     logs = LogConfig(log_dir=options["log_dir"], color=False if options["no_color"] else None)
     server = LlamaServer(
         plan, parent_env, health=health, policy=policy, grace_s=options["grace"],
-        logs=logs, on_ready=_ready_printer(plan), settle=cuda_settle(plan), lease_fds=lease_fds,
+        logs=logs, on_ready=_ready_printer(plan), settle=cuda_settle(plan), lease_fds=lease.fds,
+        job_id=lease.job_id,
     )  # fmt: skip
     with forwarding(server.send_stop_signal):
         server.start()

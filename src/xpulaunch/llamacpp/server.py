@@ -112,8 +112,10 @@ class LlamaServer:
         lease_fds: tuple[int, ...] = (),
         settle: Callable[[Sequence[str]], None] | None = None,
         record_dir: str | os.PathLike[str] | None = None,
+        job_id: str | None = None,
     ) -> None:
-        """``on_ready(replica)`` runs on the supervisor's thread each time a replica becomes
+        """``job_id``: the lease's (see :class:`~xpulaunch.proc.supervisor.Supervisor`).
+        ``on_ready(replica)`` runs on the supervisor's thread each time a replica becomes
         ready (again, after a restart); ``on_message`` gets start-up problems, one line each
         (default: the supervisor's console); ``record_dir`` is the supervisor's job-record
         directory (default: the user's runtime dir, as for ``xpulaunch run``)."""
@@ -134,7 +136,7 @@ class LlamaServer:
         self.supervisor = Supervisor(
             [s.spec for s in self._slots.values()], policy, grace_s=grace_s, logs=logs,
             on_event=self._event, lease_fds=lease_fds, settle=settle,
-            record_dir=record_dir or records.runtime_dir(parent_env),
+            record_dir=record_dir or records.runtime_dir(parent_env), job_id=job_id,
         )  # fmt: skip
 
     # -- specs -------------------------------------------------------------------------
