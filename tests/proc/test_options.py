@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,17 +110,20 @@ def test_the_options_module_does_not_load_the_supervisor() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_an_unusable_log_dir_is_a_one_line_error_before_anything_starts(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
+def run_marking(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``xpulaunch run --gpus none OPTIONS -- python`` that creates a marker file if it runs."""
     xpulaunch = Path(sys.executable).parent / "xpulaunch"
     marker = tmp_path / "ran"
     done = subprocess.run(
-        [str(xpulaunch), "run", "--gpus", "none", "--log-dir", "/proc/no/such/dir", "--",
+        [str(xpulaunch), "run", "--gpus", "none", *options, "--",
          sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
+    return done, marker
+
+
+def test_an_unusable_log_dir_is_a_one_line_error_before_anything_starts(tmp_path: Path) -> None:
+    done, marker = run_marking(tmp_path, "--log-dir", "/proc/no/such/dir")
     assert done.returncode == 2
     assert done.stderr.startswith("xpulaunch: error: --log-dir /proc/no/such/dir: cannot create")
     assert done.stderr.count("\n") == 1 and not marker.exists()
@@ -127,16 +132,7 @@ def test_an_unusable_log_dir_is_a_one_line_error_before_anything_starts(tmp_path
 def test_an_unknown_rank_is_one_line_before_the_summary_and_starts_nothing(
     tmp_path: Path,
 ) -> None:
-    import subprocess
-    import sys
-
-    xpulaunch = Path(sys.executable).parent / "xpulaunch"
-    marker = tmp_path / "ran"
-    done = subprocess.run(
-        [str(xpulaunch), "run", "--gpus", "none", "--ranks", "0,3", "--",
-         sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done, marker = run_marking(tmp_path, "--ranks", "0,3")
     assert done.returncode == 2
     assert done.stderr == "xpulaunch: error: --ranks 3: no such worker; the workers are 0\n"
     assert not marker.exists()
