@@ -89,3 +89,24 @@ def lock_is_free(lock_file: str | Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+ERROR = "xpulaunch: error: "
+
+
+def one_line_error(err: str) -> str:
+    """``err`` is exactly one xpulaunch error line, without a traceback; that line."""
+    assert err.startswith(ERROR) and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err.rstrip("\n")
+
+
+def process_gone(proc: Any) -> bool:
+    """A ``psutil.Process`` exited (a zombie holds no files); ``is_running`` also tells a
+    reused pid apart."""
+    import psutil
+
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

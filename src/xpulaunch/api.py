@@ -10,10 +10,10 @@ Everything here is what the CLI does, minus the printing::
 
 from __future__ import annotations
 
-# Start-up time matters here (issue 2: ``run --dry-run`` in under 80 ms, of which importing
-# click takes most; issue 4: ``run`` adds at most 60 ms): pathlib, shutil, socket and typing
-# cost ~2-9 ms each to import, so the launch path does without them: _read_text, _which, and
-# _socket (the C module socket wraps) instead, and annotations only for the type checker.
+# Start-up time matters here (issue 2: ``run --dry-run`` in under 80 ms; issue 4: ``run`` adds
+# at most 60 ms): pathlib, shutil, socket and typing cost ~2-9 ms each to import, so the launch
+# path does without them: _read_text, proc.which.which, and _socket (the C module socket wraps)
+# instead, and annotations only for the type checker.
 import _socket
 import os
 import sys
@@ -89,17 +89,12 @@ def resolve_argv(
         if must_exist:
             raise LaunchError(f"{program}: no such script")
         return (sys.executable, program, *args), f"{program}: no such script here"
-    found = _which(program)
+    found = which(program)
     if found is None:
         if must_exist:
             raise LaunchError(f"{program}: command not found on PATH")
         return (program, *args), f"{program}: not found on PATH here"
     return (found, *args), None
-
-
-def _which(program: str) -> str | None:
-    """``shutil.which(program)`` on POSIX (its code, without importing shutil)."""
-    return which(program)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -23,6 +23,7 @@ import pytest
 from helpers import inventory_path
 from xpulaunch import api
 from xpulaunch.core import masks
+from xpulaunch.proc.which import which
 
 # Every public name of the old single-module core/masks.py.
 OLD_PUBLIC = frozenset(
@@ -234,7 +235,7 @@ def test_which_finds_what_shutil_which_finds(
         monkeypatch.setenv("PATH", search_path.format(t=search_dirs))
     programs = ["tool", "./tool", "a/tool", "b/tool", "c/tool", f"{search_dirs}/a/tool", "nope", ""]
     for program in programs:
-        assert api._which(program) == shutil.which(program), (search_path, program)
+        assert which(program) == shutil.which(program), (search_path, program)
 
 
 def test_free_port_returns_a_port_that_can_be_bound() -> None:

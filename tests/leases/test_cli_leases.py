@@ -31,14 +31,21 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import kill_all, processes_marked, wait_for, write_inventory
+from helpers import (
+    ERROR,
+    kill_all,
+    one_line_error,
+    process_gone,
+    processes_marked,
+    wait_for,
+    write_inventory,
+)
 
 XPULAUNCH = Path(sys.executable).parent / "xpulaunch"
 JOB = Path(__file__).with_name("cli_job.py")
 KEYS = [f"0000:{i:02x}:00.0" for i in range(1, 5)]
 UUIDS = [f"GPU-5eed{i:04x}-0000-4000-8000-00000000c0de" for i in range(1, 5)]
 UUID_OF = dict(zip(KEYS, UUIDS, strict=True))
-ERROR = "xpulaunch: error: "
 
 
 def _load_job() -> ModuleType:
@@ -152,7 +159,7 @@ class Cli:
                 launch.proc.kill()  # its guardian then kills its job
             launch.proc.wait(timeout=10)
         found = [*self.strays, *self.running(*self._names())]
-        leftovers = [proc for proc in found if not _gone(proc)]
+        leftovers = [proc for proc in found if not process_gone(proc)]
         kill_all(leftovers)
 
     def _names(self) -> list[str]:
@@ -191,23 +198,9 @@ def _identity(proc: psutil.Process) -> str:
     return f"{proc.pid}:{cli_job.start_ticks(proc.pid)}"
 
 
-def _gone(proc: psutil.Process) -> bool:
-    """Exited (a zombie holds no files); ``is_running`` also tells a reused pid apart."""
-    try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _one_line_error(err: str) -> str:
-    assert err.startswith(ERROR) and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err
-
-
 def _no_leases_soon(cli: Cli) -> dict[str, Any]:
-    """Status right after a finished ``xpulaunch run``: it returns only once its guardian (which
-    holds the lease descriptors too) has exited, so its devices are free at once."""
+    """Status right after a finished ``xpulaunch run``: it unlocks its leases once every process
+    of its job is gone, before it returns, so its devices are free at once."""
     status = cli.status()
     assert not status["leases"], status
     return status
@@ -266,7 +259,7 @@ def test_sigkilled_xpulaunch_keeps_the_device_until_its_job_is_gone(cli: Cli) ->
     # Without --wait, while the old job lives: one line naming the holder, at once.
     code, _out, err, took_s = cli.run("busy", inventory, "--gpus", "1", *_audit_job(audit, "busy"))
     assert code == 1 and took_s < 10
-    assert f"leased by pid {old.pid} (xpulaunch " in _one_line_error(err)
+    assert f"leased by pid {old.pid} (xpulaunch " in one_line_error(err)
     assert _audit(audit) == [] and cli.running("busy") == []
 
     # A launch queued before the kill retries every 0.2 s through the whole kill...
@@ -284,11 +277,11 @@ def test_sigkilled_xpulaunch_keeps_the_device_until_its_job_is_gone(cli: Cli) ->
     deadline_s = alive_before_kill_s + 20
     while gone_s is None:
         looked_s = time.monotonic()
-        if all(_gone(p) for p in members):
+        if all(process_gone(p) for p in members):
             gone_s = time.monotonic()
         else:
             last_alive_s = looked_s
-            left = [p for p in members if not _gone(p)]
+            left = [p for p in members if not process_gone(p)]
             assert looked_s < deadline_s, f"20 s after the SIGKILL, the old job still runs: {left}"
             time.sleep(0.005)
     old.proc.wait(timeout=10)
@@ -370,13 +363,13 @@ def test_shared_uses_a_leased_device_named_explicitly_and_leases_nothing(cli: Cl
     # The same request without --shared is refused, naming the holder and the way out.
     code, _out, err, _s = cli.run("unshared", inventory, "--gpus", KEYS[1], *_audit_job(audit, "x"))
     assert code == 1
-    line = _one_line_error(err)
+    line = one_line_error(err)
     assert KEYS[1] in line and f"leased by pid {holder.pid} " in line and "--shared" in line
     # --shared shares what is named explicitly; a count still takes only free devices.
     code, _out, err, _s = cli.run(
         "count", inventory, "--gpus", "1", "--shared", *_audit_job(audit, "y")
     )
-    assert code == 1 and "--gpus 1: only 0 free device(s) of 4" in _one_line_error(err)
+    assert code == 1 and "--gpus 1: only 0 free device(s) of 4" in one_line_error(err)
     assert [r["tag"] for r in _audit(audit)] == ["shared"]
     assert cli.running("shared", "unshared", "count") == []
     Path(f"{info_path}.release").touch()
@@ -395,14 +388,14 @@ def test_a_busy_host_fails_fast_with_one_line_and_starts_nothing(cli: Cli) -> No
         "count", inventory, "--gpus", "1", *_audit_job(audit, "count")
     )
     assert code == 1 and took_s < 10
-    line = _one_line_error(err)
+    line = one_line_error(err)
     assert line.startswith(f"{ERROR}--gpus 1: only 0 free device(s) of 4 visible")
     assert all(f"{key}): skipped, leased by pid {holder.pid} " in line for key in KEYS)
 
     wait = ["--gpus", "1", "--wait-timeout", "0.5"]
     code, _out, err, took_s = cli.run("timeout", inventory, *wait, *_audit_job(audit, "timeout"))
     assert code == 1 and took_s < 10
-    assert "gave up after waiting" in _one_line_error(err.splitlines(keepends=True)[-1])
+    assert "gave up after waiting" in one_line_error(err.splitlines(keepends=True)[-1])
     assert all(line.startswith(("xpulaunch: waiting ", ERROR)) for line in err.splitlines())
 
     assert not audit.exists()  # neither program ever ran

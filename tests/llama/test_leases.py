@@ -31,7 +31,15 @@ import psutil
 import pytest
 from fake_cuda_server import start_ticks
 
-from helpers import inventory_path, kill_all, processes_marked, wait_for
+from helpers import (
+    ERROR,
+    inventory_path,
+    kill_all,
+    one_line_error,
+    process_gone,
+    processes_marked,
+    wait_for,
+)
 from xpulaunch.llamacpp.health import health_status
 from xpulaunch.proc.leases import lock_file_name
 
@@ -39,7 +47,6 @@ XPULAUNCH = Path(sys.executable).parent / "xpulaunch"
 FAKE = Path(__file__).with_name("fake_cuda_server.py")
 INVENTORY = inventory_path("2x-h200.json")
 UUID_OF = {d["pci_bus_id"]: d["uuid"] for d in json.loads(INVENTORY.read_text())["devices"]}
-ERROR = "xpulaunch: error: "
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -163,20 +170,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         tool.cleanup()
 
 
-def gone(proc: psutil.Process) -> bool:
-    """Exited (a zombie holds no files); ``is_running`` also tells a reused pid apart."""
-    try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def one_line_error(err: str) -> str:
-    assert err.startswith(ERROR) and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err.rstrip("\n")
-
-
 def lock_path(rig: Rig, key: str) -> str:
     return os.path.realpath(rig.lock_dir / lock_file_name(key))
 
@@ -256,7 +249,7 @@ def test_ctrl_c_ends_the_lease_at_once_and_leaves_no_server(rig: Rig) -> None:
     first.proc.send_signal(signal.SIGINT)
     assert first.proc.wait(timeout=20) == 128 + signal.SIGINT
     assert rig.leases() == {second_key: second.pid}  # right after exit, no polling
-    assert all(gone(p) for p in members) and rig.running("first") == []
+    assert all(process_gone(p) for p in members) and rig.running("first") == []
     output = first.read("out") + first.read("err")
     assert "Traceback" not in output
     assert "cleaning up before exit" in output  # the server was stopped, not killed
@@ -298,11 +291,11 @@ def test_sigkilled_llama_keeps_its_gpus_until_its_servers_are_gone(rig: Rig) -> 
     last_alive_s, gone_s = killed_s, None
     while gone_s is None:
         looked_s = time.monotonic()
-        if all(gone(p) for p in members):
+        if all(process_gone(p) for p in members):
             gone_s = time.monotonic()
         else:
             last_alive_s = looked_s
-            assert looked_s < killed_s + 20, [p for p in members if not gone(p)]
+            assert looked_s < killed_s + 20, [p for p in members if not process_gone(p)]
             time.sleep(0.005)
     assert old.proc.wait(timeout=10) == -signal.SIGKILL
 

@@ -16,6 +16,7 @@ from probe_fakes import (
     b580_uhd_host,
     h200_host,
     nvidia_smi_gpu,
+    tool_path,
     write_tool,
 )
 
@@ -37,7 +38,7 @@ def xpulaunch(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def fake_host_env(m: FakeMachine, bin_dir: Path | None = None) -> dict[str, str]:
-    path = f"{bin_dir}:/usr/bin:/bin" if bin_dir else "/usr/bin:/bin"
+    path = tool_path(bin_dir)
     return {"XPULAUNCH_SYSFS_ROOT": str(m.sys), "XPULAUNCH_PROCFS_ROOT": str(m.proc), "PATH": path}
 
 

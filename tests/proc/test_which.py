@@ -2,7 +2,7 @@
 
 The launch path looks programs up without importing shutil (issue 4); check_program, the
 probe's tool runner and ``api.resolve_argv`` all use it, with an explicit search path or
-``$PATH``. tests/core/test_masks_startup.py covers the ``$PATH`` form through ``api._which``.
+``$PATH``. tests/core/test_masks_startup.py covers more ``$PATH`` values.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from xpulaunch.cli.spec import DIR, FLAG, FLOAT, Opt
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, MutableMapping, Sequence
+    from collections.abc import Callable, MutableMapping, Sequence
     from typing import Any, TextIO
 
     from xpulaunch.model import Plan
@@ -111,12 +111,6 @@ class LeaseSettings:
             on_wait=on_wait,
             command=command,
         )
-
-
-def lease_manager(options: Mapping[str, Any]) -> LeaseManager:
-    """The manager for a command's keyword arguments (without removing them)."""
-    lock_dir = options.get("lock_dir")
-    return LeaseSettings(lock_dir=_path(lock_dir)).manager()
 
 
 def wait_line(status: WaitStatus) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from xpulaunch.core.visibility import VENDOR_VARS
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probe.context import (
     ProbeContext,
@@ -32,7 +33,7 @@ from xpulaunch.probe.runner import RunResult
 from xpulaunch.probe.sysfs import PciGpu, read_int, read_text
 
 # The SMI tools may honour the ROCm visibility variables [unv]; we want every physical GPU.
-_SELECTION_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+_SELECTION_VARS = VENDOR_VARS[Vendor.AMD]
 _HEX_ID = re.compile(r"^(?:0x)?([0-9a-fA-F]{8,32})$")
 
 

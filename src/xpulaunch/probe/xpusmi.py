@@ -15,7 +15,8 @@ from collections.abc import Callable, Collection
 from functools import partial
 
 from xpulaunch._dataclass import replace
-from xpulaunch.model import Problem
+from xpulaunch.core.visibility import VENDOR_VARS
+from xpulaunch.model import Problem, Vendor
 from xpulaunch.probe.context import ProbeContext, failed, not_installed, parallel, run_tool
 from xpulaunch.probe.observe import Observation
 from xpulaunch.probe.parsers.common import MIB, ParseError, percent
@@ -32,9 +33,8 @@ from xpulaunch.probe.parsers.intel import (
 )
 from xpulaunch.probe.runner import RunResult
 
-SELECTION_VARS = (
-    "ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "ZE_FLAT_DEVICE_HIERARCHY", "SYCL_DEVICE_FILTER",
-)  # fmt: skip
+# The tools must see every Intel GPU and tile, whatever the parent hides from its children.
+SELECTION_VARS = VENDOR_VARS[Vendor.INTEL]
 QUERY_V2_ARGV = [
     "xpu-smi", f"--query-gpu={','.join(QUERY_V2_FIELDS)}", "--format=csv,noheader,nounits",
 ]  # fmt: skip
