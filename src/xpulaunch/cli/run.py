@@ -179,12 +179,14 @@ def _execute(
     program: list[str], kwargs: dict[str, Any], leases: LeaseSettings, options: dict[str, Any]
 ) -> int:
     """Allocate devices under the lease lock, then run the plan until the job is over."""
-    from xpulaunch.probe.isolated import ForkedProbe
-
     # Probe once, outside the allocation lock (only planning runs under it), in a forked
     # child: NVML's ~20 MiB never become the supervisor's, and the probe runs while this
     # process imports the supervisor.
-    probing = ForkedProbe(kwargs["parent_env"]) if kwargs["inventory"] is None else None
+    probing = None
+    if kwargs["inventory"] is None:
+        from xpulaunch.probe.isolated import ForkedProbe
+
+        probing = ForkedProbe(kwargs["parent_env"])
     with probing or contextlib.nullcontext():
         from xpulaunch import api
         from xpulaunch.cli.lease_options import WaitReporter

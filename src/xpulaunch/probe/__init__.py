@@ -2,11 +2,41 @@
 in a subprocess) and AMD (sysfs, amd-smi, rocm-smi) -> one :class:`~xpulaunch.model.Inventory`.
 
 Importing this package loads no vendor library: pynvml and pyzes are imported when a probe runs.
+Its names are imported on first use (PEP 562): ``xpulaunch run`` imports
+:mod:`xpulaunch.probe.isolated` in the supervisor and leaves the probes themselves to the
+forked child (issue 4: start-up time).
 """
 
 from __future__ import annotations
 
-from xpulaunch.probe.host import probe_from_env, probe_host
-from xpulaunch.probe.runner import Runner, RunResult, SubprocessRunner
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from xpulaunch.probe.host import probe_from_env, probe_host
+    from xpulaunch.probe.runner import Runner, RunResult, SubprocessRunner
+
+_MODULE_OF = {
+    "probe_from_env": "xpulaunch.probe.host",
+    "probe_host": "xpulaunch.probe.host",
+    "RunResult": "xpulaunch.probe.runner",
+    "Runner": "xpulaunch.probe.runner",
+    "SubprocessRunner": "xpulaunch.probe.runner",
+}
 
 __all__ = ["RunResult", "Runner", "SubprocessRunner", "probe_from_env", "probe_host"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xpulaunch.probe' has no attribute {name!r}")
+    # __import__, not importlib.import_module: the same import, but through the interpreter's
+    # own path, which -X importtime reports (a test reads it to see that the probe ran).
+    value = getattr(__import__(module, fromlist=[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
