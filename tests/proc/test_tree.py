@@ -101,15 +101,27 @@ def test_exit_status(returncode: int, status: int, text: str) -> None:
     assert tree.describe_returncode(returncode) == text
 
 
-def _guardian(job: str, since: int, record: Path) -> tuple[subprocess.Popen[bytes], int]:
+# "shell": the guardian as the supervisor starts it (stage 1, which execs stage 2 on EOF);
+# "python": stage 2 alone, reading the pipe itself.
+STAGES = ("shell", "python")
+
+
+def _guardian(
+    job: str, since: int, record: Path, stage: str = "shell"
+) -> tuple[subprocess.Popen[bytes], int]:
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-S", "-E", "-s", guardian.__file__, job, str(since), str(record)]
+    argv = guardian.command(sys.executable, job, since, str(record))
+    if stage == "python":
+        argv = [sys.executable, "-S", "-E", "-s", guardian.__file__, job, str(since), str(record)]
     proc = subprocess.Popen(argv, stdin=read_fd, start_new_session=True, env={})
     os.close(read_fd)
     return proc, write_fd
 
 
-def test_guardian_kills_the_job_on_eof(child: Argv, tmp_path: Path, procs: list) -> None:
+@pytest.mark.parametrize("stage", STAGES)
+def test_guardian_kills_the_job_on_eof(
+    child: Argv, tmp_path: Path, procs: list, stage: str
+) -> None:
     since = guardian.now_ticks()
     record = tmp_path / "job.jsonl"
     record.write_text("{}\n")
@@ -118,7 +130,7 @@ def test_guardian_kills_the_job_on_eof(child: Argv, tmp_path: Path, procs: list)
     marked = start(procs, child("sleeper.py"), env=env, start_new_session=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     ticks = guardian.read_stat(session.pid).start_ticks  # type: ignore[union-attr]
-    watchdog, write_fd = _guardian("job-g", since, record)
+    watchdog, write_fd = _guardian("job-g", since, record, stage)
     os.write(write_fd, f"s {session.pid} {ticks}\n".encode())
     os.close(write_fd)  # what the supervisor's death looks like
     assert watchdog.wait(timeout=30) == 0
@@ -127,14 +139,50 @@ def test_guardian_kills_the_job_on_eof(child: Argv, tmp_path: Path, procs: list)
     assert not record.exists()
 
 
-def test_guardian_done_leaves_everything(child: Argv, tmp_path: Path, procs: list) -> None:
+@pytest.mark.parametrize("stage", STAGES)
+def test_guardian_done_leaves_everything(
+    child: Argv, tmp_path: Path, procs: list, stage: str
+) -> None:
     env = {**os.environ, guardian.JOB_ID_VAR: "job-d"}
     marked = start(procs, child("sleeper.py"), env=env, stdout=subprocess.DEVNULL)
-    watchdog, write_fd = _guardian("job-d", guardian.now_ticks(), tmp_path / "none")
+    watchdog, write_fd = _guardian("job-d", guardian.now_ticks(), tmp_path / "none", stage)
     os.write(write_fd, b"done\n")
     os.close(write_fd)
     assert watchdog.wait(timeout=30) == 0
     assert alive(marked.pid)
+
+
+def test_guardian_ignores_junk_and_the_terminals_signals(
+    child: Argv, tmp_path: Path, procs: list
+) -> None:
+    since = guardian.now_ticks()
+    session = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
+    ticks = guardian.read_stat(session.pid).start_ticks  # type: ignore[union-attr]
+    watchdog, write_fd = _guardian("job-j", since, tmp_path / "none")
+    os.write(write_fd, f"s 12x 3\nhello\ns {session.pid} {ticks}\ns 1 2 3\n".encode())
+    # A Ctrl-C or hang-up is for the supervisor: ignored once the guardian is up.
+    wait_for(lambda: _ignored(watchdog.pid), "the guardian to ignore SIGINT and SIGHUP")
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        watchdog.send_signal(sig)
+    os.write(write_fd, b"s 4")  # the supervisor died in the middle of a line
+    assert watchdog.poll() is None
+    os.close(write_fd)
+    assert watchdog.wait(timeout=30) == 0
+    assert session.wait(timeout=10) == -signal.SIGKILL
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+
+
+def _ignored(pid: int) -> bool:
+    """SIGINT and SIGHUP are in the process's ignored set."""
+    line = next((x for x in _status(pid).splitlines() if x.startswith("SigIgn:")), "- 0")
+    mask = int(line.split()[1], 16)
+    return all(mask & (1 << (sig - 1)) for sig in (signal.SIGINT, signal.SIGHUP))
 
 
 def _identity(pid: int) -> list[int]:

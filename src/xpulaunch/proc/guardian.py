@@ -11,13 +11,22 @@ job's device-lease file descriptors, so the devices stay leased until the job is
 (On a normal end the supervisor unlocks the leases itself once it has seen the job gone, and
 does not wait for the guardian to exit.)
 
-It must stay small and start fast, so it is run by path with ``python -S -E`` (no
-site-packages, no PYTHON* variables) and imports only ``os``, ``_signal``, ``sys`` and
-``time``: not even ``typing`` (2 MiB of the guardian's ~9 MiB), nor ``signal``, whose enums
-pull in ``enum``, ``functools`` and ``collections`` (~6 ms of its ~16 ms start, competing
-with the workers' own start for the CPU; issue 4). The /proc reader below is
-also what :mod:`xpulaunch.proc.tree` uses to find a job's processes, so both sides agree on
-what "a process of the job" is.
+It runs in two stages (:func:`command`), because it must start fast and stay small while it
+waits, which is all it does in a job that ends normally:
+
+1. ``/bin/sh`` (:data:`SHELL_STAGE`) reads the pipe and keeps the session lines. ``done``:
+   it exits. EOF: it execs stage 2 with those lines as stdin. A shell starts in ~1.5 ms and
+   ~1 MiB, where Python took ~13 ms of CPU, competing with the workers' own start on a small
+   machine (issue 4), and ~8 MiB for as long as the job ran.
+2. This module, run by path with ``python -S -E`` (no site-packages, no PYTHON* variables),
+   kills the job. It imports only ``os``, ``_signal``, ``sys`` and ``time``: not even
+   ``typing`` nor ``signal``, whose enums pull in ``enum``, ``functools`` and
+   ``collections``; its start-up matters less now, but the supervisor is dead and the job's
+   processes run on unwatched until it is done.
+
+The lease descriptors and the process id stay the same through the exec. The /proc reader
+below is also what :mod:`xpulaunch.proc.tree` uses to find a job's processes, so both sides
+agree on what "a process of the job" is.
 """
 
 from __future__ import annotations
@@ -178,8 +187,34 @@ def kill_job(job_id: str, sessions: Mapping[int, int], since_ticks: int) -> None
         delay_s = min(delay_s * 2, 1.0)
 
 
+# Stage 1: sh -c SHELL_STAGE NAME PYTHON GUARDIAN_PY JOB_ID SINCE_TICKS RECORD_FILE. Only the
+# "s PID TICKS" lines are kept. The terminal's Ctrl-C and hang-up are for the supervisor
+# (and signals ignored here stay ignored through the exec).
+SHELL_STAGE = r"""
+trap '' INT HUP
+sessions=
+while IFS= read -r line; do
+  case $line in
+    done) exit 0 ;;
+    "s "*) sessions="$sessions$line
+" ;;
+  esac
+done
+exec "$1" -S -E -s "$2" "$3" "$4" "$5" <<EOF
+$sessions
+EOF
+"""
+
+
+def command(python: str, job_id: str, since_ticks: int, record: str) -> list[str]:
+    """The guardian's argv: stage 1, which execs stage 2 (this file, under ``python``)."""
+    stage_2 = [python, os.path.abspath(__file__), job_id, str(since_ticks), record]
+    return ["/bin/sh", "-c", SHELL_STAGE, "xpulaunch-guardian", *stage_2]
+
+
 def main(argv: list[str]) -> int:
-    """``guardian.py JOB_ID SINCE_TICKS [RECORD_FILE]``; the supervisor's pipe is stdin."""
+    """``guardian.py JOB_ID SINCE_TICKS [RECORD_FILE]``; stdin: the supervisor's pipe, or
+    what stage 1 kept of it."""
     # The terminal's Ctrl-C and hang-up are for the supervisor, which forwards them.
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     _signal.signal(_signal.SIGHUP, _signal.SIG_IGN)
@@ -190,7 +225,7 @@ def main(argv: list[str]) -> int:
         words = line.split()
         if words == [b"done"]:
             return 0
-        if len(words) == 3 and words[0] == b"s":
+        if len(words) == 3 and words[0] == b"s" and words[1].isdigit() and words[2].isdigit():
             sessions[int(words[1])] = int(words[2])
     kill_job(job_id, sessions, since_ticks)
     if record and os.path.exists(record):

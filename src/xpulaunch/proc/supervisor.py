@@ -277,7 +277,7 @@ def _start_guardian(
 ) -> GuardianHandle | None:
     read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
     record = os.path.join(record_dir, f"{job_id}.jsonl")
-    argv = [sys.executable, "-S", "-E", "-s", guardian.__file__, job_id, str(since), record]
+    argv = guardian.command(sys.executable, job_id, since, record)
     try:
         # No pdeathsig and its own session: it must outlive us and ignore the terminal.
         proc = subprocess.Popen(
