@@ -14,7 +14,6 @@ from __future__ import annotations
 # at most 60 ms): pathlib, shutil, socket and typing cost ~2-9 ms each to import, so the launch
 # path does without them: _read_text, proc.which.which, and _socket (the C module socket wraps)
 # instead, and annotations only for the type checker.
-import _socket
 import os
 import sys
 
@@ -104,6 +103,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     port (landscape pitfall 13); rank 0 binds it within milliseconds of start, and a worker
     that fails to bind fails the gang, which is then restarted on the same plan.
     """
+    import _socket  # here: a shared library (~0.4 ms) that only a multi-worker plan needs
+
     sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
         sock.bind((host, 0))

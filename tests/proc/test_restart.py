@@ -115,8 +115,16 @@ def test_decide_is_pure() -> None:
         {"backoff_max_s": float("nan")},
         {"backoff_factor": 0.5},
         {"stable_window_s": float("inf")},
+        {"backoff_factor": float("nan")},
+        {"backoff_factor": float("inf")},
+        {"backoff_initial_s": float("-inf")},
     ],
 )
 def test_bad_policy_values_are_usage_errors(kwargs: dict[str, float]) -> None:
     with pytest.raises(UsageError):
         RestartPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_finite_edges_are_accepted() -> None:
+    policy = RestartPolicy(backoff_initial_s=0.0, backoff_factor=1.0, backoff_max_s=1e300)
+    assert policy.backoff_s(3) == 0.0

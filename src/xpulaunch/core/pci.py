@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-_BDF = re.compile(
+# A pattern, not a compiled one: re.match compiles it on first use and caches it, so a launch
+# that never reads a PCI address does not pay ~0.3 ms to compile it at import (issue 4).
+_BDF = (
     r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
     r"(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
 )
@@ -16,7 +18,7 @@ def normalize_bus_id(text: str) -> str | None:
     >>> normalize_bus_id("00000000:1A:00.0")
     '0000:1a:00.0'
     """
-    match = _BDF.match(text.strip())
+    match = re.match(_BDF, text.strip())
     if match is None:
         return None
     domain = int(match["domain"] or "0", 16) & 0xFFFF

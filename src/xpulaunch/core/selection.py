@@ -25,8 +25,9 @@ BUSY_MEMORY_FRACTION = 0.10
 BUSY_UTILIZATION_PERCENT = 50.0
 
 _VALID = "auto, all, none, a count like 2, or device ids like 0,2 / device=GPU-... / 0000:29:00.0"
-_TILE = re.compile(r"^\d+\.\d+$")
-_UUIDISH = re.compile(r"^(GPU-|MIG-)?[0-9a-fA-F]{8}(-?[0-9a-fA-F]{4,})*$")
+# Patterns that re compiles on first use (and caches): only --gpus with device ids needs them.
+_TILE = r"^\d+\.\d+$"
+_UUIDISH = r"^(GPU-|MIG-)?[0-9a-fA-F]{8}(-?[0-9a-fA-F]{4,})*$"
 
 
 class GpuMode(str, Enum):
@@ -87,7 +88,7 @@ def parse_gpus(text: str) -> GpuRequest:
         if count == 0:
             raise UsageError("--gpus 0: a count must be at least 1; use --gpus none for the CPU")
         return GpuRequest(GpuMode.COUNT, count=count)
-    if normalize_bus_id(value) is not None or _UUIDISH.match(value) or _TILE.match(value):
+    if normalize_bus_id(value) is not None or re.match(_UUIDISH, value) or re.match(_TILE, value):
         return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
     raise UsageError(f"--gpus {text!r}: expected {_VALID}")
 

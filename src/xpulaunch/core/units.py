@@ -6,7 +6,8 @@ import re
 
 from xpulaunch.errors import UsageError
 
-_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgtp]?i?b?)\s*$", re.IGNORECASE)
+# Compiled by re on first use (and cached there), not at import: most launches parse no size.
+_SIZE = r"(?i)^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgtp]?i?b?)\s*$"
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
@@ -16,7 +17,7 @@ def parse_size(text: str, *, option: str = "size") -> int:
     >>> parse_size("1.5GiB")
     1610612736
     """
-    match = _SIZE.match(text)
+    match = re.match(_SIZE, text)
     if match is None:
         raise UsageError(f"{option}: {text!r} is not a size; use e.g. 8GiB, 512MiB or 8000000000")
     unit = match["unit"].lower()
