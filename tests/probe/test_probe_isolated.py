@@ -131,3 +131,44 @@ def test_leaving_without_the_result_kills_and_reaps_the_child() -> None:
     result = run_isolated(code, {})
     assert result["alive"] is False
     assert isinstance(result["took_s"], float) and result["took_s"] < 10
+
+
+def test_the_child_is_reaped_after_a_result() -> None:
+    code = (
+        "import json, os, time\n"
+        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.model import Inventory\n"
+        "isolated._probe = lambda env: Inventory(devices=(), problems=())\n"
+        "probing = isolated.ForkedProbe({})\n"
+        "child = probing._pid\n"
+        "inv = probing.result()\n"
+        "deadline = time.monotonic() + 20\n"
+        "def state():\n"
+        "    try:\n"
+        "        return open(f'/proc/{child}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+        "    except OSError:\n"
+        "        return 'gone'\n"
+        "while state() != 'gone' and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(json.dumps({'devices': len(inv.devices), 'state': state()}))\n"
+    )
+    result = run_isolated(code, {})
+    assert result == {"devices": 0, "state": "gone"}  # reaped: not even a zombie is left
+
+
+def test_part_of_a_document_counts_as_a_failed_child() -> None:
+    code = (
+        "import json, os\n"
+        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.model import Inventory\n"
+        "parent = os.getpid()\n"
+        "real_dumps = isolated.dumps\n"
+        "def torn(inventory):  # the child died while writing\n"
+        "    return real_dumps(inventory)[:20]\n"
+        "isolated.dumps = torn\n"
+        "isolated._probe = lambda env: Inventory(devices=(), problems=())\n"
+        "inv = isolated.probe_isolated({})\n"
+        "print(json.dumps({'problems': [str(p) for p in inv.problems]}))\n"
+    )
+    result = run_isolated(code, {})
+    assert result["problems"] == ["probe: the forked probe failed (exit status 0); probed here"]

@@ -140,11 +140,11 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     xpulaunch's own options may also follow PROGRAM; everything else after PROGRAM, and
     everything after --, is passed to PROGRAM.
     """
-    from xpulaunch import api
-
     leases = LeaseSettings.pop_from(options)
     kwargs = _plan_kwargs(options)
     if dry_run:
+        from xpulaunch import api
+
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()
         plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)
