@@ -220,3 +220,23 @@ def test_real_pynvml_on_this_host(tmp_path: Path) -> None:
         inv = probe_host(sys_root=m.sys, proc_root=m.proc, use_pyzes=False)
         assert len(inv.devices) == count
         assert all(d.memory_used_bytes is not None for d in inv.devices)
+
+
+@pytest.mark.parametrize("library", ["libnvidia-ml.so.1", "libc.so.6", "libnot-there.so.7"])
+def test_library_loads_answers_as_ctypes_cdll_does(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctypes
+
+    from xpulaunch.probe import nvidia
+
+    monkeypatch.setattr(nvidia, "NVML_LIBRARY", library)
+    try:
+        ctypes.CDLL(library)
+    except OSError:
+        loads = False
+    else:
+        loads = True
+    assert nvidia._library_loads() is loads
+    if library == "libc.so.6":
+        assert loads  # a real comparison: one library that does load

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 
 from xpulaunch._dataclass import dataclass
@@ -20,6 +19,7 @@ from xpulaunch.proc.which import which
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Protocol
 else:
@@ -69,6 +69,8 @@ class SubprocessRunner:
     def run(
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
     ) -> RunResult | Problem:
+        import subprocess  # here: a host with none of the tools never runs one (~4 ms)
+
         tool = os.path.basename(argv[0])
         started = time.monotonic()
         try:
@@ -104,6 +106,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     3. Reap with a short bound: a grandchild that escaped the group could keep our pipes open,
        and a probe must never hang on it (closing the pipes ends that wait).
     """
+    import subprocess
+
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     try:
