@@ -14,14 +14,12 @@ never loads the supervisor.
 
 from __future__ import annotations
 
-import importlib
+from xpulaunch._lazy import exports
 
 __version__ = "0.1.0"
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
-    from typing import Any
-
     from xpulaunch.api import (
         inventory_document,
         load_inventory,
@@ -167,14 +165,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xpulaunch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = exports(globals(), _MODULE_OF)

@@ -10,8 +10,9 @@ Names are imported on first use, so that a dry run never loads the supervisor.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from xpulaunch._lazy import exports
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.devices import LlamaBackend, LlamaDevice, parse_list_devices
@@ -46,9 +47,6 @@ __all__ = [
     "serve_llama",
 ]
 
+_MODULE_OF = {name: f"{__name__}.{module}" for name, module in _WHERE.items()}
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xpulaunch.llamacpp' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"xpulaunch.llamacpp.{module}"), name)
+__getattr__, __dir__ = exports(globals(), _MODULE_OF)

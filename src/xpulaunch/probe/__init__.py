@@ -9,10 +9,10 @@ forked child (issue 4: start-up time).
 
 from __future__ import annotations
 
+from xpulaunch._lazy import exports
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
-    from typing import Any
-
     from xpulaunch.probe.host import probe_from_env, probe_host
     from xpulaunch.probe.runner import Runner, RunResult, SubprocessRunner
 
@@ -27,16 +27,4 @@ _MODULE_OF = {
 __all__ = ["RunResult", "Runner", "SubprocessRunner", "probe_from_env", "probe_host"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xpulaunch.probe' has no attribute {name!r}")
-    # __import__, not importlib.import_module: the same import, but through the interpreter's
-    # own path, which -X importtime reports (a test reads it to see that the probe ran).
-    value = getattr(__import__(module, fromlist=[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = exports(globals(), _MODULE_OF)

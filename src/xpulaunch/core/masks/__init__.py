@@ -15,8 +15,7 @@ and ROCm parsers (issue 2: ``run --dry-run`` start-up time).
 
 from __future__ import annotations
 
-import importlib
-
+from xpulaunch._lazy import exports
 from xpulaunch.core.masks.common import (
     CUDA_VAR,
     HIP_VAR,
@@ -101,16 +100,6 @@ _LAZY = {
     "parse_rocr_visible_devices": "rocm",
 }
 
-
-def __getattr__(name: str) -> object:
-    """Load the vendor module that defines ``name`` on first use (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups are plain module attributes
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = exports(
+    globals(), {name: f"{__name__}.{module}" for name, module in _LAZY.items()}
+)
