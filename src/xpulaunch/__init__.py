@@ -18,7 +18,8 @@ from xpulaunch._lazy import exports
 
 __version__ = "0.1.0"
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from xpulaunch.api import (
         inventory_document,

@@ -7,7 +7,8 @@ masks package only the vendor module a name comes from.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping
 

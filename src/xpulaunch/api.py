@@ -16,15 +16,15 @@ from __future__ import annotations
 # instead, and annotations only for the type checker.
 import os
 import sys
+from shutil import which
+from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, Plan
-from xpulaunch.proc.which import which
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
@@ -154,7 +154,7 @@ def plan(
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
     if missing:
-        from xpulaunch._dataclass import replace
+        from dataclasses import replace
 
         result = replace(result, notes=(*result.notes, missing))
     return result

@@ -7,13 +7,22 @@ environment is written (see :mod:`xpulaunch.core.env`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass, field
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+
+# Variables the supervisor adds to a child's environment when it starts it: their values exist
+# only then (the job, the worker, the attempt). A plan lists their names as "set at start".
+JOB_ID_VAR = "XPULAUNCH_JOB_ID"
+WORKER_VAR = "XPULAUNCH_WORKER"
+RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
+SET_AT_START = (JOB_ID_VAR, WORKER_VAR, RESTART_COUNT_VAR)
+# Known when the plan is made (from the restart policy), so the plan holds it.
+MAX_RESTARTS_VAR = "TORCHELASTIC_MAX_RESTARTS"
 
 
 class Vendor(str, Enum):

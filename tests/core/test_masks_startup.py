@@ -17,13 +17,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from shutil import which
 
 import pytest
 
 from helpers import inventory_path
 from xpulaunch import api
 from xpulaunch.core import masks
-from xpulaunch.proc.which import which
 
 # Every public name of the old single-module core/masks.py.
 OLD_PUBLIC = frozenset(

@@ -7,12 +7,12 @@ Plain aligned text, no table library: the command should start fast (``devices -
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from xpulaunch.cli.output import echo
 from xpulaunch.cli.spec import FILE, FLAG, CommandSpec, Opt
 from xpulaunch.core.inventory import dumps
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -15,11 +15,11 @@ A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mappi
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.cli.spec import DIR, FLAG, FLOAT, Opt
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
     from typing import Any, TextIO

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from typing import TYPE_CHECKING
 
 from xpulaunch.cli.lease_options import LEASE_OPTIONS, LeaseSettings
 from xpulaunch.cli.output import echo
@@ -19,7 +20,6 @@ from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
 from xpulaunch.proc.options import DEFAULT_MAX_RESTARTS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from typing import Any
 

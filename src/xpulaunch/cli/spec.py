@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.selection import GpuMode, GpuRequest
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.model import Backend, Device, Unit, Vendor
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -8,10 +8,10 @@ accelerate's own default of keeping ~10% headroom on each GPU (``get_balanced_me
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from xpulaunch.model import DeviceMap, Unit
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping  # also at run time: isinstance checks
+from typing import TYPE_CHECKING
 
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import InventoryError
 from xpulaunch.model import Device, Inventory, MigDevice, Problem, Vendor
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -8,9 +8,10 @@ oneCCL #217, torch-ccl #71, nccl-tests #300). ``--isolate`` is for independent w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xpulaunch.errors import SelectionError, UsageError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

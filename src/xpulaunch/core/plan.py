@@ -6,7 +6,9 @@ Pure function of (request, inventory, parent env, leases). The plan document
 
 from __future__ import annotations
 
-from xpulaunch._dataclass import dataclass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, parse_backend
 from xpulaunch.core.placement import place, worker_count
@@ -24,7 +26,6 @@ from xpulaunch.model import (
     WorkerPlan,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

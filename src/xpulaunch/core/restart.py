@@ -17,9 +17,9 @@ Two lessons from the landscape shape the policy (landscape.md (b) supervisord 1,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from enum import Enum
 
-from xpulaunch._dataclass import dataclass, replace
 from xpulaunch.errors import UsageError
 
 _INF = float("inf")

@@ -7,15 +7,15 @@ holds what (leases); the output is the chosen units plus a note for every choice
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass, field
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
 from xpulaunch.model import Device, Unit
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -168,7 +168,7 @@ def select(
     units: Sequence[Unit],
     devices: Sequence[Device],
     *,
-    filters: Filters = Filters(),  # noqa: B008 (frozen value)
+    filters: Filters = Filters(),
     unavailable: Mapping[str, str] | None = None,
 ) -> Selection:
     """Choose units for ``request`` among the parent's visible ``units``."""

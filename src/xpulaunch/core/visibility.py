@@ -14,7 +14,8 @@ card's first instance, so the mask stays physical; a note says so.
 
 from __future__ import annotations
 
-from xpulaunch._dataclass import dataclass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 # Vendor parsers are reached as ``masks.<name>``: the package loads a vendor's module on first
 # use, so planning for one vendor's host does not load the other vendors' parsers (issue 2).
@@ -30,7 +31,6 @@ from xpulaunch.core.masks import (
 from xpulaunch.errors import MaskError, SelectionError
 from xpulaunch.model import Device, Hierarchy, Inventory, MigDevice, Unit, Vendor
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.model import Unit
 
 

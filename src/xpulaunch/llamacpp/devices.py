@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.errors import ProbeError, UsageError
 from xpulaunch.model import Backend
 

@@ -10,8 +10,8 @@ Vulkan ignores those masks and is pinned by ``--device VulkanN`` (:mod:`.vulkan`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from xpulaunch._dataclass import dataclass, replace
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.core.masks import ODS_VAR
 from xpulaunch.core.plan import LaunchRequest, make_plan

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xpulaunch._dataclass import replace
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args

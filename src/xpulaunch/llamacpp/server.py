@@ -21,9 +21,9 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
 
-from xpulaunch._dataclass import dataclass, replace
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError, UsageError
 from xpulaunch.llamacpp.args import with_port
@@ -102,7 +102,7 @@ class LlamaServer:
         plan: LlamaPlan,
         parent_env: Mapping[str, str],
         *,
-        health: HealthOptions = HealthOptions(),  # noqa: B008 (frozen value)
+        health: HealthOptions = HealthOptions(),
         policy: RestartPolicy = DEFAULT_POLICY,
         grace_s: float = 5.0,
         logs: LogConfig = LogConfig(),  # noqa: B008 (frozen value)

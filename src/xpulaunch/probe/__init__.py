@@ -9,9 +9,10 @@ forked child (issue 4: start-up time).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xpulaunch._lazy import exports
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from xpulaunch.probe.host import probe_from_env, probe_host
     from xpulaunch.probe.runner import Runner, RunResult, SubprocessRunner

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass, field
 from xpulaunch.model import Problem
 from xpulaunch.probe.runner import tool_env
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import TypeVar

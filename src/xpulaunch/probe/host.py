@@ -12,15 +12,16 @@ import os
 import sys
 from functools import partial
 
+# Start-up time (issue 4): probing is on every launch's path, so typing and pathlib are not
+# imported here; roots are strings (a Path is welcome as an argument).
+from typing import TYPE_CHECKING
+
 from xpulaunch.model import Device, Inventory, Vendor
 from xpulaunch.probe.context import ProbeContext, VendorResult, parallel
 from xpulaunch.probe.observe import to_devices
 from xpulaunch.probe.runner import SubprocessRunner
 from xpulaunch.probe.sysfs import list_pci_gpus, perfmon_capable
 
-# Start-up time (issue 4): probing is on every launch's path, so typing and pathlib are not
-# imported here; roots are strings (a Path is welcome as an argument).
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 

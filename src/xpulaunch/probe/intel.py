@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
-from xpulaunch._dataclass import replace
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probe.context import ProbeContext, VendorResult
 from xpulaunch.probe.levelzero import import_pyzes, probe_pyzes

@@ -16,12 +16,12 @@ import _thread
 import os
 import signal
 import threading
+from typing import TYPE_CHECKING
 
 from xpulaunch.core.inventory import dumps, loads
 from xpulaunch.errors import InventoryError
 from xpulaunch.model import Inventory, Problem
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

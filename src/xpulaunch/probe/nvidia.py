@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import replace
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import MigDevice, Problem, Vendor
 from xpulaunch.probe.context import ProbeContext, VendorResult, failed, not_installed, run_tool
@@ -26,7 +27,6 @@ from xpulaunch.probe.parsers.nvidia import (
 )
 from xpulaunch.probe.sysfs import PciGpu
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

@@ -9,10 +9,11 @@ identity is recorded as a problem.
 
 from __future__ import annotations
 
-from xpulaunch._dataclass import dataclass, field, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
 from xpulaunch.model import Device, MigDevice, Problem, Vendor
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 

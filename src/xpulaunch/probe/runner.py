@@ -12,12 +12,12 @@ import contextlib
 import os
 import signal
 import time
+from dataclasses import dataclass
+from shutil import which
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.model import Problem
-from xpulaunch.proc.which import which
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Iterable, Mapping, Sequence

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Problem, Vendor
 

@@ -12,9 +12,9 @@ SYCL selection variables removed.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from functools import partial
 
-from xpulaunch._dataclass import replace
 from xpulaunch.core.visibility import VENDOR_VARS
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probe.context import ProbeContext, failed, not_installed, parallel, run_tool

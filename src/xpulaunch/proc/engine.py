@@ -24,6 +24,7 @@ import signal
 import threading
 from collections import deque
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, RestartState, decide
 from xpulaunch.proc.events import (
@@ -42,7 +43,6 @@ from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.tree import describe_returncode, signal_members, signal_name
 from xpulaunch.proc.worker import START_FAILED_STATUS, Worker, with_cont
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from concurrent.futures import Future

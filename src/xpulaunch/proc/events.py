@@ -14,9 +14,8 @@ is running (``RUNNING`` is another name for ``READY``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
-
-from xpulaunch._dataclass import dataclass
 
 
 class WorkerState(str, Enum):

@@ -10,8 +10,8 @@ back near what it was before the job started. NVML answers without creating a CU
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType

@@ -35,8 +35,8 @@ import _signal  # type: ignore[import-not-found]  # what signal wraps (no stub):
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 

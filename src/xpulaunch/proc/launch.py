@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, replace
+from shutil import which
 
-from xpulaunch._dataclass import dataclass, replace
+# Start-up time (issue 4): typing, pathlib and shutil are not imported on the launch path;
+# names used only in annotations are the type checker's alone.
+from typing import TYPE_CHECKING
+
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.model import Backend, Plan
@@ -23,11 +28,7 @@ from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.signals import forwarding
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
-from xpulaunch.proc.which import which
 
-# Start-up time (issue 4): typing, pathlib and shutil are not imported on the launch path;
-# names used only in annotations are the type checker's alone.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 

@@ -37,8 +37,13 @@ import errno
 import os
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 
-from xpulaunch._dataclass import dataclass, field
+# Start-up time (issue 4): every launch allocates, so this module imports neither typing nor
+# pathlib (~4 ms with the urllib.parse and ipaddress it pulls in) nor uuid (~4 ms). Paths are
+# strings inside; the public ``Path`` attributes are built when asked for.
+from typing import TYPE_CHECKING
+
 from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
 from xpulaunch.proc.lease_names import (
     HOLDER_SUFFIX,
@@ -59,10 +64,6 @@ from xpulaunch.proc.queue import (
     write_record,
 )
 
-# Start-up time (issue 4): every launch allocates, so this module imports neither typing nor
-# pathlib (~4 ms with the urllib.parse and ipaddress it pulls in) nor uuid (~4 ms). Paths are
-# strings inside; the public ``Path`` attributes are built when asked for.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path

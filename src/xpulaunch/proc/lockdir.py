@@ -15,11 +15,11 @@ import fcntl
 import os
 import stat
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.errors import LeaseError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from pathlib import Path

@@ -16,12 +16,12 @@ import os
 import sys
 import threading
 from collections import deque
-
-from xpulaunch._dataclass import dataclass
+from dataclasses import dataclass
 
 # Start-up time (issue 4): typing and pathlib are not imported on the launch path; a Path is
 # made only for a log file (``log_dir``).
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path

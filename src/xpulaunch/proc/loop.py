@@ -17,8 +17,8 @@ import selectors
 import threading
 import weakref
 from collections import deque
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Future

@@ -10,10 +10,11 @@ module does not import the supervisor (``--dry-run`` stays light).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # the supervisor is imported only when a run really starts
     from collections.abc import Mapping
     from typing import Any

@@ -10,8 +10,8 @@ row. A check that has not answered within ``timeout_s`` counts as one failure pe
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
 

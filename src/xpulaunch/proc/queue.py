@@ -28,13 +28,14 @@ import pwd
 import sys
 import time
 from contextlib import suppress
-
-from xpulaunch._dataclass import dataclass
-from xpulaunch.errors import LeaseError, WaitTimeoutError
+from dataclasses import dataclass
 
 # Start-up time (issue 4): every launch allocates through this module, so typing and
 # pathlib are not imported here; the protocol below exists for the type checker only.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+from typing import TYPE_CHECKING
+
+from xpulaunch.errors import LeaseError, WaitTimeoutError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from contextlib import AbstractContextManager

@@ -15,12 +15,13 @@ import json
 import os
 import signal
 
+# Start-up time (issue 4): every start sweeps and writes a record, so paths are plain
+# strings here (pathlib costs ~4 ms to import) and typing is for the type checker only.
+from typing import TYPE_CHECKING
+
 from xpulaunch.proc.guardian import find_job, read_stat
 from xpulaunch.proc.tree import signal_pid
 
-# Start-up time (issue 4): every start sweeps and writes a record, so paths are plain
-# strings here (pathlib costs ~4 ms to import) and typing is for the type checker only.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import FrameType

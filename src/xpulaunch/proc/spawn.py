@@ -31,10 +31,9 @@ import functools
 import os
 import signal
 import subprocess
+from shutil import which
+from typing import TYPE_CHECKING
 
-from xpulaunch.proc.which import which
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from xpulaunch._dataclass import dataclass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 

@@ -28,6 +28,9 @@ import sys
 import threading
 import time
 
+# Start-up time (issue 4): no typing or pathlib on the launch path.
+from typing import TYPE_CHECKING
+
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.proc import guardian, records
@@ -36,8 +39,6 @@ from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
 from xpulaunch.proc.logs import LogConfig, LogSink
 from xpulaunch.proc.spec import Probe, WorkerSpec
 
-# Start-up time (issue 4): no typing or pathlib on the launch path.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -14,6 +14,7 @@ import selectors
 import signal
 import subprocess
 import threading
+from typing import TYPE_CHECKING
 
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.proc.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
@@ -24,7 +25,6 @@ from xpulaunch.proc.spawn import open_pidfd, spawn
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.tree import exit_status, signal_group, signal_members, signal_name
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from concurrent.futures import Future
     from typing import IO

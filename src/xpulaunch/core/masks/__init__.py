@@ -15,6 +15,8 @@ and ROCm parsers (issue 2: ``run --dry-run`` start-up time).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xpulaunch._lazy import exports
 from xpulaunch.core.masks.common import (
     CUDA_VAR,
@@ -25,7 +27,6 @@ from xpulaunch.core.masks.common import (
     ZE_MASK_VAR,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from xpulaunch.core.masks.cuda import (
         CudaEntry,

@@ -8,14 +8,14 @@ variable, the value and what would be valid.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.core.masks.common import C_SPACE, ZE_HIERARCHY_VAR, ZE_MASK_VAR
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device, Hierarchy, Unit, Vendor
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.core.masks.common import C_SPACE, ODS_VAR, ZE_MASK_VAR
 from xpulaunch.errors import MaskError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from xpulaunch._dataclass import dataclass
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Vendor
 from xpulaunch.probe.observe import Observation
