@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Evidence for the NVIDIA probe on a real host (written for 2x H200, root, torch + nvidia-ml-py
-# in python3). Run from the repository root; nothing is installed:
+# Evidence for the NVIDIA probe on a real host (written for 2x H200, also run on one GPU; root,
+# torch + nvidia-ml-py in python3). Run from the repository root; nothing is installed:
 #
 #     bash docs/hardware/probe_check.sh
 #
@@ -129,14 +129,26 @@ else
         > "$WORK/cmp-load.txt" 2>&1
     count_fails "$WORK/cmp-load.txt"
 
-    section "xpulaunch run --dry-run --gpus 1 picks the free GPU (GPU 1)"
-    "${XL[@]}" run --dry-run --gpus 1 -- python3 -c pass; rc=$?
-    echo "exit $rc"
-    if "${XL[@]}" run --dry-run --json --gpus 1 -- python3 -c pass > "$WORK/plan.json" 2> "$WORK/plan.err"; then
-        picked=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print([x["index"] for x in d["devices"]])' "$WORK/plan.json")
-        if [ "$picked" = "[1]" ]; then verdict PASS "plan picked GPU $picked"; else verdict FAIL "plan picked $picked, expected [1]"; fi
+    if [ "$(wc -l < "$WORK/smi.csv")" -ge 2 ]; then
+        section "xpulaunch run --dry-run --gpus 1 picks the free GPU (GPU 1)"
+        want="[1]"; flags=(--gpus 1)
     else
-        verdict UNVERIFIED "run --dry-run --json did not work here: $(tail -1 "$WORK/plan.err")"
+        # One GPU, ~40 GiB of it held: a filter it cannot pass, then one it passes.
+        section "one GPU: --min-free-memory 200GiB refuses it, --min-free-memory 20GiB takes it"
+        if "${XL[@]}" run --dry-run --gpus 1 --min-free-memory 200GiB -- python3 -c pass 2> "$WORK/refused.err"; then
+            verdict FAIL "a plan needing 200 GiB free was made on a GPU with 40 GiB held"
+        else
+            verdict PASS "refused: $(tail -1 "$WORK/refused.err")"
+        fi
+        want="[0]"; flags=(--gpus 1 --min-free-memory 20GiB)
+    fi
+    "${XL[@]}" run --dry-run "${flags[@]}" -- python3 -c pass; rc=$?
+    echo "exit $rc"
+    if "${XL[@]}" run --dry-run --json "${flags[@]}" -- python3 -c pass > "$WORK/plan.json" 2> "$WORK/plan.err"; then
+        picked=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print([x["index"] for x in d["devices"]])' "$WORK/plan.json")
+        if [ "$picked" = "$want" ]; then verdict PASS "plan picked GPU $picked"; else verdict FAIL "plan picked $picked, expected $want"; fi
+    else
+        verdict FAIL "run --dry-run --json ${flags[*]} failed: $(tail -1 "$WORK/plan.err")"
     fi
 fi
 stop_alloc

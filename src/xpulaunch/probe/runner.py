@@ -64,7 +64,7 @@ class SubprocessRunner:
 
     def which(self, tool: str, env: Mapping[str, str]) -> str | None:
         # shutil.which(tool, path=...) without importing shutil (bz2, lzma: ~2 ms).
-        return which(tool, env.get("PATH", os.defpath))
+        return which(tool, path=env.get("PATH", os.defpath))
 
     def run(
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float

@@ -150,7 +150,7 @@ def check_program(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) 
             raise LaunchError(f"{program}: no such file")
         if not os.access(found, os.X_OK):
             raise LaunchError(f"{program}: not executable")
-    elif which(program, env.get("PATH", os.defpath)) is None:
+    elif which(program, path=env.get("PATH", os.defpath)) is None:
         raise LaunchError(f"{program}: command not found on PATH")
     script = argv[1] if len(argv) > 1 and _is_python(program) else None
     if script is not None and script.endswith(".py") and not os.path.isfile(_resolve(script, cwd)):

@@ -112,7 +112,7 @@ def _setpriv() -> str | None:
     Told apart without running it: its usage text names the option. busybox's setpriv applet
     has no such option (and is busybox, not a file named setpriv, once links are resolved).
     """
-    path = which("setpriv", SETPRIV_PATH)
+    path = which("setpriv", path=SETPRIV_PATH)
     if path is None or os.path.basename(os.path.realpath(path)) != "setpriv":
         return None
     try:
@@ -131,7 +131,7 @@ def _execs(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
     if os.path.dirname(program):  # run as it is, from the worker's directory
         path: str | None = os.path.join(cwd, program) if cwd else program
     else:  # searched on the worker's PATH, as Popen does (os.get_exec_path)
-        path = which(program, env.get("PATH", os.defpath))
+        path = which(program, path=env.get("PATH", os.defpath))
     if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
         return False
     try:
