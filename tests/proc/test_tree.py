@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -232,3 +233,36 @@ def test_runtime_dir_prefers_xdg(tmp_path: Path) -> None:
     assert found == str(tmp_path / "xpulaunch" / "jobs")
     missing = records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "missing")})
     assert missing == f"/tmp/xpulaunch-{os.getuid()}/jobs"
+
+
+def test_identity_is_pid_and_start_ticks(child: Argv, procs: list) -> None:
+    proc = start(procs, child("sleeper.py"), stdout=subprocess.DEVNULL)
+    ticks = processes.start_ticks(proc.pid)
+    assert ticks is not None
+    assert processes.is_running(proc.pid, ticks)
+    assert not processes.is_running(proc.pid, ticks + 1)  # the same pid, another process
+    started_s = processes.start_time_s(proc.pid)
+    assert started_s is not None and abs(started_s - time.time()) < 60
+    proc.kill()
+    proc.wait()
+    assert processes.start_ticks(proc.pid) is None
+    assert not processes.is_running(proc.pid, ticks)
+
+
+def test_a_zombie_is_not_running(procs: list) -> None:
+    proc = start(procs, [sys.executable, "-S", "-c", "pass"])
+    wait_for(lambda: _state(proc.pid) == "Z")  # exited, not reaped yet
+    info = processes.process_info(proc.pid)
+    assert info is not None and info.gone
+    assert processes.start_ticks(proc.pid) is None
+
+
+def _state(pid: int) -> str | None:
+    info = processes.process_info(pid)
+    return None if info is None else info.state
+
+
+def test_guardian_reads_worker_lines_until_done() -> None:
+    lines = [b"s 12 34\n", b"hello\n", b"s 1x 2\n", b"s 56 78\n", b"s 9"]
+    assert guardian.read_workers(lines) == {12: 34, 56: 78}
+    assert guardian.read_workers([b"s 12 34\n", b"done\n", b"s 56 78\n"]) is None
