@@ -83,17 +83,36 @@ def test_a_directory_or_a_missing_file_does_not_exec(tmp_path: Path) -> None:
     assert not spawn_mod._execs(str(tmp_path / "missing"), {}, None)
 
 
-def test_setpriv_needs_the_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_setpriv(path: Path, version_text: str) -> Path:
+    return _executable(path, f"#!/bin/sh\necho '{version_text}'\n")
+
+
+def test_setpriv_needs_util_linux_2_33(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spawn_mod, "SETPRIV_PATH", str(tmp_path))
-    fake = _executable(tmp_path / "setpriv", "#!/bin/sh\n# util-linux 2.31: no such option\n")
+    fake = _fake_setpriv(tmp_path / "setpriv", "setpriv from util-linux 2.31.1")  # no option
     assert spawn_mod._setpriv() is None
     spawn_mod._setpriv.cache_clear()
-    _executable(fake, "#!/bin/sh\n# usage: --pdeathsig keep|clear|<signal>\n")
+    _fake_setpriv(fake, "setpriv from util-linux 2.33")
     assert spawn_mod._setpriv() == str(fake)
 
 
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        ("setpriv from util-linux 2.38.1\n", (2, 38, 1)),
+        ("setpriv from util-linux 2.33-rc2\n", (2, 33)),
+        ("setpriv from util-linux 2.40\n", (2, 40)),
+        ("BusyBox v1.36.1 (2023-11-07) multi-call binary.\n", None),
+        ("setpriv: unrecognized option '--version'\n", None),
+        ("", None),
+    ],
+)
+def test_util_linux_version(text: str, version: tuple[int, ...] | None) -> None:
+    assert spawn_mod.util_linux_version(text) == version
+
+
 def test_a_busybox_setpriv_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    busybox = _executable(tmp_path / "busybox", "#!/bin/sh\n# --pdeathsig in some text\n")
+    busybox = _fake_setpriv(tmp_path / "busybox", "BusyBox v1.36.1 multi-call binary.")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "setpriv").symlink_to(busybox)
     monkeypatch.setattr(spawn_mod, "SETPRIV_PATH", str(tmp_path / "bin"))
@@ -103,7 +122,7 @@ def test_a_busybox_setpriv_is_not_used(tmp_path: Path, monkeypatch: pytest.Monke
 def test_setpriv_is_looked_for_only_in_the_system_directories(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _executable(tmp_path / "setpriv", "#!/bin/sh\n# --pdeathsig\n")
+    _fake_setpriv(tmp_path / "setpriv", "setpriv from util-linux 2.38.1")
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     found = spawn_mod._setpriv()
     assert found is None or not found.startswith(str(tmp_path))

@@ -7,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from xpulaunch.proc import guardian, records, tree
+from xpulaunch.model import JOB_ID_VAR, WORKER_VAR
+from xpulaunch.proc import guardian, processes, records, tree
 
 from .conftest import alive, wait_for
 
@@ -40,34 +42,34 @@ def test_read_stat_survives_odd_command_names(tmp_path: Path, procs: list) -> No
     odd.symlink_to(sys.executable)
     proc = start(procs, [str(odd), "-S", "-c", "import time; time.sleep(30)"])
     wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "we ird) (x\n")
-    info = guardian.read_stat(proc.pid)
+    info = processes.process_info(proc.pid)
     assert info is not None
     assert (info.pid, info.ppid, info.pgid) == (proc.pid, os.getpid(), os.getpgrp())
-    assert info.start_ticks >= guardian.now_ticks() - 30 * os.sysconf("SC_CLK_TCK")
+    assert info.start_ticks >= processes.now_ticks() - 30 * os.sysconf("SC_CLK_TCK")
 
 
 def test_read_stat_of_a_gone_process_is_none() -> None:
     proc = subprocess.Popen([sys.executable, "-S", "-c", "pass"])
     proc.wait()
-    assert guardian.read_stat(proc.pid) is None
-    assert guardian.read_environ(proc.pid) == {}
+    assert processes.process_info(proc.pid) is None
+    assert processes.process_environ(proc.pid) == {}
 
 
 def test_find_job_by_marker_and_session(child: Argv, procs: list) -> None:
-    since = guardian.now_ticks()
-    env = {**os.environ, guardian.JOB_ID_VAR: "job-a", guardian.WORKER_VAR: "w0"}
+    since = processes.now_ticks()
+    env = {**os.environ, JOB_ID_VAR: "job-a", WORKER_VAR: "w0"}
     marked = start(procs, child("sleeper.py"), env=env, stdout=subprocess.DEVNULL)
     leader = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
     other = start(procs, child("sleeper.py"), stdout=subprocess.DEVNULL)
-    wait_for(lambda: guardian.read_environ(marked.pid).get(guardian.JOB_ID_VAR) == "job-a")
-    info = guardian.read_stat(leader.pid)
+    wait_for(lambda: processes.process_environ(marked.pid).get(JOB_ID_VAR) == "job-a")
+    info = processes.process_info(leader.pid)
     assert info is not None
-    found = guardian.find_job("job-a", {leader.pid: info.start_ticks}, since_ticks=since)
+    found = processes.find_job("job-a", {leader.pid: info.start_ticks}, since_ticks=since)
     by_pid = {m.info.pid: m.worker for m in found}
     assert by_pid == {marked.pid: "w0", leader.pid: None}
     assert other.pid not in by_pid
     # A session id whose leader has other start ticks was reused: not ours.
-    reused = guardian.find_job(None, {leader.pid: info.start_ticks + 1}, since_ticks=since)
+    reused = processes.find_job(None, {leader.pid: info.start_ticks + 1}, since_ticks=since)
     assert leader.pid not in {m.info.pid for m in reused}
 
 
@@ -112,7 +114,7 @@ def _guardian(
     read_fd, write_fd = os.pipe()
     argv = guardian.command(sys.executable, job, since, str(record))
     if stage == "python":
-        argv = [sys.executable, "-S", "-E", "-s", guardian.__file__, job, str(since), str(record)]
+        argv = guardian.stage_two(sys.executable, job, since, str(record))
     proc = subprocess.Popen(argv, stdin=read_fd, start_new_session=True, env={})
     os.close(read_fd)
     return proc, write_fd
@@ -122,14 +124,14 @@ def _guardian(
 def test_guardian_kills_the_job_on_eof(
     child: Argv, tmp_path: Path, procs: list, stage: str
 ) -> None:
-    since = guardian.now_ticks()
+    since = processes.now_ticks()
     record = tmp_path / "job.jsonl"
     record.write_text("{}\n")
     session = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
-    env = {**os.environ, guardian.JOB_ID_VAR: "job-g"}
+    env = {**os.environ, JOB_ID_VAR: "job-g"}
     marked = start(procs, child("sleeper.py"), env=env, start_new_session=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
-    ticks = guardian.read_stat(session.pid).start_ticks  # type: ignore[union-attr]
+    ticks = processes.process_info(session.pid).start_ticks  # type: ignore[union-attr]
     watchdog, write_fd = _guardian("job-g", since, record, stage)
     os.write(write_fd, f"s {session.pid} {ticks}\n".encode())
     os.close(write_fd)  # what the supervisor's death looks like
@@ -143,9 +145,9 @@ def test_guardian_kills_the_job_on_eof(
 def test_guardian_done_leaves_everything(
     child: Argv, tmp_path: Path, procs: list, stage: str
 ) -> None:
-    env = {**os.environ, guardian.JOB_ID_VAR: "job-d"}
+    env = {**os.environ, JOB_ID_VAR: "job-d"}
     marked = start(procs, child("sleeper.py"), env=env, stdout=subprocess.DEVNULL)
-    watchdog, write_fd = _guardian("job-d", guardian.now_ticks(), tmp_path / "none", stage)
+    watchdog, write_fd = _guardian("job-d", processes.now_ticks(), tmp_path / "none", stage)
     os.write(write_fd, b"done\n")
     os.close(write_fd)
     assert watchdog.wait(timeout=30) == 0
@@ -155,9 +157,9 @@ def test_guardian_done_leaves_everything(
 def test_guardian_ignores_junk_and_the_terminals_signals(
     child: Argv, tmp_path: Path, procs: list
 ) -> None:
-    since = guardian.now_ticks()
+    since = processes.now_ticks()
     session = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
-    ticks = guardian.read_stat(session.pid).start_ticks  # type: ignore[union-attr]
+    ticks = processes.process_info(session.pid).start_ticks  # type: ignore[union-attr]
     watchdog, write_fd = _guardian("job-j", since, tmp_path / "none")
     os.write(write_fd, f"s 12x 3\nhello\ns {session.pid} {ticks}\ns 1 2 3\n".encode())
     # A Ctrl-C or hang-up is for the supervisor: ignored once the guardian is up.
@@ -186,17 +188,17 @@ def _ignored(pid: int) -> bool:
 
 
 def _identity(pid: int) -> list[int]:
-    return [pid, guardian.read_stat(pid).start_ticks]  # type: ignore[union-attr]
+    return [pid, processes.process_info(pid).start_ticks]  # type: ignore[union-attr]
 
 
 def test_sweep_kills_what_dead_jobs_left(child: Argv, tmp_path: Path, procs: list) -> None:
     directory = tmp_path / "xpulaunch" / "jobs"
     directory.mkdir(parents=True)
-    since = guardian.now_ticks()
-    env = {**os.environ, guardian.JOB_ID_VAR: "dead-job"}
+    since = processes.now_ticks()
+    env = {**os.environ, JOB_ID_VAR: "dead-job"}
     left = start(procs, child("sleeper.py"), env=env, start_new_session=True,
                  stdout=subprocess.DEVNULL)  # fmt: skip
-    wait_for(lambda: guardian.read_environ(left.pid).get(guardian.JOB_ID_VAR) == "dead-job")
+    wait_for(lambda: processes.process_environ(left.pid).get(JOB_ID_VAR) == "dead-job")
     gone = subprocess.Popen([sys.executable, "-S", "-c", "pass"])
     dead_identity = _identity(gone.pid)
     gone.wait()
@@ -227,8 +229,40 @@ def test_sweep_never_kills_a_reused_pid(child: Argv, tmp_path: Path, procs: list
 
 
 def test_runtime_dir_prefers_xdg(tmp_path: Path) -> None:
-    # A string (the launch path does without pathlib, issue 4).
     found = records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path)})
     assert found == str(tmp_path / "xpulaunch" / "jobs")
     missing = records.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "missing")})
     assert missing == f"/tmp/xpulaunch-{os.getuid()}/jobs"
+
+
+def test_identity_is_pid_and_start_ticks(child: Argv, procs: list) -> None:
+    proc = start(procs, child("sleeper.py"), stdout=subprocess.DEVNULL)
+    ticks = processes.start_ticks(proc.pid)
+    assert ticks is not None
+    assert processes.is_running(proc.pid, ticks)
+    assert not processes.is_running(proc.pid, ticks + 1)  # the same pid, another process
+    started_s = processes.start_time_s(proc.pid)
+    assert started_s is not None and abs(started_s - time.time()) < 60
+    proc.kill()
+    proc.wait()
+    assert processes.start_ticks(proc.pid) is None
+    assert not processes.is_running(proc.pid, ticks)
+
+
+def test_a_zombie_is_not_running(procs: list) -> None:
+    proc = start(procs, [sys.executable, "-S", "-c", "pass"])
+    wait_for(lambda: _state(proc.pid) == "Z")  # exited, not reaped yet
+    info = processes.process_info(proc.pid)
+    assert info is not None and info.gone
+    assert processes.start_ticks(proc.pid) is None
+
+
+def _state(pid: int) -> str | None:
+    info = processes.process_info(pid)
+    return None if info is None else info.state
+
+
+def test_guardian_reads_worker_lines_until_done() -> None:
+    lines = [b"s 12 34\n", b"hello\n", b"s 1x 2\n", b"s 56 78\n", b"s 9"]
+    assert guardian.read_workers(lines) == {12: 34, 56: 78}
+    assert guardian.read_workers([b"s 12 34\n", b"done\n", b"s 56 78\n"]) is None

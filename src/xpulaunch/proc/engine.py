@@ -10,10 +10,13 @@ pipe, and a pidfd per worker that turns readable when it exits. Timers (backoff,
 deadlines, health checks) set the wait's timeout. Nothing polls while workers run quietly;
 only a dying process tree is looked at again every ``RECHECK_S`` until it is gone.
 
-Restart unit: a :class:`Gang`. In gang mode all workers form one gang, so one failure stops
-and restarts all (torchrun); otherwise each worker is its own gang (supervisord). A gang is
-restarted only when every process of every member is gone, the backoff has passed and the
-``settle`` hook (NVIDIA: VRAM released) has returned.
+Seams: each :class:`~xpulaunch.proc.worker.Worker` reports facts (spawned, exited, failed, an
+event) to the engine as its :class:`~xpulaunch.proc.worker.WorkerOwner`; the engine decides
+what they mean for the worker's :class:`~xpulaunch.proc.gang.Gang` (the restart unit, whose
+phase changes only through :data:`~xpulaunch.proc.gang.TRANSITIONS`), with the pure
+:func:`~xpulaunch.core.restart.decide`. The processes a job left behind are found with
+:func:`~xpulaunch.proc.processes.find_job`; the guardian and the record file hear of every
+worker started.
 """
 
 from __future__ import annotations
@@ -23,10 +26,9 @@ import os
 import signal
 import threading
 from collections import deque
-from enum import Enum
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, RestartState, decide
+from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, decide
 from xpulaunch.proc.events import (
     Event,
     GaveUp,
@@ -36,47 +38,29 @@ from xpulaunch.proc.events import (
     WorkerState,
     WorkerStatus,
 )
-from xpulaunch.proc.guardian import find_job
-from xpulaunch.proc.logs import LogSink
+from xpulaunch.proc.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.proc.loop import Loop
-from xpulaunch.proc.spec import WorkerSpec
-from xpulaunch.proc.tree import describe_returncode, signal_members, signal_name
-from xpulaunch.proc.worker import START_FAILED_STATUS, Worker, with_cont
+from xpulaunch.proc.processes import find_job
+from xpulaunch.proc.tree import describe_returncode, signal_name, signal_processes, with_cont
+from xpulaunch.proc.worker import START_FAILED_STATUS, Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from concurrent.futures import Future
 
-    from xpulaunch.proc.guardian import Member
+    from xpulaunch.proc.guardian import GuardianHandle
+    from xpulaunch.proc.logs import LogSink
+    from xpulaunch.proc.processes import JobProcess
     from xpulaunch.proc.records import JobRecord
-    from xpulaunch.proc.supervisor import GuardianHandle
+    from xpulaunch.proc.spec import WorkerSpec
 
 RECHECK_S = 0.05  # how often a dying tree is looked at again (only while one is dying)
 
-
-class Phase(str, Enum):
-    RUNNING = "running"
-    STOPPING = "stopping"  # bringing every member down (failure, restart or stop)
-    BACKOFF = "backoff"
-    SETTLING = "settling"  # waiting for the settle hook before a restart
-    DONE = "done"
-    FAILED = "failed"
-
-
-class Gang:
-    def __init__(self, members: list[Worker]) -> None:
-        self.members = members
-        self.restart = RestartState()
-        self.attempt = 0
-        self.phase = Phase.RUNNING
-        self.decision: Decision | None = None
-        self.first_failure: Worker | None = None
-        self.ended_at_s = 0.0
-        self.token = 0  # bumped to cancel a pending backoff/settle callback
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(m.name for m in self.members)
+_DOWN_EVENT = {
+    Action.RESTART: GangEvent.DOWN_RESTART,
+    Action.GIVE_UP: GangEvent.DOWN_GIVE_UP,
+    Action.DONE: GangEvent.DOWN_DONE,
+}
 
 
 class Engine:
@@ -101,13 +85,13 @@ class Engine:
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
         self.guardian, self.record = guardian, record
-        self.workers = [Worker(spec, self) for spec in specs]
-        groups = [self.workers] if policy.gang else [[w] for w in self.workers]
-        self.gangs = [Gang(members) for members in groups]
-        for gang in self.gangs:
-            for member in gang.members:
-                member.gang = gang
         self.loop = Loop(clock)
+        self.workers = [
+            Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id) for spec in specs
+        ]
+        groups = [self.workers] if policy.gang else [[w] for w in self.workers]
+        self.gangs = [Gang(workers) for workers in groups]
+        self._gang_of = {w.name: gang for gang in self.gangs for w in gang.workers}
         self._to_reap: set[Worker] = set()
         self._stop_signal: int | None = None
         self._stop_requests = 0
@@ -176,12 +160,43 @@ class Engine:
         self._check_finished(job_gone)
         self._publish()
 
+    # -- what workers report (WorkerOwner) -----------------------------------------------
     def emit(self, event: Event) -> None:
         self._publish()  # whoever sees the event sees a status() at least as new
         with self._cond:
             self._events.append(event)
         if self._on_event is not None:
             self._on_event(event)
+
+    def on_spawned(self, worker: Worker) -> None:
+        """Tell the guardian and the record file: they find the job's processes by it."""
+        if worker.pid is None:
+            return
+        if self.guardian is not None:
+            self.guardian.add_worker(worker.pid, worker.start_ticks)
+        self.record.add_worker(worker.pid, worker.start_ticks)
+
+    def on_exit(self, worker: Worker, returncode: int) -> None:
+        """The worker's main process was reaped: its tree is checked; its gang may end."""
+        self._to_reap.add(worker)
+        gang = self._gang_of[worker.name]
+        if not gang.can(GangEvent.ENDED) or worker.expected:
+            return
+        if returncode == 0:
+            worker.state = WorkerState.EXITED
+            if not any(w.alive for w in gang.workers):
+                self._gang_ended(gang, Outcome.SUCCEEDED)
+            return
+        self.on_failed(worker, describe_returncode(returncode))
+
+    def on_failed(self, worker: Worker, reason: str) -> None:
+        """A run failed (exit, failed health check, failed start): decide for its gang."""
+        gang = self._gang_of[worker.name]
+        if not gang.can(GangEvent.ENDED):
+            return
+        gang.first_failure = worker
+        worker.failure_reason = reason
+        self._gang_ended(gang, Outcome.FAILED)
 
     def _publish(self) -> None:
         snapshot = [w.status() for w in self.workers]
@@ -208,97 +223,76 @@ class Engine:
         for gang in self.gangs:
             if gang.phase is Phase.RUNNING:
                 gang.decision = Decision(Action.DONE, gang.restart, reason="start failed")
-                gang.phase, gang.ended_at_s = Phase.STOPPING, self.clock()
-            self.begin_stop([m for m in gang.members if m.alive], signal.SIGKILL, 0.0)
+                gang.advance(GangEvent.STOP)
+                gang.ended_at_s = self.clock()
+            self.begin_stop([w for w in gang.workers if w.alive], signal.SIGKILL, 0.0)
 
     def _start_gang(self, gang: Gang, *, first: bool = False) -> None:
         now = self.clock()
         if not first:
             gang.attempt += 1
-        gang.token += 1
-        gang.phase, gang.decision, gang.first_failure = Phase.RUNNING, None, None
+            gang.advance(GangEvent.START)
+        gang.decision, gang.first_failure = None, None
         gang.restart = gang.restart.started(now)
-        for member in gang.members:
-            reason = member.spawn(gang.attempt, restarts=0 if first else member.restarts + 1)
+        for worker in gang.workers:
+            reason = worker.spawn(gang.attempt, restarts=0 if first else worker.restarts + 1)
             if reason is not None:
                 if first:
                     self.launch_error = reason
                     return
                 self.sink.message(reason)
-                self.member_failed(member, reason)
+                self.on_failed(worker, reason)
                 return
 
-    # -- exits and failures -------------------------------------------------------------
-    def member_exited(self, worker: Worker, returncode: int) -> None:
-        """Called by the worker once its main process was reaped."""
-        self._to_reap.add(worker)
-        gang = worker.gang
-        if gang.phase is not Phase.RUNNING or worker.expected:
-            return
-        if returncode == 0:
-            worker.state = WorkerState.EXITED
-            if not any(m.alive for m in gang.members):
-                self._gang_ended(gang, Outcome.SUCCEEDED)
-            return
-        self.member_failed(worker, describe_returncode(returncode))
-
-    def member_failed(self, worker: Worker, reason: str) -> None:
-        """A run failed (exit, failed health check, failed start): decide for its gang."""
-        gang = worker.gang
-        if gang.phase is not Phase.RUNNING:
-            return
-        gang.first_failure = worker
-        worker.failure_reason = reason
-        self._gang_ended(gang, Outcome.FAILED)
-
+    # -- a gang ending, going down, and starting again -------------------------------
     def _gang_ended(self, gang: Gang, outcome: Outcome) -> None:
         now = self.clock()
         gang.decision = decide(gang.restart, outcome, self.policy, now)
         gang.restart = gang.decision.state
-        gang.phase, gang.ended_at_s = Phase.STOPPING, now
-        self.begin_stop([m for m in gang.members if m.alive], signal.SIGTERM, self.grace_s)
+        gang.advance(GangEvent.ENDED)
+        gang.ended_at_s = now
+        self.begin_stop([w for w in gang.workers if w.alive], signal.SIGTERM, self.grace_s)
         self._maybe_down(gang)
 
     def _maybe_down(self, gang: Gang) -> None:
-        if gang.phase is Phase.STOPPING and all(m.down for m in gang.members):
+        if gang.is_down:
             self._gang_down(gang)
 
     def _gang_down(self, gang: Gang) -> None:
         decision = gang.decision or Decision(Action.DONE, gang.restart)
-        if decision.action is Action.RESTART:
-            gang.phase = Phase.BACKOFF
-            for member in gang.members:
-                member.state = WorkerState.BACKOFF
+        gang.advance(_DOWN_EVENT[decision.action])
+        if gang.phase is Phase.BACKOFF:
+            self._set_states(gang, WorkerState.BACKOFF)
             count, delay_s = decision.state.total_restarts, decision.delay_s
             self.emit(Restarting(self.clock(), gang.names, delay_s, count, decision.reason))
-            token = gang.token
             when = max(self.clock(), gang.ended_at_s + decision.delay_s)
-            self.loop.call_at(when, lambda: self._after_backoff(gang, token))
-        elif decision.action is Action.GIVE_UP:
-            gang.phase = Phase.FAILED
-            for member in gang.members:
-                member.state = WorkerState.FAILED
+            self.loop.call_at(when, lambda: self._after_backoff(gang))
+        elif gang.phase is Phase.FAILED:
+            self._set_states(gang, WorkerState.FAILED)
             failed = gang.first_failure
             code = failed.exit_code if failed and failed.exit_code is not None else 1
             self.emit(GaveUp(self.clock(), gang.names, code, decision.reason))
         else:
-            gang.phase = Phase.DONE
-            for member in gang.members:
-                member.state = WorkerState.EXITED
+            self._set_states(gang, WorkerState.EXITED)
 
-    def _after_backoff(self, gang: Gang, token: int) -> None:
-        if gang.token != token or gang.phase is not Phase.BACKOFF:
-            return  # cancelled by a stop
+    @staticmethod
+    def _set_states(gang: Gang, state: WorkerState) -> None:
+        for worker in gang.workers:
+            worker.state = state
+
+    def _after_backoff(self, gang: Gang) -> None:
+        if gang.phase is not Phase.BACKOFF:
+            return  # a stop came first (see gang.py)
         if self._settle is None:
             self._start_gang(gang)
             return
-        gang.phase = Phase.SETTLING
+        gang.advance(GangEvent.SETTLE)
         settle, names = self._settle, gang.names
-        self.loop.submit(lambda: settle(names), lambda f: self._settled(gang, token, f))
+        self.loop.submit(lambda: settle(names), lambda f: self._settled(gang, f))
 
-    def _settled(self, gang: Gang, token: int, future: Future[None]) -> None:
+    def _settled(self, gang: Gang, future: Future[None]) -> None:
         future.result()  # a settle hook that raised is a bug: let the loop's handler see it
-        if gang.token == token and gang.phase is Phase.SETTLING:
+        if gang.phase is Phase.SETTLING:  # else a stop came first
             self._start_gang(gang)
 
     # -- stopping ------------------------------------------------------------------------
@@ -316,15 +310,15 @@ class Engine:
         self._stop_signal = signum
         grace = self.grace_s if grace_s is None else grace_s
         for gang in self.gangs:
-            if gang.phase in (Phase.DONE, Phase.FAILED):
-                continue
+            if not gang.can(GangEvent.STOP):
+                continue  # done or failed already
             gave_up = gang.decision is not None and gang.decision.action is Action.GIVE_UP
             if not gave_up:
                 gang.decision = decide(gang.restart, Outcome.STOPPED, self.policy, now)
             if gang.phase is not Phase.STOPPING:
-                gang.token += 1  # cancels a pending backoff or settle
-                gang.phase, gang.ended_at_s = Phase.STOPPING, now
-            self.begin_stop([m for m in gang.members if m.alive and not m.expected], signum, grace)
+                gang.ended_at_s = now
+            gang.advance(GangEvent.STOP)  # a pending backoff or settle callback then does nothing
+            self.begin_stop([w for w in gang.workers if w.alive and not w.expected], signum, grace)
             self._maybe_down(gang)
 
     def begin_stop(self, workers: Sequence[Worker], signum: int, grace_s: float) -> None:
@@ -333,11 +327,11 @@ class Engine:
             return
         deadline = self.clock() + grace_s
         groups = {w.pid for w in workers if w.alive}
-        outside = [m for m in self.scan(workers) if m.info.pgid not in groups]
+        outside = [p for p in self.scan(workers) if p.info.pgid not in groups]
         for worker in workers:
             worker.begin_stop(signum, deadline)
         for sig in with_cont(signum):  # a stopped process must be continued to act on it
-            signal_members(outside, sig)
+            signal_processes(outside, sig)
         self.loop.call_at(deadline, self.kill_overdue)
 
     def kill_overdue(self) -> None:
@@ -346,14 +340,14 @@ class Engine:
         overdue = [w for w in overdue if not w.down]
         for worker in overdue:
             worker.kill_group()
-        signal_members(self.scan(overdue), signal.SIGKILL)
+        signal_processes(self.scan(overdue), signal.SIGKILL)
         self._to_reap.update(w for w in overdue if not w.alive)
 
-    def scan(self, workers: Sequence[Worker]) -> list[Member]:
+    def scan(self, workers: Sequence[Worker]) -> list[JobProcess]:
         """Live processes that belong to ``workers`` (by session id or by marker)."""
         return self._owned(workers, self._find(workers))
 
-    def _find(self, workers: Sequence[Worker]) -> list[Member]:
+    def _find(self, workers: Sequence[Worker]) -> list[JobProcess]:
         """Live processes of the job: in ``workers``' sessions, or carrying the job marker."""
         if not workers:
             return []
@@ -361,10 +355,10 @@ class Engine:
         exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
         return find_job(self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude)
 
-    def _owned(self, workers: Sequence[Worker], found: list[Member]) -> list[Member]:
+    def _owned(self, workers: Sequence[Worker], found: list[JobProcess]) -> list[JobProcess]:
         sessions = {w.pid for w in workers}
         names = {w.name for w in workers}
-        return [m for m in found if m.info.sid in sessions or m.worker in names]
+        return [p for p in found if p.info.sid in sessions or p.worker in names]
 
     def _reap_trees(self) -> bool:
         """Workers whose main process ended: are their trees gone too? One scan per batch.
@@ -376,18 +370,20 @@ class Engine:
         if not batch:
             return False
         found = self._find(batch)
-        left: dict[str, list[Member]] = {}
+        left: dict[str, list[JobProcess]] = {}
         by_sid = {w.pid: w.name for w in batch}
-        for member in self._owned(batch, found):
-            name = by_sid.get(member.info.sid) or member.worker or ""
-            left.setdefault(name, []).append(member)
+        for process in self._owned(batch, found):
+            name = by_sid.get(process.info.sid) or process.worker or ""
+            left.setdefault(name, []).append(process)
         dying = [w for w in batch if w.name in left]
         for worker in batch:
             if worker.name not in left:
                 worker.tree_gone()
-                self._maybe_down(worker.gang)
+                self._maybe_down(self._gang_of[worker.name])
         for worker in dying:
-            worker.signal_leftovers(left[worker.name])
+            deadline_s = worker.signal_leftovers(left[worker.name], self.grace_s)
+            if deadline_s is not None:
+                self.loop.call_at(deadline_s, self.kill_overdue)
         if dying:
             self.loop.call_at(self.clock() + RECHECK_S, lambda: self._to_reap.update(dying))
         return not found
@@ -395,17 +391,17 @@ class Engine:
     # -- finishing -----------------------------------------------------------------------
     def _check_finished(self, job_gone: bool = False) -> None:
         """``job_gone``: a scan of this iteration, after the last spawn, found no process of
-        the job at all, so a second one is not needed (it cost ~1.7 ms of every run, issue 4):
-        without a live process of the job, none can appear."""
+        the job at all, so a second scan is not needed: without a live process of the job,
+        none can appear."""
         if self._status is not None or not self._started.is_set():
             return
-        if any(g.phase not in (Phase.DONE, Phase.FAILED) for g in self.gangs):
+        if any(g.phase not in FINAL_PHASES for g in self.gangs):
             return
         if not job_gone:
             exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
             strays = find_job(self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude)
             if strays:  # a marked process no worker owns any more (changed its marker?)
-                signal_members(strays, signal.SIGKILL)
+                signal_processes(strays, signal.SIGKILL)
                 self.loop.call_at(self.clock() + RECHECK_S, lambda: None)  # look again then
                 return
         self._status, reason = self._final_status()
@@ -428,9 +424,9 @@ class Engine:
 
         flock locks belong to the open file description that the supervisor, the workers
         (and what they started) and the guardian share (flock(2)), so ``LOCK_UN`` frees the
-        devices for all of them at once; waiting for the guardian, the last holder, to exit
-        cost ~7.5 ms of every run (issue 4). False: a descriptor took no unlock (EINVAL,
-        ENOLCK), so the guardian must be waited for after all.
+        devices for all of them at once, without waiting for the guardian (the last holder) to
+        exit. False: a descriptor took no unlock (EINVAL, ENOLCK), so the guardian must be
+        waited for after all.
         """
         try:
             for fd in self._lease_fds:
@@ -445,7 +441,7 @@ class Engine:
                 worker.kill_group()
         if self.guardian is not None:
             return  # closing its pipe without "done" makes it kill whatever is left
-        signal_members(self.scan(self.workers), signal.SIGKILL)
+        signal_processes(self.scan(self.workers), signal.SIGKILL)
 
     def _close(self) -> None:
         for worker in self.workers:

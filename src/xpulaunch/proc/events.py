@@ -8,8 +8,8 @@ State graph of one worker (the supervisor's loop thread is the only writer)::
                   +--------------^                                      failed health check
                                               (exit) -> FAILED          gave up
 
-STARTING lasts until the readiness probe passes; a worker without one is READY as soon as it
-is running (``RUNNING`` is another name for ``READY``).
+STARTING lasts until the readiness check passes; a worker without one is READY as soon as it
+is running.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from enum import Enum
 
 class WorkerState(str, Enum):
     PENDING = "pending"  # not started yet
-    STARTING = "starting"  # running, readiness probe not passed yet
-    READY = "ready"  # running (and ready, when it has a readiness probe)
-    RUNNING = "ready"  # alias of READY
+    STARTING = "starting"  # running, readiness check not passed yet
+    READY = "ready"  # running (and ready, when it has a readiness check)
     BACKOFF = "backoff"  # down; will be started again after a delay
     STOPPING = "stopping"  # asked to stop; waiting for its processes to go
     EXITED = "exited"  # down for good: finished, or stopped on request

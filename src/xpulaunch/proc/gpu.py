@@ -1,7 +1,7 @@
 """Wait until NVIDIA GPUs have released a dead worker's memory before reusing them.
 
 The driver frees a killed process's VRAM asynchronously; a restart that allocates at once can
-fail with out-of-memory (landscape.md (c) 12: llama-swap #97, Unsloth's ``gpu_arbiter``). So
+fail with out-of-memory (llama-swap issue #97, Unsloth's ``gpu_arbiter``). So
 before a restart on CUDA the supervisor waits, bounded, until each device's used memory is
 back near what it was before the job started. NVML answers without creating a CUDA context
 (device-semantics.md 4.4), and ``pynvml`` is imported only here, only for CUDA plans.

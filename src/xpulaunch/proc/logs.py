@@ -17,14 +17,11 @@ import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
-
-# Start-up time (issue 4): typing and pathlib are not imported on the launch path; a Path is
-# made only for a log file (``log_dir``).
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
     from typing import BinaryIO
 
 MAX_LINE_BYTES = 64 * 1024
@@ -113,8 +110,6 @@ class LogSink:
         """Start the log file of ``name``'s attempt ``attempt`` (closing the previous one)."""
         if self._config.log_dir is None:
             return None
-        from pathlib import Path
-
         path = Path(self._config.log_dir) / f"attempt_{attempt}" / f"{name}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)

@@ -174,27 +174,11 @@ def _hostname() -> str:
 
 
 def _start_time_s(pid: int) -> float | None:
-    """When ``pid`` started (seconds since the epoch), as psutil's ``create_time()`` computes
-    it: /proc/PID/stat's start ticks after boot plus /proc/stat's ``btime``. Read directly
-    because importing psutil costs ~50 ms on the launch path."""
-    from xpulaunch.proc.guardian import read_stat
+    """When ``pid`` started (seconds since the epoch); None when it is gone or a zombie,
+    which holds no files."""
+    from xpulaunch.proc.processes import start_time_s
 
-    info = read_stat(pid)
-    boot_s = _boot_time_s()
-    if info is None or info.state == "Z" or boot_s is None:  # a zombie holds no files
-        return None
-    return boot_s + info.start_ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _boot_time_s() -> float | None:
-    try:
-        with open("/proc/stat", encoding="ascii") as stat:
-            for line in stat:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except OSError:
-        return None
-    return None
+    return start_time_s(pid)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ left: one JSON line for the job (supervisor and guardian identity) and one per s
 worker (pid, start ticks, session id). The next supervisor that starts sweeps every record
 whose supervisor and guardian are gone: it kills what is left of that job and deletes the
 file. Start ticks are compared so that a reused pid is never killed (Unsloth's
-``process_lifetime.py`` recipe; landscape.md (c) 14).
+``process_lifetime.py`` recipe).
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-
-# Start-up time (issue 4): every start sweeps and writes a record, so paths are plain
-# strings here (pathlib costs ~4 ms to import) and typing is for the type checker only.
 from typing import TYPE_CHECKING
 
-from xpulaunch.proc.guardian import find_job, read_stat
+from xpulaunch.proc.processes import find_job, is_running
 from xpulaunch.proc.tree import signal_pid
 
 if TYPE_CHECKING:
@@ -49,15 +46,14 @@ def _prepare(directory: str | os.PathLike[str]) -> bool:
 def _alive(identity: object) -> bool:
     if not isinstance(identity, list) or len(identity) != 2:
         return False
-    info = read_stat(int(identity[0]))
-    return info is not None and info.start_ticks == int(identity[1]) and info.state not in "ZX"
+    return is_running(int(identity[0]), int(identity[1]))
 
 
 class JobRecord:
     """Append-only record of one job; removed when the job ended cleanly.
 
-    One descriptor (``O_APPEND``: each line lands whole at the end) for the job's few lines:
-    opening the file for each line cost ~0.1 ms of every worker start (issue 4).
+    One descriptor (``O_APPEND``: each line lands whole at the end), opened once for the
+    job's few lines.
     """
 
     def __init__(
@@ -132,7 +128,7 @@ def _sweep_one(path: str) -> int:
         return 0  # the job is still looked after
     sessions = {int(e["pid"]): int(e["start"]) for e in entries[1:] if "pid" in e}
     since = int(head.get("since", 0))
-    members = find_job(str(head.get("job")), sessions, since_ticks=since)
-    killed = sum(signal_pid(m.info.pid, signal.SIGKILL) for m in members)
+    found = find_job(str(head.get("job")), sessions, since_ticks=since)
+    killed = sum(signal_pid(p.info.pid, signal.SIGKILL) for p in found)
     _unlink(path)
     return killed

@@ -13,16 +13,17 @@ Choices, each for a reason:
   worker is gone; never from a short-lived helper thread. Two ways to set it:
 
   - util-linux's ``setpriv --pdeathsig KILL -- PROGRAM...`` (2.33+) sets it and execs the
-    program: no Python runs in the child, so CPython forks with ``vfork`` and this process
-    waits ~0.3 ms for the exec instead of ~2.6 ms for fork + ``preexec_fn`` (and ctypes is
-    never imported). Used only when the exec is sure to succeed (:func:`_execs`), so that a
+    program: no Python runs in the child, so CPython can use ``vfork`` and this process
+    waits only for the exec, not for a full fork + ``preexec_fn`` (and ctypes is never
+    imported). Used only when the exec is sure to succeed (:func:`_execs`), so that a
     program that cannot run is still an ``OSError`` here, not a worker exiting 126/127.
   - otherwise ``preexec_fn`` calls prctl through ctypes, then re-checks the parent in case
     the supervisor died in between (the documented race). setpriv does not re-check: a
     worker orphaned in that window is killed by the guardian (it carries the job's marker).
 * Children get stdout/stderr pipes (read by the loop, prefixed, written to the console and
   log files) and /dev/null as stdin: a worker in its own session cannot read the terminal.
-* No fork after probing: the supervisor never initialises a GPU runtime (pitfall 5).
+* No fork after probing: the supervisor never initialises a GPU runtime, whose state does
+  not survive ``fork(2)`` (a CUDA context is not usable in a forked child).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def _prctl() -> Callable[..., int]:
     """libc's ``prctl``, resolved in the parent with its argument types.
 
     The child between fork and exec should do as little as possible, and the parent waits
-    for its exec: looking the symbol up there (``CDLL.__getattr__`` builds the function
-    object) cost every spawn ~0.3 ms (issue 4).
+    for its exec, so the symbol is looked up (``CDLL.__getattr__`` builds the function
+    object) once, here.
     """
-    import ctypes  # here: ~1.6 ms of start-up that the setpriv way never needs
+    import ctypes  # here: only the preexec_fn way needs it
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     ulong = ctypes.c_ulong
@@ -102,25 +103,40 @@ def spawn(
 
 # setpriv is looked for in the system's directories only, never on a user's PATH.
 SETPRIV_PATH = "/usr/bin:/bin"
-_SETPRIV_MAX_BYTES = 1 << 20  # util-linux's is ~80 KiB
+SETPRIV_MIN_VERSION = (2, 33)  # util-linux 2.33 (2018) added --pdeathsig
+_SETPRIV_TIMEOUT_S = 5.0
 
 
 @functools.cache
 def _setpriv() -> str | None:
-    """util-linux's setpriv when it has ``--pdeathsig`` (2.33+, 2018), else None.
+    """util-linux's setpriv when it has ``--pdeathsig``, else None; asked once per process.
 
-    Told apart without running it: its usage text names the option. busybox's setpriv applet
-    has no such option (and is busybox, not a file named setpriv, once links are resolved).
+    ``setpriv --version`` says ``setpriv from util-linux 2.38.1``. busybox's setpriv applet
+    has no ``--pdeathsig`` and does not answer so, nor does anything else named setpriv.
     """
     path = which("setpriv", path=SETPRIV_PATH)
-    if path is None or os.path.basename(os.path.realpath(path)) != "setpriv":
+    if path is None:
         return None
     try:
-        with open(path, "rb") as handle:
-            binary = handle.read(_SETPRIV_MAX_BYTES)
-    except OSError:
+        done = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=_SETPRIV_TIMEOUT_S,
+            env={"LC_ALL": "C"}, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
         return None
-    return path if b"--pdeathsig" in binary else None
+    version = util_linux_version(done.stdout)
+    return path if version is not None and version >= SETPRIV_MIN_VERSION else None
+
+
+def util_linux_version(text: str) -> tuple[int, ...] | None:
+    """``(2, 38, 1)`` from ``setpriv from util-linux 2.38.1``; None for anything else."""
+    words = text.split()
+    if len(words) < 4 or words[1:3] != ["from", "util-linux"]:
+        return None
+    numbers = words[3].split("-")[0].split(".")
+    if not all(n.isdigit() for n in numbers[:2]) or len(numbers) < 2:
+        return None
+    return tuple(int(n) for n in numbers if n.isdigit())
 
 
 def _execs(program: str, env: Mapping[str, str], cwd: str | None) -> bool:

@@ -1,9 +1,12 @@
-"""What to run: :class:`WorkerSpec` and its health :class:`Probe` s."""
+"""What to run: :class:`WorkerSpec`, its health checks (:class:`Probe`), and the variables
+that the supervisor adds to a worker's environment when it starts it (:func:`start_env`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from xpulaunch.model import JOB_ID_VAR, RESTART_COUNT_VAR, WORKER_VAR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -11,9 +14,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """A health check. ``check`` returns True when healthy; it must return (or raise
-    ``OSError``, which counts as a failure) within ``timeout_s``. It runs on a helper
-    thread, never on the supervisor's loop."""
+    """A health check (readiness or liveness). ``check`` returns True when healthy; it must
+    return (or raise ``OSError``, which counts as a failure) within ``timeout_s``. It runs on
+    a helper thread, never on the supervisor's loop."""
 
     check: Callable[[], bool]
     interval_s: float = 1.0
@@ -24,9 +27,8 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    """One worker. ``env`` is the complete child environment (the supervisor adds only
-    ``XPULAUNCH_JOB_ID`` and ``XPULAUNCH_WORKER``, the markers that find its descendants).
-    ``prepare(attempt)`` is called before every start, ``attempt`` counting from 0, and
+    """One worker. ``env`` is the complete child environment but for what :func:`start_env`
+    adds. ``prepare(attempt)`` is called before every start, ``attempt`` counting from 0, and
     returns the spec to start (for example with a new port after a failed bind)."""
 
     name: str
@@ -37,3 +39,13 @@ class WorkerSpec:
     readiness: Probe | None = None
     liveness: Probe | None = None
     prepare: Callable[[int], WorkerSpec] | None = None
+
+
+def start_env(env: Mapping[str, str], *, job_id: str, worker: str, attempt: int) -> dict[str, str]:
+    """``env`` plus the variables known only when a worker starts (``model.SET_AT_START``).
+
+    ``XPULAUNCH_JOB_ID`` and ``XPULAUNCH_WORKER`` mark every descendant of the worker, so the
+    supervisor, the guardian and the record sweep find them (:mod:`xpulaunch.proc.processes`);
+    ``TORCHELASTIC_RESTART_COUNT`` is the attempt number, as torchrun sets it.
+    """
+    return {**env, JOB_ID_VAR: job_id, WORKER_VAR: worker, RESTART_COUNT_VAR: str(attempt)}

@@ -20,23 +20,20 @@ record file under the user's runtime dir is swept by the next start as a last re
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-
-# Start-up time (issue 4): no typing or pathlib on the launch path.
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
-from xpulaunch.proc import guardian, records
+from xpulaunch.proc import records
 from xpulaunch.proc.engine import Engine
 from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
+from xpulaunch.proc.guardian import start_guardian
 from xpulaunch.proc.logs import LogConfig, LogSink
+from xpulaunch.proc.processes import now_ticks, start_ticks
 from xpulaunch.proc.spec import Probe, WorkerSpec
 
 if TYPE_CHECKING:
@@ -125,8 +122,9 @@ class Supervisor:
 
     def _make_engine(self) -> Engine:
         records.sweep(self._record_dir)
-        since = guardian.now_ticks()
-        watchdog = _start_guardian(self.job_id, since, self._record_dir, self._lease_fds)
+        since = now_ticks()
+        record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
+        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds)
         header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
         if watchdog is not None:
             header["guardian"] = _identity(watchdog.pid)
@@ -227,67 +225,5 @@ def _pending(name: str) -> WorkerStatus:
 
 
 def _identity(pid: int) -> list[int] | None:
-    info = guardian.read_stat(pid)
-    return None if info is None else [pid, info.start_ticks]
-
-
-GUARDIAN_EXIT_WAIT_S = 5.0
-
-
-class GuardianHandle:
-    """The supervisor's end of the guardian: a pipe whose EOF means "the supervisor died"."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], write_fd: int) -> None:
-        self.proc, self.pid = proc, proc.pid
-        self._fd: int | None = write_fd
-
-    def send(self, line: str) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.write(self._fd, line.encode() + b"\n")
-        except BrokenPipeError:  # the guardian died: pdeathsig still covers direct workers
-            self.close()
-
-    def close(self, *, done: bool = False, wait: bool = False) -> None:
-        """Close our end; ``done``: the job is over, the guardian may exit without killing.
-
-        ``wait``: block (bounded) until it has exited, for when it may still be the holder
-        of the lease fds (they were not unlocked). Otherwise it is reaped by a thread of its
-        own: waiting for its exit cost ~7.5 ms of every ``xpulaunch run`` (issue 4). A bare
-        ``_thread`` one, since ``threading.Thread.start`` waits until the new thread runs,
-        which took up to 2.7 ms on a busy 2-core machine; nothing needs to join it.
-        """
-        if done:
-            self.send("done")
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if done and wait:
-            # It exits as soon as it reads "done" (milliseconds).
-            try:
-                self.proc.wait(timeout=GUARDIAN_EXIT_WAIT_S)
-                return
-            except subprocess.TimeoutExpired:
-                pass
-        _thread.start_new_thread(self.proc.wait, ())
-
-
-def _start_guardian(
-    job_id: str, since: int, record_dir: str, lease_fds: tuple[int, ...]
-) -> GuardianHandle | None:
-    read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
-    record = os.path.join(record_dir, f"{job_id}.jsonl")
-    argv = guardian.command(sys.executable, job_id, since, record)
-    try:
-        # No pdeathsig and its own session: it must outlive us and ignore the terminal.
-        proc = subprocess.Popen(
-            argv, stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={}, cwd="/", start_new_session=True, pass_fds=lease_fds,
-        )  # fmt: skip
-    except OSError:
-        os.close(write_fd)
-        return None
-    finally:
-        os.close(read_fd)
-    return GuardianHandle(proc, write_fd)
+    ticks = start_ticks(pid)
+    return None if ticks is None else [pid, ticks]

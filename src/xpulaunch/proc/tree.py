@@ -6,7 +6,7 @@ llama-swap ``killProcess``):
 
 1. Send the stop signal to the worker's whole group, and to every process of the worker that
    left the group (``setsid`` grandchildren, found by session id and the environment marker
-   in :func:`xpulaunch.proc.guardian.find_job`).
+   in :func:`xpulaunch.proc.processes.find_job`).
 2. Wait, bounded by a monotonic deadline (the supervisor loop does this without blocking).
 3. SIGKILL the group and every process of the worker that is still there.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from xpulaunch.proc.guardian import Member
+    from xpulaunch.proc.processes import JobProcess
 
 
 def _is_safe_target(pid: int) -> bool:
@@ -59,9 +59,22 @@ def signal_pid(pid: int, sig: int) -> bool:
     return True
 
 
-def signal_members(members: Iterable[Member], sig: int) -> int:
+def signal_processes(processes: Iterable[JobProcess], sig: int) -> int:
     """Signal each process found by :func:`find_job`; returns how many were signalled."""
-    return sum(signal_pid(m.info.pid, sig) for m in members)
+    return sum(signal_pid(p.info.pid, sig) for p in processes)
+
+
+def with_cont(signum: int) -> tuple[int, ...]:
+    """The signals that stop a worker: ``signum``, then SIGCONT (unless it is SIGKILL).
+
+    A stopped process (SIGSTOP, a debugger's stop) leaves a caught SIGTERM pending until it
+    is continued (llama-server catches it), so without SIGCONT a worker that failed its
+    liveness check because it was stopped would only go at the SIGKILL deadline. systemd
+    does the same: right after the stop signal it always sends SIGCONT, so that suspended
+    tasks can terminate cleanly (systemd.kill(5), KillSignal=). The stop signal goes first
+    so that it is already pending when the process resumes.
+    """
+    return (signum,) if signum in (signal.SIGKILL, signal.SIGCONT) else (signum, signal.SIGCONT)
 
 
 def exit_status(returncode: int) -> int:

@@ -1,9 +1,16 @@
 """One supervised worker as the engine's loop thread sees it: process, pipes, health checks.
 
-Only the loop thread touches a :class:`Worker`. ``alive`` means its main process has not been
-reaped yet (so its pid, process-group id and session id cannot be reused and ``killpg`` on
-it is safe); ``down`` means the main process *and* everything it left behind are gone, which
-is what a restart waits for.
+A :class:`Worker` owns its OS process, its output pipes and its health checks, and reports
+facts to its owner through :class:`WorkerOwner` (it started, it exited with this status, it
+failed its health check, an event for the user). It does not know its gang nor the restart
+policy: what a fact means for the job is the owner's (:class:`xpulaunch.proc.engine.Engine`)
+decision. What it needs besides its owner is injected: the loop (selector, timers, helper
+threads, clock), the log sink and the job id.
+
+Only the loop thread touches a worker. ``alive`` means its main process has not been reaped
+yet (so its pid, process-group id and session id cannot be reused and ``killpg`` on it is
+safe); ``down`` means the main process *and* everything it left behind are gone, which is what
+a restart waits for.
 """
 
 from __future__ import annotations
@@ -14,38 +21,45 @@ import selectors
 import signal
 import subprocess
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.proc.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
-from xpulaunch.proc.guardian import JOB_ID_VAR, WORKER_VAR, Member, read_stat
+from xpulaunch.proc.health import HealthCheckRun, Verdict, run_check
 from xpulaunch.proc.logs import LineBuffer
-from xpulaunch.proc.probes import ProbeRun, Verdict, run_check
+from xpulaunch.proc.processes import process_info
 from xpulaunch.proc.spawn import open_pidfd, spawn
-from xpulaunch.proc.spec import WorkerSpec
-from xpulaunch.proc.tree import exit_status, signal_group, signal_members, signal_name
+from xpulaunch.proc.spec import start_env
+from xpulaunch.proc.tree import exit_status, signal_group, signal_name, signal_processes, with_cont
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
     from typing import IO
 
-    from xpulaunch.proc.engine import Engine, Gang
+    from xpulaunch.proc.events import Event
+    from xpulaunch.proc.logs import LogSink
+    from xpulaunch.proc.loop import Loop
+    from xpulaunch.proc.processes import JobProcess
+    from xpulaunch.proc.spec import WorkerSpec
 
 _READ_BYTES = 64 * 1024
 START_FAILED_STATUS = 127  # what a shell reports for a command it cannot run
 
 
-def with_cont(signum: int) -> tuple[int, ...]:
-    """The signals that stop a worker: ``signum``, then SIGCONT (unless it is SIGKILL).
+class WorkerOwner(Protocol):
+    """What a worker tells its owner. Every call comes from the loop thread."""
 
-    A stopped process (SIGSTOP, a debugger's stop) leaves a caught SIGTERM pending until it
-    is continued (llama-server catches it), so without SIGCONT a worker that failed its
-    liveness check because it was stopped would only go at the SIGKILL deadline. systemd
-    does the same: right after the stop signal it always sends SIGCONT, so that suspended
-    tasks can terminate cleanly (systemd.kill(5), KillSignal=). The stop signal goes first
-    so that it is already pending when the process resumes.
-    """
-    return (signum,) if signum in (signal.SIGKILL, signal.SIGCONT) else (signum, signal.SIGCONT)
+    def emit(self, event: Event) -> None:
+        """An event for the user (Started, Ready, Exited, Unhealthy)."""
+
+    def on_spawned(self, worker: Worker) -> None:
+        """The worker's process runs: ``worker.pid`` and ``worker.start_ticks`` are set."""
+
+    def on_exit(self, worker: Worker, returncode: int) -> None:
+        """The worker's main process was reaped (``returncode`` as Popen reports it)."""
+
+    def on_failed(self, worker: Worker, reason: str) -> None:
+        """The worker failed while it may still run (a failed health check)."""
 
 
 def describe_start_error(argv0: str, exc: BaseException) -> str:
@@ -60,9 +74,11 @@ def describe_start_error(argv0: str, exc: BaseException) -> str:
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, engine: Engine) -> None:
-        self.name, self.spec, self.engine = spec.name, spec, engine
-        self.gang: Gang  # set by the engine right after construction
+    def __init__(
+        self, spec: WorkerSpec, owner: WorkerOwner, *, loop: Loop, sink: LogSink, job_id: str
+    ) -> None:
+        self.name, self.spec = spec.name, spec
+        self._owner, self._loop, self._sink, self._job_id = owner, loop, sink, job_id
         self.state = WorkerState.PENDING
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
@@ -75,10 +91,10 @@ class Worker:
         self.expected = False  # we asked it to stop
         self.kill_at_s: float | None = None
         self.failure_reason = ""
-        self.token = 0  # bumped per start, so late callbacks of an old run are ignored
+        self.run_id = 0  # bumped per start, so late callbacks of an old run are ignored
         self._pidfd: int | None = None
         self._streams: dict[bool, tuple[IO[bytes], LineBuffer]] = {}
-        self._probe: ProbeRun | None = None
+        self._health: HealthCheckRun | None = None
         self._first_line = 0  # the sink's line number where this run's output starts
 
     def status(self) -> WorkerStatus:
@@ -91,15 +107,14 @@ class Worker:
     # -- starting ----------------------------------------------------------------------
     def spawn(self, attempt: int, *, restarts: int) -> str | None:
         """Start attempt ``attempt``; returns why it could not be started, else None."""
-        engine = self.engine
         self.attempt, self.restarts = attempt, restarts
         try:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
             return self._start_failed(f"cannot prepare worker {self.name}: {exc}")
-        env = {**spec.env, JOB_ID_VAR: engine.job_id, WORKER_VAR: self.name}
-        engine.sink.open_attempt(self.name, attempt)
-        self._first_line = engine.sink.mark(self.name)
+        env = start_env(spec.env, job_id=self._job_id, worker=self.name, attempt=attempt)
+        self._sink.open_attempt(self.name, attempt)
+        self._first_line = self._sink.mark(self.name)
         try:
             proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -114,43 +129,41 @@ class Worker:
         return reason
 
     def _started(self, proc: subprocess.Popen[bytes], spec: WorkerSpec, attempt: int) -> None:
-        engine, now = self.engine, self.engine.clock()
-        info = read_stat(proc.pid)  # not reaped yet, so it is there (maybe as a zombie)
+        now = self._loop.clock()
         self.proc, self.pid = proc, proc.pid
+        info = process_info(proc.pid)  # not reaped yet, so it is there (maybe as a zombie)
         self.start_ticks = info.start_ticks if info else 0
-        self.token += 1
+        self.run_id += 1
         self.alive, self.down, self.expected, self.kill_at_s = True, False, False, None
         self.exit_code, self.failure_reason = None, ""
-        if engine.guardian is not None:
-            engine.guardian.send(f"s {proc.pid} {self.start_ticks}")
-        engine.record.add_worker(proc.pid, self.start_ticks)
+        self._owner.on_spawned(self)
         self._watch(proc)
-        self._probe = ProbeRun(spec.readiness, spec.liveness, now)
-        self.state = WorkerState.READY if self._probe.ready else WorkerState.STARTING
-        engine.emit(Started(now, self.name, proc.pid, attempt))
-        if self._probe.ready:
-            engine.emit(Ready(now, self.name))
-        if self._probe.probe is not None:
-            token = self.token
-            engine.loop.call_at(now, lambda: self._probe_tick(token))
+        self._health = HealthCheckRun(spec.readiness, spec.liveness, now)
+        self.state = WorkerState.READY if self._health.ready else WorkerState.STARTING
+        self._owner.emit(Started(now, self.name, proc.pid, attempt))
+        if self._health.ready:
+            self._owner.emit(Ready(now, self.name))
+        if self._health.check is not None:
+            run_id = self.run_id
+            self._loop.call_at(now, lambda: self._health_tick(run_id))
 
     def _watch(self, proc: subprocess.Popen[bytes]) -> None:
-        selector = self.engine.loop.selector
+        selector = self._loop.selector
         for is_err, stream in ((False, proc.stdout), (True, proc.stderr)):
             if stream is not None:
                 self._streams[is_err] = (stream, LineBuffer())
                 selector.register(stream, selectors.EVENT_READ, lambda e=is_err: self._read(e))
-        token = self.token
+        run_id = self.run_id
         self._pidfd = open_pidfd(proc.pid)
         if self._pidfd is not None:
-            selector.register(self._pidfd, selectors.EVENT_READ, lambda: self._on_exit(token))
+            selector.register(self._pidfd, selectors.EVENT_READ, lambda: self._on_exit(run_id))
         else:  # kernel < 5.3: one blocked waiter thread per worker instead of a pidfd
-            threading.Thread(target=self._wait_exit, args=(proc.pid, token), daemon=True).start()
+            threading.Thread(target=self._wait_exit, args=(proc.pid, run_id), daemon=True).start()
 
-    def _wait_exit(self, pid: int, token: int) -> None:
+    def _wait_exit(self, pid: int, run_id: int) -> None:
         with contextlib.suppress(ChildProcessError):  # reaped already: the post is a no-op
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        self.engine.loop.post(lambda: self._on_exit(token))
+        self._loop.post(lambda: self._on_exit(run_id))
 
     # -- output ----------------------------------------------------------------------------
     def _read(self, is_err: bool) -> bool:
@@ -163,12 +176,12 @@ class Worker:
         except BlockingIOError:
             return False
         if not data:
-            self.engine.sink.write(self.name, is_err, buffer.flush())
-            self.engine.loop.selector.unregister(stream)
+            self._sink.write(self.name, is_err, buffer.flush())
+            self._loop.selector.unregister(stream)
             stream.close()
             del self._streams[is_err]
             return False
-        self.engine.sink.write(self.name, is_err, buffer.feed(data))
+        self._sink.write(self.name, is_err, buffer.feed(data))
         return True
 
     def drain(self) -> None:
@@ -178,11 +191,11 @@ class Worker:
                 pass
 
     # -- exit ------------------------------------------------------------------------------
-    def _on_exit(self, token: int) -> None:
-        if token != self.token or not self.alive or self.proc is None:
+    def _on_exit(self, run_id: int) -> None:
+        if run_id != self.run_id or not self.alive or self.proc is None:
             return
         if self._pidfd is not None:
-            self.engine.loop.selector.unregister(self._pidfd)
+            self._loop.selector.unregister(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
         self.drain()
@@ -193,11 +206,11 @@ class Worker:
         finished = returncode == 0 and not self.expected
         self.state = WorkerState.EXITED if finished else WorkerState.STOPPING
         sig = signal_name(-returncode) if returncode < 0 else None
-        tail = self.engine.sink.tail(self.name, 20, stderr_only=True, since=self._first_line)
-        event = Exited(self.engine.clock(), self.name, self.proc.pid, self.exit_code, sig,
+        tail = self._sink.tail(self.name, 20, stderr_only=True, since=self._first_line)
+        event = Exited(self._loop.clock(), self.name, self.proc.pid, self.exit_code, sig,
                        self.expected, tuple(tail))  # fmt: skip
-        self.engine.emit(event)
-        self.engine.member_exited(self, returncode)
+        self._owner.emit(event)
+        self._owner.on_exit(self, returncode)
 
     def tree_gone(self) -> None:
         self.down, self.kill_at_s = True, None
@@ -217,22 +230,24 @@ class Worker:
         if self.alive and self.pid is not None:
             signal_group(self.pid, signal.SIGKILL)
 
-    def signal_leftovers(self, members: list[Member]) -> None:
-        """The main process is gone but these of its processes are not."""
-        now = self.engine.clock()
+    def signal_leftovers(self, processes: list[JobProcess], grace_s: float) -> float | None:
+        """The main process is gone but these of its processes are not: TERM them with a
+        new deadline (returned: the owner KILLs at it), or KILL them once it passed."""
+        now = self._loop.clock()
         if self.kill_at_s is None:  # it ended on its own: ask the rest politely first
-            self.kill_at_s = now + self.engine.grace_s
+            self.kill_at_s = now + grace_s
             for sig in with_cont(signal.SIGTERM):
-                signal_members(members, sig)
-            self.engine.loop.call_at(self.kill_at_s, self.engine.kill_overdue)
-        elif now >= self.kill_at_s:
-            signal_members(members, signal.SIGKILL)
+                signal_processes(processes, sig)
+            return self.kill_at_s
+        if now >= self.kill_at_s:
+            signal_processes(processes, signal.SIGKILL)
+        return None
 
     def close(self) -> None:
         """The loop is ending: read what is left, release fds, reap (after a kill)."""
         self.drain()
         for stream, _ in list(self._streams.values()):
-            self.engine.loop.selector.unregister(stream)
+            self._loop.selector.unregister(stream)
             stream.close()
         self._streams.clear()
         if self._pidfd is not None:
@@ -243,36 +258,35 @@ class Worker:
             self.alive = False
 
     # -- health checks ---------------------------------------------------------------------
-    def _probe_tick(self, token: int) -> None:
-        probe_run = self._probe
-        if token != self.token or not self.alive or probe_run is None:
+    def _health_tick(self, run_id: int) -> None:
+        health = self._health
+        if run_id != self.run_id or not self.alive or health is None:
             return
-        probe = probe_run.probe
-        verdict = probe_run.tick(self.engine.clock())
+        probe = health.check
+        verdict = health.tick(self._loop.clock())
         if verdict is Verdict.SUBMIT and probe is not None:
             check = probe.check
-            self.engine.loop.submit(lambda: run_check(check), lambda f: self._probe_done(token, f))
+            self._loop.submit(lambda: run_check(check), lambda f: self._health_done(run_id, f))
         elif verdict is Verdict.UNHEALTHY:
-            self._unhealthy(probe_run.detail)
+            self._unhealthy(health.detail)
             return
         if probe is not None:
-            self.engine.loop.call_at(
-                self.engine.clock() + probe.interval_s, lambda: self._probe_tick(token)
-            )
+            next_s = self._loop.clock() + probe.interval_s
+            self._loop.call_at(next_s, lambda: self._health_tick(run_id))
 
-    def _probe_done(self, token: int, future: Future[tuple[bool, str]]) -> None:
-        probe_run = self._probe
-        if token != self.token or not self.alive or probe_run is None:
+    def _health_done(self, run_id: int, future: Future[tuple[bool, str]]) -> None:
+        health = self._health
+        if run_id != self.run_id or not self.alive or health is None:
             return
         ok, detail = future.result()
-        verdict = probe_run.result(ok, detail)
+        verdict = health.result(ok, detail)
         if verdict is Verdict.READY:
             self.state = WorkerState.READY
-            self.engine.emit(Ready(self.engine.clock(), self.name))
+            self._owner.emit(Ready(self._loop.clock(), self.name))
         elif verdict is Verdict.UNHEALTHY:
-            self._unhealthy(probe_run.detail)
+            self._unhealthy(health.detail)
 
     def _unhealthy(self, reason: str) -> None:
-        self._probe = None
-        self.engine.emit(Unhealthy(self.engine.clock(), self.name, reason))
-        self.engine.member_failed(self, reason)
+        self._health = None
+        self._owner.emit(Unhealthy(self._loop.clock(), self.name, reason))
+        self._owner.on_failed(self, reason)

@@ -1,10 +1,13 @@
-"""The state of one worker run's health checks, without threads or clocks of its own.
+"""Health checks of a worker run (readiness, then liveness), without threads or clocks.
 
-The engine calls :meth:`ProbeRun.tick` every ``interval_s`` and :meth:`ProbeRun.result` when
-a check (run on a helper thread) answers, and acts on the verdict. Readiness failures are
+A :class:`~xpulaunch.proc.spec.Probe` (public name) describes one check; a
+:class:`HealthCheckRun` holds the state of one worker run's checks. The worker calls
+:meth:`HealthCheckRun.tick` every ``interval_s`` and :meth:`HealthCheckRun.result` when a
+check (run on a helper thread) answers, and acts on the verdict. Readiness failures are
 expected until ``start_deadline_s``; liveness failures count until ``failure_threshold`` in a
 row. A check that has not answered within ``timeout_s`` counts as one failure per tick
-(llama-swap's bounded readiness; landscape.md (c) 18 for why liveness exists at all).
+(llama-swap's bounded readiness). Liveness exists because a server can stay up but stop
+answering, which no exit status reports.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ if TYPE_CHECKING:
 
 
 class Verdict(str, Enum):
+    """What the worker should do after a tick or an answer."""
+
     SUBMIT = "submit"  # run the check now
     READY = "ready"
     UNHEALTHY = "unhealthy"
 
 
-class ProbeRun:
+class HealthCheckRun:
     def __init__(self, readiness: Probe | None, liveness: Probe | None, started_at_s: float):
         self._readiness, self._liveness = readiness, liveness
         self._started_at_s = started_at_s
@@ -35,23 +40,23 @@ class ProbeRun:
         self.detail = ""
 
     @property
-    def probe(self) -> Probe | None:
-        """The probe in charge now: readiness until it passed, then liveness."""
+    def check(self) -> Probe | None:
+        """The check in charge now: readiness until it passed, then liveness."""
         return self._liveness if self.ready else self._readiness
 
     def tick(self, now_s: float) -> Verdict | None:
-        probe = self.probe
-        if probe is None:
+        check = self.check
+        if check is None:
             return None
-        if not self.ready and now_s - self._started_at_s >= probe.start_deadline_s:
-            self.detail = f"not ready after {probe.start_deadline_s:g} s"
+        if not self.ready and now_s - self._started_at_s >= check.start_deadline_s:
+            self.detail = f"not ready after {check.start_deadline_s:g} s"
             return Verdict.UNHEALTHY
         if self.in_flight_since_s is None:
             self.in_flight_since_s = now_s
             return Verdict.SUBMIT
-        if now_s - self.in_flight_since_s >= probe.timeout_s:
+        if now_s - self.in_flight_since_s >= check.timeout_s:
             self._timed_out = True
-            return self._failed(f"check did not answer within {probe.timeout_s:g} s")
+            return self._failed(f"check did not answer within {check.timeout_s:g} s")
         return None
 
     def result(self, ok: bool, detail: str) -> Verdict | None:
@@ -67,12 +72,12 @@ class ProbeRun:
         return None if late else self._failed(detail)
 
     def _failed(self, detail: str) -> Verdict | None:
-        probe = self.probe
-        if not self.ready or probe is None:
+        check = self.check
+        if not self.ready or check is None:
             return None  # not ready yet is normal until the start deadline
         self.failures += 1
         self.detail = f"liveness check failed {self.failures} times in a row: {detail}"
-        return Verdict.UNHEALTHY if self.failures >= probe.failure_threshold else None
+        return Verdict.UNHEALTHY if self.failures >= check.failure_threshold else None
 
 
 def run_check(check: Callable[[], bool]) -> tuple[bool, str]:
