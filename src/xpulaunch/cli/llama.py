@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from xpulaunch.cli.clickspec import options
-from xpulaunch.cli.lease_options import LEASE_OPTIONS, LeaseSettings
-from xpulaunch.cli.plan_options import PLAN_OPTIONS, percent_option, size_option
+from xpulaunch.cli.lease_options import LeaseSettings, lease_options
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 _SECONDS = click.FloatRange(min=0, min_open=True)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
 @click.option(
     "--replicas",
@@ -51,7 +51,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     show_default=True,
     help="Which build the binary is; auto asks it with --list-devices.",
 )
-@options(PLAN_OPTIONS)
+@plan_options
 @click.option(
     "--ready-timeout",
     type=_SECONDS,
@@ -126,7 +126,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     help="Write DIR/attempt_N/REPLICA.log for every replica and attempt.",
 )
 @click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
-@options(LEASE_OPTIONS)
+@lease_options
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Start llama.cpp's llama-server pinned to selected devices, wait until every replica
