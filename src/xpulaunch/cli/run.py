@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
 import click
 
-from xpulaunch.cli.lease_options import LeaseSettings, lease_options
+from xpulaunch import api
+from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.cli.program import ProgramCommand
+from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
+from xpulaunch.proc.options import options_from_kwargs
 
 _run_only_options = option_group(
     click.option(
@@ -53,27 +55,14 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     leases = LeaseSettings.pop_from(options)
     kwargs = _plan_kwargs(options)
     if dry_run:
-        from xpulaunch import api
-
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()
         plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)
-        _print_plan(plan, as_json)
+        print_plan(plan, as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
     return _execute(list(program), kwargs, leases, options)
-
-
-def _print_plan(plan: Plan, as_json: bool) -> None:
-    from xpulaunch import api
-
-    if as_json:
-        click.echo(json.dumps(api.plan_document(plan), indent=2))
-    else:
-        from xpulaunch.cli.render import plan_text
-
-        click.echo(plan_text(plan))
 
 
 def _execute(
@@ -81,18 +70,15 @@ def _execute(
 ) -> int:
     """Allocate devices under the lease lock, then run the plan until the job is over."""
     # Probe once, outside the allocation lock (only planning runs under it), in a forked
-    # child: NVML's ~20 MiB never become the supervisor's, and the probe runs while this
-    # process imports the supervisor.
+    # child: NVML's memory never becomes the supervisor's, and the probe runs while this
+    # process imports the supervisor (proc.launch, needed by no dry run).
     probing = None
     if kwargs["inventory"] is None:
         from xpulaunch.probe.isolated import ForkedProbe
 
         probing = ForkedProbe(kwargs["parent_env"])
     with probing or contextlib.nullcontext():
-        from xpulaunch import api
-        from xpulaunch.cli.lease_options import WaitReporter
         from xpulaunch.proc.launch import check_ranks, run_plan
-        from xpulaunch.proc.options import options_from_kwargs
 
         run_options = options_from_kwargs(options)  # validate before anything is reserved
         if probing is not None:
