@@ -1,4 +1,4 @@
-"""``xpulaunch run --dry-run`` through the installed entry point (issue 2 item 8)."""
+"""``xpulaunch run --dry-run`` through the installed entry point."""
 
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from xpulaunch.cli.clickspec import options
-from xpulaunch.cli.lease_options import LEASE_OPTIONS, LeaseSettings, WaitReporter, wait_line
+from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options, wait_line
 from xpulaunch.cli.status import status
 from xpulaunch.model import Inventory
 from xpulaunch.proc.leases import LeaseManager
@@ -133,7 +132,7 @@ def _xpulaunch(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @click.command()
-@options(LEASE_OPTIONS)
+@lease_options
 def _probe_command(**options: Any) -> None:
     settings = LeaseSettings.pop_from(options)
     click.echo(json.dumps({"left": sorted(options), **_as_dict(settings)}))

@@ -11,8 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from xpulaunch.cli.clickspec import options
-from xpulaunch.cli.run import SUPERVISOR_OPTIONS
+from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 from xpulaunch.proc.launch import RunOptions
@@ -23,7 +22,7 @@ def parse(*args: str, env: dict[str, str] | None = None) -> RunOptions:
     seen: list[RunOptions] = []
 
     @click.command()
-    @options(SUPERVISOR_OPTIONS)
+    @supervision_options
     def run(**kwargs: Any) -> None:
         seen.append(options_from_kwargs(kwargs))
 

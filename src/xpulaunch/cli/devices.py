@@ -1,7 +1,6 @@
 """``xpulaunch devices``: probe and list accelerators, or show an inventory document.
 
-Plain aligned text, no table library: the command should start fast (``devices --json`` has a
-150 ms budget on a 2-GPU host), and the probe is imported only when the host is probed.
+Plain aligned text, no table library; the probe is imported only when the host is probed.
 """
 
 from __future__ import annotations
@@ -9,8 +8,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from xpulaunch.cli.output import echo
-from xpulaunch.cli.spec import FILE, FLAG, CommandSpec, Opt
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.core.inventory import dumps
 
 if TYPE_CHECKING:
@@ -22,31 +22,28 @@ _GIB = 1024**3
 _FOOTER_PROBLEMS = 5
 _FOOTER_WIDTH = 160
 
-OPTIONS = (
-    Opt("--json", dest="as_json", kind=FLAG, help="Print the inventory document (JSON)."),
-    Opt(
-        "--inventory",
-        dest="inventory_file",
-        kind=FILE,
-        envvar="XPULAUNCH_INVENTORY",
-        show_envvar=True,
-        help="Show this inventory document instead of probing the host.",
-    ),
-    Opt(
-        "--debug",
-        dest="debug",
-        kind=FLAG,
-        help="Show every problem in full, tools that are not installed, and each value's source.",
-    ),
-    Opt(
-        "--torch",
-        dest="use_torch",
-        kind=FLAG,
-        help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
-    ),
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--json", "as_json", is_flag=True, help="Print the inventory document (JSON).")
+@click.option(
+    "--inventory",
+    "inventory_file",
+    type=click.Path(dir_okay=False),
+    envvar="XPULAUNCH_INVENTORY",
+    show_envvar=True,
+    help="Show this inventory document instead of probing the host.",
 )
-
-
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show every problem in full, tools that are not installed, and each value's source.",
+)
+@click.option(
+    "--torch",
+    "use_torch",
+    is_flag=True,
+    help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
+)
 def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool) -> None:
     """Probe and list accelerators (index, name, PCI address, memory, utilisation, tiles)."""
     if inventory_file is not None:
@@ -54,20 +51,17 @@ def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: b
 
         inventory = load_inventory(inventory_file)
         if use_torch:
-            echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
+            click.echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
     else:
         from xpulaunch.probe import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
     if as_json:
-        echo(dumps(inventory))
+        click.echo(dumps(inventory))
         return
     if inventory_file is not None:
-        echo(f"inventory: {inventory_file} (not probed)")
-    echo(render_table(inventory, debug=debug))
-
-
-DEVICES = CommandSpec("devices", OPTIONS, devices, devices.__doc__ or "")
+        click.echo(f"inventory: {inventory_file} (not probed)")
+    click.echo(render_table(inventory, debug=debug))
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:

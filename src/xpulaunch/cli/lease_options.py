@@ -1,7 +1,7 @@
 """``--lock-dir``, ``--shared``, ``--wait``, ``--wait-timeout``: device reservations for ``run``
 and ``llama``, the manager built from them, and the live "waiting" line.
 
-Wiring, in a command with the :data:`LEASE_OPTIONS`::
+Wiring, in a command decorated with :func:`lease_options`::
 
     settings = LeaseSettings.pop_from(options)          # removes the four keys
     with WaitReporter() as reporter:
@@ -14,11 +14,14 @@ A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mappi
 
 from __future__ import annotations
 
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.cli.spec import DIR, FLAG, FLOAT, Opt
+import click
+
+from xpulaunch.cli.options import option_group
 
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
@@ -28,11 +31,9 @@ if TYPE_CHECKING:
     from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn
     from xpulaunch.proc.queue import WaitStatus
 
-LOCK_DIR = Opt(
+lock_dir_option = click.option(
     "--lock-dir",
-    dest="lock_dir",
-    # str, not pathlib.Path: importing pathlib costs start-up time on every --dry-run.
-    kind=DIR,
+    type=click.Path(file_okay=False),
     envvar="XPULAUNCH_LOCK_DIR",
     metavar="DIR",
     help="Lock directory shared by every user of this machine (its files are readable and "
@@ -41,27 +42,23 @@ LOCK_DIR = Opt(
     "[env: XPULAUNCH_LOCK_DIR].",
 )
 
-LEASE_OPTIONS = (
-    LOCK_DIR,
-    Opt(
+lease_options = option_group(
+    lock_dir_option,
+    click.option(
         "--shared",
-        dest="shared",
-        kind=FLAG,
+        is_flag=True,
         help="Use devices named in --gpus even when another job has leased them, and lease "
         "nothing: other jobs may then get these devices too.",
     ),
-    Opt(
+    click.option(
         "--wait",
-        dest="wait",
-        kind=FLAG,
+        is_flag=True,
         help="When the devices are leased by other jobs, queue until they are free (first "
         "come, first served) instead of failing.",
     ),
-    Opt(
+    click.option(
         "--wait-timeout",
-        dest="wait_timeout",
-        kind=FLOAT,
-        low=0,
+        type=click.FloatRange(min=0),
         metavar="SECONDS",
         help="Give up waiting after SECONDS (implies --wait).",
     ),
@@ -73,7 +70,7 @@ _KEYS = ("lock_dir", "shared", "wait", "wait_timeout")
 class LeaseSettings:
     """The values of the reservation options."""
 
-    lock_dir: str | None = None  # str: pathlib costs start-up time (it imports urllib)
+    lock_dir: str | None = None
     shared: bool = False
     wait: bool = False
     wait_timeout_s: float | None = None
@@ -133,8 +130,6 @@ class WaitReporter:
     def __call__(self, status: WaitStatus) -> None:
         line = "xpulaunch: " + wait_line(status)
         if self._tty:
-            import shutil
-
             width = shutil.get_terminal_size().columns - 1
             self._stream.write("\r\x1b[K" + line[:width])
             self._open_line = True

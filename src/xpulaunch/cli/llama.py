@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from xpulaunch.cli.clickspec import options
-from xpulaunch.cli.lease_options import LEASE_OPTIONS, LeaseSettings
-from xpulaunch.cli.plan_options import PLAN_OPTIONS, percent_option, size_option
+from xpulaunch import api
+from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
+from xpulaunch.cli.render import print_plan
+from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
-from xpulaunch.model import Plan
+from xpulaunch.llamacpp.serve import cuda_settle, plan_llama
+from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
+from xpulaunch.model import Inventory, Plan
+from xpulaunch.proc.logs import LogConfig
+from xpulaunch.proc.options import parse_backoff
+from xpulaunch.proc.signals import forwarding
 
 if TYPE_CHECKING:
     from xpulaunch.proc.leases import Lease
@@ -23,7 +30,7 @@ if TYPE_CHECKING:
 _SECONDS = click.FloatRange(min=0, min_open=True)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
 @click.option(
     "--replicas",
@@ -51,7 +58,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     show_default=True,
     help="Which build the binary is; auto asks it with --list-devices.",
 )
-@options(PLAN_OPTIONS)
+@plan_options
 @click.option(
     "--ready-timeout",
     type=_SECONDS,
@@ -126,7 +133,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     help="Write DIR/attempt_N/REPLICA.log for every replica and attempt.",
 )
 @click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
-@options(LEASE_OPTIONS)
+@lease_options
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Start llama.cpp's llama-server pinned to selected devices, wait until every replica
@@ -138,34 +145,44 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     xpulaunch llama -m model.gguf --gpus 2 --replicas 2   two servers, one GPU each
     xpulaunch llama -m model.gguf -- -c 8192 -ngl 20      llama-server's own options
     """
-    from xpulaunch import api
-    from xpulaunch.llamacpp.serve import plan_llama
-
     parent_env = dict(os.environ)
     leases = LeaseSettings.pop_from(options)
     request = _request(server_args, options)
     path = options["inventory"]
-    if path:
-        inventory = api.load_inventory(path)
-    else:  # forked, so that NVML's ~20 MiB never become the long-lived supervisor's
-        from xpulaunch.probe.isolated import probe_isolated
-
-        inventory = probe_isolated(parent_env)
+    inventory = _inventory(path, parent_env)
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if path else leases.manager().unavailable()
-        _print_plan(plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held),
-                    as_json)  # fmt: skip
+        planned = plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held)
+        print_plan(planned.plan, as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
+    return _lease_and_serve(request, inventory, parent_env, leases, options)
+
+
+def _inventory(path: str | None, parent_env: dict[str, str]) -> Inventory:
+    if path:
+        return api.load_inventory(path)
+    # Forked, so that NVML's memory never becomes the long-lived supervisor's.
+    from xpulaunch.probe.isolated import probe_isolated
+
+    return probe_isolated(parent_env)
+
+
+def _lease_and_serve(
+    request: LlamaRequest,
+    inventory: Inventory,
+    parent_env: dict[str, str],
+    leases: LeaseSettings,
+    options: dict[str, Any],
+) -> int:
+    """Plan under the lease lock (waiting in line if asked), then serve until stopped."""
     planned: list[LlamaPlan] = []
 
     def plan_fn(unavailable: Mapping[str, str]) -> Plan:
         planned[:] = [plan_llama(request, inventory, parent_env, unavailable=unavailable)]
         return planned[0].plan
-
-    from xpulaunch.cli.lease_options import WaitReporter
 
     with WaitReporter() as reporter:
         command = ["xpulaunch", "llama", "-m", str(request.model)]
@@ -190,27 +207,9 @@ def _request(server_args: tuple[str, ...], options: dict[str, Any]) -> LlamaRequ
     )
 
 
-def _print_plan(plan: LlamaPlan, as_json: bool) -> None:
-    from xpulaunch import api
-
-    if as_json:
-        click.echo(json.dumps(api.plan_document(plan.plan), indent=2))
-        return
-    from xpulaunch.cli.render import plan_text
-
-    click.echo(plan_text(plan.plan))
-
-
 def _serve(
     plan: LlamaPlan, parent_env: dict[str, str], options: dict[str, Any], lease: Lease
 ) -> int:
-    from xpulaunch.core.restart import RestartMode, RestartPolicy
-    from xpulaunch.llamacpp.serve import cuda_settle
-    from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
-    from xpulaunch.proc.logs import LogConfig
-    from xpulaunch.proc.options import parse_backoff
-    from xpulaunch.proc.signals import forwarding
-
     first_s, cap_s, factor = parse_backoff(options["backoff"])
     policy = RestartPolicy(
         mode=RestartMode(options["restart"]),

@@ -1,68 +1,22 @@
-"""Entry point: one ``main()`` that turns every XpulaunchError into one line and an exit code.
+"""Entry point: one ``main()`` that turns every error into one line on stderr and an exit code.
 
-Two ways through, one result. A well-formed ``run`` (the default command) or ``devices``
-command line is parsed by :func:`xpulaunch.cli.spec.parse` and runs without importing click,
-which alone costs ~35 ms of the 60 ms that ``xpulaunch train.py`` may add (issue 4). Anything
-else (other commands, ``--help``, ``--version``, a mistake) goes through the click group
-below, built from the same option tables, so help and error messages are click's.
-
-Subcommands are imported lazily so that ``xpulaunch run --dry-run`` loads only what it needs
-(the probe, psutil and the supervisor stay out of a dry run with ``--inventory``).
+Errors a user can cause are :class:`~xpulaunch.errors.XpulaunchError` (raised by the commands)
+or click's usage errors (raised while parsing); both become ``xpulaunch: error: ...``, with no
+traceback unless ``XPULAUNCH_DEBUG=1``.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
+import click
+
+from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
-
-# name -> "module:attribute": a CommandSpec (fast path and click) or a click command.
-COMMANDS = {
-    "run": "xpulaunch.cli.run:RUN",
-    "devices": "xpulaunch.cli.devices:DEVICES",
-    "llama": "xpulaunch.cli.llama:llama",
-    "status": "xpulaunch.cli.status:status",
-}
-DEFAULT_COMMAND = "run"
-GROUP_FLAGS = frozenset({"--help", "-h", "--version"})
-
-
-def load_command(name: str) -> object:
-    module_name, attr = COMMANDS[name].split(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
-def command_line(args: Sequence[str]) -> tuple[str, list[str]] | None:
-    """(command name, its arguments), with ``run`` for a first word that is no command;
-    None for an empty command line or a group flag (click shows help or the version)."""
-    if not args or args[0] in GROUP_FLAGS:
-        return None
-    if args[0] in COMMANDS:
-        return args[0], list(args[1:])
-    return DEFAULT_COMMAND, list(args)
-
-
-def fast_call(args: Sequence[str]) -> Callable[[], int | None] | None:
-    """The command to run for ``args`` without click, or None when click must parse them."""
-    from xpulaunch.cli.spec import CommandSpec, parse
-
-    found = command_line(args)
-    if found is None:
-        return None
-    spec = load_command(found[0])
-    if not isinstance(spec, CommandSpec):
-        return None  # declared with click decorators (llama, status)
-    values = parse(spec, found[1], os.environ)
-    if values is None:
-        return None
-    return lambda: spec.function(**values)
+_SIGPIPE_STATUS = 128 + 13  # what a shell reports for a program killed by SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -70,35 +24,59 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get("XPULAUNCH_DEBUG") == "1"
     try:
-        call = fast_call(args)
-        status = call() if call is not None else _click_main(args, debug)
-    except XpulaunchError as exc:
+        status = _invoke(args)
+    except click.exceptions.Exit as exc:  # --help, --version
+        status = exc.exit_code
+    except (click.ClickException, XpulaunchError) as exc:
         if debug:
             raise
-        _fail(exc.message, exc.exit_code)
-    except KeyboardInterrupt:
+        _fail(_error_line(exc), exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
         _fail("interrupted", 130)
     except BrokenPipeError:
         _reader_gone()
     sys.exit(status if isinstance(status, int) else 0)
 
 
+def _invoke(args: list[str]) -> object:
+    """Parse and run one command line. Not ``cli.main``: that turns a closed pipe into exit
+    status 1, and prints errors in click's own several-line form."""
+    with cli.make_context("xpulaunch", args) as ctx:
+        return cli.invoke(ctx)
+
+
+def _error_line(exc: click.ClickException | XpulaunchError) -> str:
+    if isinstance(exc, XpulaunchError):
+        return exc.message
+    ctx = getattr(exc, "ctx", None)  # usage errors know their command
+    hint = "" if ctx is None else f" (see '{ctx.command_path} --help')"
+    return exc.format_message() + hint
+
+
+def _fail(message: str, code: int) -> None:
+    one_line = " ".join(message.split())
+    sys.stderr.write(f"xpulaunch: error: {one_line}\n")
+    sys.exit(code)
+
+
 def _reader_gone() -> None:
     """Our output's reader went away (``xpulaunch devices | head -1``): stop quietly, as a
-    program killed by SIGPIPE would (128 + 13), without a traceback. stdout goes to /dev/null
-    first, so that flushing it on the way out cannot fail again (Python's signal docs)."""
+    program killed by SIGPIPE would, without a traceback. stdout goes to /dev/null first, so
+    that flushing it on the way out cannot fail again (Python's signal docs, "Note on
+    SIGPIPE")."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    sys.exit(128 + 13)
+    sys.exit(_SIGPIPE_STATUS)
 
 
 def console_main() -> None:
-    """The ``xpulaunch`` executable and ``python -m xpulaunch``: :func:`main`, then a fast exit.
+    """The ``xpulaunch`` executable and ``python -m xpulaunch``: :func:`main`, then a quick exit.
 
-    Leaving through ``os._exit`` skips the interpreter's teardown (~10 ms of module and thread
-    clean-up on the dev VM) that a finished command does not need: every file we wrote is
-    closed by then, the supervisor has reaped its workers, and we register no atexit hook.
+    Leaving through ``os._exit`` skips the interpreter's teardown (module and thread clean-up)
+    that a finished command does not need: every file we wrote is closed by then, the
+    supervisor has reaped its workers, and we register no atexit hook. The streams are
+    flushed by hand first, since ``os._exit`` would not.
     """
     try:
         main()
@@ -113,27 +91,3 @@ def console_main() -> None:
             except (OSError, ValueError):  # a reader that went away (`| head`), a closed stream
                 code = code or 1
         os._exit(code or 0)
-
-
-def _click_main(args: list[str], debug: bool) -> int | None:
-    import click
-
-    from xpulaunch.cli.clickgroup import cli
-
-    try:
-        status = cli.main(args=args, prog_name="xpulaunch", standalone_mode=False)
-    except click.exceptions.Abort:
-        _fail("interrupted", 130)
-    except click.ClickException as exc:
-        if debug:
-            raise
-        ctx = getattr(exc, "ctx", None)
-        hint = "" if ctx is None else f" (see '{ctx.command_path} --help')"
-        _fail(exc.format_message() + hint, exc.exit_code)
-    return status if isinstance(status, int) else None
-
-
-def _fail(message: str, code: int) -> None:
-    one_line = " ".join(message.split())
-    sys.stderr.write(f"xpulaunch: error: {one_line}\n")
-    sys.exit(code)

@@ -1,53 +1,46 @@
-"""Options shared by ``run`` and ``llama`` (contract section 1), and their conversion.
-
-Declared as :class:`~xpulaunch.cli.spec.Opt` tables (no click import: see that module)."""
+"""Options shared by ``run`` and ``llama`` (contract section 1), and their conversion."""
 
 from __future__ import annotations
 
-from xpulaunch.cli.spec import FLAG, FLOAT, Opt
+import click
+
+from xpulaunch.cli.options import option_group
 from xpulaunch.core.units import parse_size
 from xpulaunch.errors import UsageError
 
-PLAN_OPTIONS = (
-    Opt(
+plan_options = option_group(
+    click.option(
         "--gpus",
-        dest="gpus",
         default="auto",
         show_default=True,
         metavar="SPEC",
         help="auto | all | N | device=ID[,ID...] | 0,2 | none. Ids are physical indices, "
         "UUIDs or PCI addresses (CARD.TILE for one Intel tile).",
     ),
-    Opt(
+    click.option(
         "--backend",
-        dest="backend",
         envvar="XPULAUNCH_BACKEND",
         default="auto",
         show_default=True,
         metavar="auto|cuda|xpu|rocm|cpu",
         help="Vendor stack to use [env: XPULAUNCH_BACKEND].",
     ),
-    Opt(
-        "--dry-run", dest="dry_run", kind=FLAG, help="Print the plan instead of starting anything."
-    ),
-    Opt("--json", dest="as_json", kind=FLAG, help="With --dry-run: the plan as JSON."),
-    Opt(
+    click.option("--dry-run", is_flag=True, help="Print the plan instead of starting anything."),
+    click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON."),
+    click.option(
         "--inventory",
-        dest="inventory",
         envvar="XPULAUNCH_INVENTORY",
         metavar="FILE",
         help="Use this inventory document instead of probing [env: XPULAUNCH_INVENTORY].",
     ),
-    Opt(
+    click.option(
         "--min-free-memory",
-        dest="min_free_memory",
         metavar="SIZE",
         help="Only devices with at least this much free memory (e.g. 8GiB).",
     ),
-    Opt(
+    click.option(
         "--max-utilization",
-        dest="max_utilization",
-        kind=FLOAT,
+        type=float,
         metavar="PERCENT",
         help="Only devices at most this busy.",
     ),

@@ -1,12 +1,19 @@
-"""Plain-text rendering of plans (the JSON form is core.plan.to_dict)."""
+"""Plans as ``--dry-run`` prints them: readable text, or the plan document (``--json``)."""
 
 from __future__ import annotations
 
 import json
 import shlex
 
+import click
+
+from xpulaunch import api
 from xpulaunch.core.units import format_bytes
 from xpulaunch.model import Plan, Unit
+
+
+def print_plan(plan: Plan, as_json: bool) -> None:
+    click.echo(json.dumps(api.plan_document(plan), indent=2) if as_json else plan_text(plan))
 
 
 def plan_text(plan: Plan) -> str:

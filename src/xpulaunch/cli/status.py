@@ -5,22 +5,21 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from pathlib import Path
 
 import click
 
-from xpulaunch.cli.clickspec import options
-from xpulaunch.cli.lease_options import LOCK_DIR
+from xpulaunch.cli.lease_options import lock_dir_option
+from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.proc.leases import LeaseManager, LeaseRecord, StatusReport
 from xpulaunch.proc.queue import HolderInfo, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-@options([LOCK_DIR])
-def status(as_json: bool, lock_dir: Path | None) -> int:
+@lock_dir_option
+def status(as_json: bool, lock_dir: str | None) -> int:
     """Show device leases and launches waiting for devices."""
     report = LeaseManager(lock_dir).status()
     click.echo(json.dumps(status_document(report), indent=2) if as_json else status_text(report))

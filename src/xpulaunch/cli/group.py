@@ -1,0 +1,88 @@
+"""The ``xpulaunch`` group: its commands, and ``run`` as the command of a first word that is
+none (``xpulaunch train.py --gpus auto``)."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import shutil
+
+import click
+
+from xpulaunch import __version__
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.errors import UsageError
+
+# name -> "module:attribute" of its click command. A command's module is imported when that
+# command is used (click's documented "lazily loading subcommands" pattern), so that a dry run
+# with --inventory never imports the probe, psutil or the llama.cpp code.
+COMMANDS = {
+    "run": "xpulaunch.cli.run:run",
+    "devices": "xpulaunch.cli.devices:devices",
+    "llama": "xpulaunch.cli.llama:llama",
+    "status": "xpulaunch.cli.status:status",
+}
+DEFAULT_COMMAND = "run"
+
+
+class DefaultRunGroup(click.Group):
+    """A group whose unknown first word means ``run``, unless it looks like a mistyped command."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, attr = COMMANDS[cmd_name].split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{COMMANDS[cmd_name]} is not a click command")
+        return command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args:  # the whole help, as `--help` shows it, rather than a usage error
+            click.echo(ctx.get_help())
+            ctx.exit(0)
+        if args[0] not in COMMANDS and args[0] not in self._option_names(ctx):
+            refuse_mistyped_command(args[0])
+            args = [DEFAULT_COMMAND, *args]
+        return super().parse_args(ctx, args)
+
+    def _option_names(self, ctx: click.Context) -> set[str]:
+        """The group's own options: --help, -h, --version."""
+        return {name for param in self.get_params(ctx) for name in param.opts}
+
+
+def mistyped_command(word: str) -> str | None:
+    """The command ``word`` is close to (``dev`` -> ``devices``), unless ``word`` is an
+    option, an existing file or a program on PATH: then it is what the user meant to run."""
+    if word.startswith("-"):
+        return None
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    if not close or os.path.exists(word) or shutil.which(word) is not None:
+        return None
+    return close[0]
+
+
+def refuse_mistyped_command(word: str) -> None:
+    """Stop before ``word`` is started as a program when it is probably a mistyped command."""
+    command = mistyped_command(word)
+    if command is not None:
+        raise UsageError(
+            f"no command {word!r}; did you mean {command!r}? "
+            f"(to run a program of that name: xpulaunch run {word})"
+        )
+
+
+@click.group(cls=DefaultRunGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="xpulaunch")
+def cli() -> None:
+    """Launch and supervise multi-GPU jobs and llama.cpp servers.
+
+    \b
+    xpulaunch train.py --gpus auto          run a script on the free GPUs
+    xpulaunch devices                       list accelerators
+    xpulaunch llama -m model.gguf --gpus 2  serve a model pinned to 2 GPUs
+    """
