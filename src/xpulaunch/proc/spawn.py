@@ -112,7 +112,7 @@ def _setpriv() -> str | None:
     Told apart without running it: its usage text names the option. busybox's setpriv applet
     has no such option (and is busybox, not a file named setpriv, once links are resolved).
     """
-    path = which("setpriv", SETPRIV_PATH)
+    path = which("setpriv", path=SETPRIV_PATH)
     if path is None or os.path.basename(os.path.realpath(path)) != "setpriv":
         return None
     try:
