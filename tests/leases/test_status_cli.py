@@ -20,8 +20,7 @@ from xpulaunch.cli.clickspec import options
 from xpulaunch.cli.lease_options import LEASE_OPTIONS, LeaseSettings, WaitReporter, wait_line
 from xpulaunch.cli.status import status
 from xpulaunch.model import Inventory
-from xpulaunch.proc.leases import LeaseManager
-from xpulaunch.proc.queue import WaitStatus
+from xpulaunch.proc.leases import LeaseManager, WaitStatus
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 Processes = Any  # the processes fixture (tests/leases/conftest.py)

@@ -11,8 +11,7 @@ import click
 
 from xpulaunch.cli.clickspec import options
 from xpulaunch.cli.lease_options import LOCK_DIR
-from xpulaunch.proc.leases import LeaseManager, LeaseRecord, StatusReport
-from xpulaunch.proc.queue import HolderInfo, WaiterRecord
+from xpulaunch.proc.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
 
