@@ -6,7 +6,7 @@ import json
 import shlex
 
 from xpulaunch.core.units import format_bytes
-from xpulaunch.model import Plan, Unit
+from xpulaunch.model import SET_AT_START, Plan, Unit
 
 
 def plan_text(plan: Plan) -> str:
@@ -24,6 +24,7 @@ def plan_text(plan: Plan) -> str:
         for name, value in worker.env.items():
             shown = "(removed)" if value is None else _quote(value)
             lines.append(f"      {name}={shown}")
+    lines.append(f"  set at start: {', '.join(SET_AT_START)}")
     lines.append("why:")
     lines += [f"  - {note}" for note in plan.notes]
     return "\n".join(lines)

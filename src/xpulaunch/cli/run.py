@@ -18,7 +18,7 @@ from xpulaunch.cli.plan_options import PLAN_OPTIONS, percent_option, size_option
 from xpulaunch.cli.spec import CHOICE, DIR, FLAG, FLOAT, INT, SWITCH, CommandSpec, Opt
 from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
-from xpulaunch.proc.options import DEFAULT_MAX_RESTARTS
+from xpulaunch.proc.options import DEFAULT_MAX_RESTARTS, plan_restart_limit
 
 if TYPE_CHECKING:
     from typing import Any
@@ -52,7 +52,7 @@ _RUN_ONLY = (
     ),
 )
 
-# What shapes supervision; proc.options.options_from_kwargs says what the values mean.
+# What shapes supervision; proc.launch.RunOptions.from_cli says what the values mean.
 SUPERVISOR_OPTIONS = (
     Opt(
         "--restart",
@@ -190,10 +190,9 @@ def _execute(
     with probing or contextlib.nullcontext():
         from xpulaunch import api
         from xpulaunch.cli.lease_options import WaitReporter
-        from xpulaunch.proc.launch import check_ranks, run_plan
-        from xpulaunch.proc.options import options_from_kwargs
+        from xpulaunch.proc.launch import RunOptions, check_ranks, run_plan
 
-        run_options = options_from_kwargs(options)  # validate before anything is reserved
+        run_options = RunOptions.from_cli(options)  # validate before anything is reserved
         if probing is not None:
             kwargs["inventory"] = probing.result()
     with WaitReporter() as reporter:
@@ -225,6 +224,7 @@ def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "device_map": options["device_map"],
         "master_addr": options["master_addr"],
         "master_port": options["master_port"],
+        "max_restarts": plan_restart_limit(options),
         "inventory": options["inventory"],
         "parent_env": dict(os.environ),
     }

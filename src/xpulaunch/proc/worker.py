@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from xpulaunch.errors import XpulaunchError
+from xpulaunch.model import RESTART_COUNT_VAR
 from xpulaunch.proc.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
 from xpulaunch.proc.guardian import JOB_ID_VAR, WORKER_VAR, Member, read_stat
 from xpulaunch.proc.logs import LineBuffer
@@ -97,7 +98,12 @@ class Worker:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
             return self._start_failed(f"cannot prepare worker {self.name}: {exc}")
-        env = {**spec.env, JOB_ID_VAR: engine.job_id, WORKER_VAR: self.name}
+        env = {
+            **spec.env,
+            JOB_ID_VAR: engine.job_id,
+            WORKER_VAR: self.name,
+            RESTART_COUNT_VAR: str(attempt),
+        }
         engine.sink.open_attempt(self.name, attempt)
         self._first_line = engine.sink.mark(self.name)
         try:
