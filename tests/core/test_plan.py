@@ -1,4 +1,4 @@
-"""make_plan: the whole answer for each host in tests/fixtures/inventories (issue 2)."""
+"""make_plan: the whole answer for each host in tests/fixtures/inventories."""
 
 from __future__ import annotations
 
