@@ -45,7 +45,7 @@ def _isolated_env(
 
 @pytest.fixture
 def search_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """For PATH lookups (which, resolve_argv, check_program): a/tool executable, b/tool not
+    """For PATH lookups (which, resolve_program): a/tool executable, b/tool not
     executable, c/tool a directory, e/ empty; cwd = tmp_path, with an executable ./tool too."""
     for name, mode in (("a", 0o755), ("b", 0o644)):
         (tmp_path / name).mkdir()

@@ -15,8 +15,6 @@ from __future__ import annotations
 # path does without them: _read_text, proc.which.which, and _socket (the C module socket wraps)
 # instead, and annotations only for the type checker.
 import os
-import sys
-from shutil import which
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
@@ -24,12 +22,12 @@ from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, Plan
+from xpulaunch.proc.program import resolve_program
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from xpulaunch.core.restart import RestartPolicy
     from xpulaunch.proc.spec import WorkerSpec
 
 
@@ -74,28 +72,6 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     return plan_doc.to_dict(plan)
 
 
-def resolve_argv(
-    program: str, args: Sequence[str] = (), *, must_exist: bool = True
-) -> tuple[tuple[str, ...], str | None]:
-    """PROGRAM ``*.py`` runs under this interpreter; anything else is looked up on PATH.
-
-    Returns the argv and, when the program could not be found and ``must_exist`` is False
-    (a dry run for another machine), a note saying so.
-    """
-    if program.endswith(".py"):
-        if os.path.isfile(program):
-            return (sys.executable, program, *args), None
-        if must_exist:
-            raise LaunchError(f"{program}: no such script")
-        return (sys.executable, program, *args), f"{program}: no such script here"
-    found = which(program)
-    if found is None:
-        if must_exist:
-            raise LaunchError(f"{program}: command not found on PATH")
-        return (program, *args), f"{program}: not found on PATH here"
-    return (found, *args), None
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """A currently free TCP port for MASTER_PORT.
 
@@ -130,17 +106,23 @@ def plan(
     parent_env: Mapping[str, str] | None = None,
     unavailable: Mapping[str, str] | None = None,
     must_exist: bool = True,
+    max_restarts: int | None = 0,
 ) -> Plan:
-    """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does."""
+    """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
+
+    ``max_restarts`` is what the workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they
+    are not restarted, None for no limit (:attr:`RunOptions.restart_limit` of the options
+    the plan will run with).
+    """
     if not program:
         raise LaunchError("no PROGRAM given")
-    argv, missing = resolve_argv(program[0], program[1:], must_exist=must_exist)
+    resolved = resolve_program(program, must_exist=must_exist)  # on this process's PATH
     if inventory is None:
         inventory = probe(parent_env)
     elif not isinstance(inventory, Inventory):
         inventory = load_inventory(inventory)
     request = LaunchRequest(
-        argv=argv,
+        argv=resolved.argv,
         gpus=gpus,
         backend=backend,
         nproc_per_node=nproc_per_node,
@@ -150,13 +132,14 @@ def plan(
         device_map=DeviceMap(device_map) if isinstance(device_map, str) else device_map,
         master_addr=master_addr,
         master_port=master_port if master_port is not None else free_port(master_addr),
+        max_restarts=max_restarts,
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
-    if missing:
+    if resolved.note:
         from dataclasses import replace
 
-        result = replace(result, notes=(*result.notes, missing))
+        result = replace(result, notes=(*result.notes, resolved.note))
     return result
 
 
@@ -164,14 +147,11 @@ def worker_specs(
     plan: Plan,
     parent_env: Mapping[str, str] | None = None,
     *,
-    policy: RestartPolicy | None = None,
     lease_fds: tuple[int, ...] = (),
 ) -> list[WorkerSpec]:
     """The plan's workers as :class:`~xpulaunch.proc.spec.WorkerSpec`s for a ``Supervisor``:
     each one's complete environment (the plan's diff applied to ``parent_env``)."""
-    from xpulaunch.proc.launch import RunOptions
-    from xpulaunch.proc.launch import worker_specs as specs_for
+    from xpulaunch.proc.launch import specs_for_plan
 
-    options = RunOptions()
     env = dict(os.environ) if parent_env is None else parent_env
-    return specs_for(plan, env, options, policy or options.policy(plan), lease_fds)
+    return specs_for_plan(plan, env, lease_fds=lease_fds)

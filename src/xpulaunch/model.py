@@ -171,8 +171,9 @@ class Unit:
 class WorkerPlan:
     """One child process: its argv and every variable that differs from the parent's env.
 
-    ``env`` maps a name to its new value, or to ``None`` when the child must not have it.
-    ``units`` are positions in :attr:`Plan.devices` this worker is meant to use.
+    ``env`` maps a name to its new value, or to ``None`` when the child must not have it: every
+    variable known when the plan is made. Only :data:`SET_AT_START` are added when the child
+    starts. ``units`` are positions in :attr:`Plan.devices` this worker is meant to use.
     """
 
     name: str
@@ -183,7 +184,8 @@ class WorkerPlan:
     units: tuple[int, ...] = ()
 
     def child_env(self, parent_env: Mapping[str, str]) -> dict[str, str]:
-        """The complete environment of the child, as a fresh dict."""
+        """The child's environment as planned (``env`` applied to ``parent_env``), as a fresh
+        dict."""
         env = dict(parent_env)
         for name, value in self.env.items():
             if value is None:

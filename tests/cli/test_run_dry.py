@@ -67,8 +67,31 @@ def test_json_plan_document_for_the_contract_example() -> None:
     env = plan["workers"][0]["env"]
     assert env["ZE_FLAT_DEVICE_HIERARCHY"] == "FLAT" and env["ZE_AFFINITY_MASK"] == "2"
     assert env["RANK"] == "0"
+    assert env["TORCHELASTIC_MAX_RESTARTS"] == "0"  # no restarts by default
     assert plan["workers"][0]["argv"][1:] == ["train.py"]
+    assert plan["set_at_start"] == [
+        "XPULAUNCH_JOB_ID", "XPULAUNCH_WORKER", "TORCHELASTIC_RESTART_COUNT",
+    ]  # fmt: skip
     assert plan["device_map"] == "sequential" and plan["notes"]
+
+
+@pytest.mark.parametrize(
+    ("options", "value"),
+    [
+        ([], "0"),
+        (["--max-restarts", "2"], "2"),
+        (["--restart", "always", "--max-restarts", "-1"], "-1"),
+    ],
+)
+def test_the_plan_shows_the_restart_limit_workers_will_see(options: list[str], value: str) -> None:
+    cpu = str(inventory_path("cpu-only.json"))
+    args = ("run", "--dry-run", "--inventory", cpu, *options)
+    done = xpulaunch(*args, "--json", "--", "python", "x.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["workers"][0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == value
+    text = xpulaunch(*args, "--", "python", "x.py").stdout
+    assert f"TORCHELASTIC_MAX_RESTARTS={value}" in text
+    assert "set at start: XPULAUNCH_JOB_ID, XPULAUNCH_WORKER, TORCHELASTIC_RESTART_COUNT" in text
 
 
 def test_default_command_is_run_and_options_may_follow_program(tmp_path: Path) -> None:

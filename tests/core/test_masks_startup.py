@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -243,16 +242,3 @@ def test_free_port_returns_a_port_that_can_be_bound() -> None:
     assert 1 <= port <= 65535
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
-
-
-def test_resolve_argv_runs_a_script_under_this_python_and_finds_programs_on_path(
-    search_dirs: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PATH", f"{search_dirs}/b{os.pathsep}{search_dirs}/a")
-    (search_dirs / "train.py").write_text("")
-    assert api.resolve_argv("train.py", ["--lr", "1"]) == (
-        (sys.executable, "train.py", "--lr", "1"),
-        None,
-    )
-    assert api.resolve_argv("tool") == ((f"{search_dirs}/a/tool",), None)
-    assert api.resolve_argv("nope", must_exist=False) == (("nope",), "nope: not found on PATH here")

@@ -1,4 +1,4 @@
-"""make_plan: the whole answer for each host in tests/fixtures/inventories (issue 2)."""
+"""make_plan: the whole answer for each host in tests/fixtures/inventories."""
 
 from __future__ import annotations
 
@@ -164,13 +164,30 @@ def test_every_host_plans_and_serialises(name: str, isolate: bool) -> None:
     for worker in doc["workers"]:
         assert worker["argv"] == list(ARGV)
         assert worker["env"]["RANK"] == str(worker["rank"])
+    assert doc["set_at_start"] == [
+        "XPULAUNCH_JOB_ID", "XPULAUNCH_WORKER", "TORCHELASTIC_RESTART_COUNT",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("max_restarts", "value"), [(0, "0"), (3, "3"), (None, "-1")])
+def test_the_plan_holds_the_restart_limit_as_torchelastic_writes_it(
+    max_restarts: int | None, value: str
+) -> None:
+    plan = plan_for("2x-h200.json", gpus="2", nproc_per_node=2, max_restarts=max_restarts)
+    assert [w.env["TORCHELASTIC_MAX_RESTARTS"] for w in plan.workers] == [value, value]
+
+
+def test_without_restarts_the_plan_says_so_by_default() -> None:
+    (worker,) = plan_for("cpu-only.json").workers
+    assert worker.env["TORCHELASTIC_MAX_RESTARTS"] == "0"
 
 
 def test_non_distributed_workers_get_no_rank_variables_and_no_omp_default() -> None:
     plan = plan_for("2x-h200.json", gpus="2", nproc_per_node=2, isolate=True, distributed=False)
     for worker in plan.workers:
-        assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "OMP_NUM_THREADS"} & set(
-            worker.env
-        )
+        assert not {
+            "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "OMP_NUM_THREADS",
+            "TORCHELASTIC_MAX_RESTARTS",
+        } & set(worker.env)  # fmt: skip
         assert worker.env["CUDA_VISIBLE_DEVICES"] in H200
     assert not any(n.startswith("OMP_NUM_THREADS") for n in plan.notes)

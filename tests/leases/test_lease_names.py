@@ -9,12 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xpulaunch.proc.leases import (
-    LeaseManager,
-    holder_file_name,
-    key_of_lock_file,
-    lock_file_name,
-)
+from xpulaunch.proc.leases import LeaseManager
+from xpulaunch.proc.leases.file_names import holder_file_name, key_of_lock_file, lock_file_name
 
 
 def test_tile_key_is_escaped() -> None:
@@ -66,44 +62,3 @@ def test_a_tile_lease_creates_exactly_its_file_in_the_lock_dir(tmp_path: Path) -
         ]
         assert sorted(os.listdir(tmp_path)) == ["locks"]
         assert manager.unavailable().keys() == {"0000:29:00.0/tile1"}
-
-
-# --- the escaping is urllib.parse's, without importing it on the launch path (issue 4) ----
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.text(max_size=60))
-def test_escaping_is_urllib_quote_with_nothing_safe(key: str) -> None:
-    from urllib.parse import quote
-
-    from xpulaunch.proc.lease_names import _quote
-
-    assert _quote(key) == quote(key, safe="")
-
-
-_ESCAPED = st.lists(
-    st.one_of(
-        st.sampled_from(["%", "%2", "%2F", "%2f", "%C3%BC", "%C3", "%FF", "%g0", "%+1", "% 1"]),
-        st.text(max_size=3),
-    ),
-    max_size=12,
-).map("".join)
-
-
-@settings(max_examples=500, deadline=None)
-@given(_ESCAPED)
-def test_unescaping_is_urllib_unquote(name: str) -> None:
-    from urllib.parse import unquote
-
-    from xpulaunch.proc.lease_names import _unquote
-
-    assert _unquote(name) == unquote(name)
-
-
-@pytest.mark.parametrize("text", ["", "plain", "%", "%%41", "a%2", "%C3%BC/x", "é%41é", "%E2%82"])
-def test_unescaping_edge_cases_match_urllib(text: str) -> None:
-    from urllib.parse import unquote
-
-    from xpulaunch.proc.lease_names import _unquote
-
-    assert _unquote(text) == unquote(text)

@@ -15,7 +15,7 @@ import pytest
 from xpulaunch.errors import LeaseError
 from xpulaunch.model import Inventory
 from xpulaunch.proc.leases import LeaseManager
-from xpulaunch.proc.lockdir import LockDirectory
+from xpulaunch.proc.leases.lock_directory import LockDirectory
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 

@@ -41,7 +41,7 @@ from helpers import (
     wait_for,
 )
 from xpulaunch.llamacpp.health import health_status
-from xpulaunch.proc.leases import lock_file_name
+from xpulaunch.proc.leases.file_names import lock_file_name
 
 XPULAUNCH = Path(sys.executable).parent / "xpulaunch"
 FAKE = Path(__file__).with_name("fake_cuda_server.py")

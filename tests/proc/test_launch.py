@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from xpulaunch.core.plan import LaunchRequest
+from xpulaunch.core.plan import make_plan as plan_request
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import LaunchError, UsageError
-from xpulaunch.proc.launch import RunOptions, check_program, run_plan, worker_specs
+from xpulaunch.model import Inventory
+from xpulaunch.proc.launch import RunOptions, run_plan, specs_for_plan
 
 from .conftest import make_plan
 
@@ -36,14 +39,17 @@ def env_lines(out: str) -> dict[str, dict[str, str | None]]:
 def test_children_get_plan_env_and_markers(child: Argv, capfd: pytest.CaptureFixture) -> None:
     names = ["RANK", "XPULAUNCH_JOB_ID", "XPULAUNCH_WORKER", "TORCHELASTIC_RESTART_COUNT",
              "TORCHELASTIC_MAX_RESTARTS", "EXTRA"]  # fmt: skip
-    plan = make_plan([child("print_env.py", *names)] * 2, env={"EXTRA": "x"})
+    plan = make_plan(
+        [child("print_env.py", *names)] * 2,
+        env={"EXTRA": "x", "TORCHELASTIC_MAX_RESTARTS": "0"},  # as a plan without restarts
+    )
     assert run_plan(plan, dict(os.environ), RunOptions()) == 0
     seen = env_lines(capfd.readouterr().out)
     assert set(seen) == {"0", "1"}
     for name, env in seen.items():
         assert env["RANK"] == name and env["XPULAUNCH_WORKER"] == name
         assert env["TORCHELASTIC_RESTART_COUNT"] == "0"
-        assert env["TORCHELASTIC_MAX_RESTARTS"] == "0"  # restart policy "no"
+        assert env["TORCHELASTIC_MAX_RESTARTS"] == "0"
         assert env["EXTRA"] == "x"
     assert seen["0"]["XPULAUNCH_JOB_ID"] == seen["1"]["XPULAUNCH_JOB_ID"]
     assert len(seen["0"]["XPULAUNCH_JOB_ID"] or "") == 16
@@ -131,12 +137,24 @@ def test_isolate_means_independent_restarts(child: Argv) -> None:
 
 
 def test_unlimited_restarts_reach_the_child_as_minus_one(child: Argv) -> None:
-    plan = make_plan([child("exit_with.py", 0)])
     options = RunOptions(restart=RestartMode.ALWAYS, max_restarts=None)
-    (spec,) = worker_specs(plan, {}, options, options.policy(plan))
+    request = LaunchRequest(tuple(child("exit_with.py", 0)), max_restarts=options.restart_limit)
+    plan = plan_request(request, Inventory(), {})
+    (spec,) = specs_for_plan(plan, {"PATH": os.defpath})
     assert spec.env["TORCHELASTIC_MAX_RESTARTS"] == "-1"
-    assert spec.prepare is not None
-    assert spec.prepare(4).env["TORCHELASTIC_RESTART_COUNT"] == "4"
+
+
+@pytest.mark.parametrize(
+    ("options", "limit"),
+    [
+        (RunOptions(), 0),  # restart policy "no"
+        (RunOptions(restart=RestartMode.ON_FAILURE, max_restarts=2), 2),
+        (RunOptions(restart=RestartMode.ALWAYS, max_restarts=None), None),
+        (RunOptions(restart=RestartMode.NO, max_restarts=None), 0),
+    ],
+)
+def test_the_restart_limit_the_plan_holds(options: RunOptions, limit: int | None) -> None:
+    assert options.restart_limit == limit
 
 
 @pytest.mark.parametrize(
@@ -153,15 +171,19 @@ def test_programs_are_checked_before_anything_starts(argv: list[str], message: s
         run_plan(make_plan([argv]), dict(os.environ), RunOptions())
 
 
-def test_check_program_uses_the_child_path_and_cwd(tmp_path: Path) -> None:
+def test_a_plans_program_is_looked_up_on_the_child_path_and_from_its_cwd(
+    tmp_path: Path,
+) -> None:
     tool = tmp_path / "mytool"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
-    check_program(["mytool"], {"PATH": str(tmp_path)}, None)
-    with pytest.raises(LaunchError):
-        check_program(["mytool"], {"PATH": "/nonexistent"}, None)
+    (spec,) = specs_for_plan(make_plan([["mytool"]]), {"PATH": str(tmp_path)})
+    assert spec.argv == (str(tool),)
+    with pytest.raises(LaunchError, match="mytool: command not found on PATH"):
+        specs_for_plan(make_plan([["mytool"]]), {"PATH": "/nonexistent"})
     (tmp_path / "train.py").write_text("")
-    check_program([sys.executable, "train.py"], {}, str(tmp_path))
+    (spec,) = specs_for_plan(make_plan([[sys.executable, "train.py"]]), {}, cwd=str(tmp_path))
+    assert spec.argv == (sys.executable, "train.py") and spec.cwd == str(tmp_path)
 
 
 def test_long_lines_of_two_fast_writers_are_never_cut(

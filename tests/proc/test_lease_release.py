@@ -25,7 +25,8 @@ import pytest
 
 from helpers import lock_is_free
 from xpulaunch.model import Backend, Device, Plan, Unit, Vendor
-from xpulaunch.proc.leases import LeaseManager, lock_file_name
+from xpulaunch.proc.leases import LeaseManager
+from xpulaunch.proc.leases.file_names import lock_file_name
 
 from .conftest import alive, wait_for
 

@@ -1,4 +1,5 @@
-"""The click options of ``xpulaunch run`` and how they become RunOptions."""
+"""The click options of ``xpulaunch run`` and how they become RunOptions and the plan's
+restart limit."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 from xpulaunch.proc.launch import RunOptions
-from xpulaunch.proc.options import options_from_kwargs, parse_backoff, parse_ranks
+from xpulaunch.proc.options import parse_backoff, parse_ranks, plan_restart_limit
 
 
 def parse(*args: str, env: dict[str, str] | None = None) -> RunOptions:
@@ -24,7 +25,7 @@ def parse(*args: str, env: dict[str, str] | None = None) -> RunOptions:
     @click.command()
     @supervision_options
     def run(**kwargs: Any) -> None:
-        seen.append(options_from_kwargs(kwargs))
+        seen.append(RunOptions.from_cli(kwargs))
 
     result = CliRunner().invoke(run, list(args), env=env, catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -58,6 +59,23 @@ def test_every_option(tmp_path: Path) -> None:
         backoff_factor=3.0, backoff_max_s=10.0, stable_window_s=120.0, grace_s=2.5,
         gang=False, log_dir=str(tmp_path), console_ranks=frozenset({"0", "2"}), color=False,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "limit"),
+    [
+        ({}, 0),
+        ({"max_restarts": 3}, 3),
+        ({"max_restarts": -1}, None),
+        ({"restart": "always"}, 3),
+        ({"restart": "no", "max_restarts": 5}, 0),
+    ],
+)
+def test_the_plan_gets_the_restart_limit_of_the_options(
+    kwargs: dict[str, Any], limit: int | None
+) -> None:
+    assert plan_restart_limit(kwargs) == limit
+    assert RunOptions.from_cli(kwargs).restart_limit == limit
 
 
 def test_environment_variables() -> None:
@@ -97,7 +115,7 @@ def test_ranks() -> None:
 )
 def test_bad_values(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        options_from_kwargs(kwargs)
+        RunOptions.from_cli(kwargs)
 
 
 def test_the_options_module_does_not_load_the_supervisor() -> None:

@@ -42,19 +42,19 @@ def _executable(path: Path, text: str) -> Path:
 
 
 def test_an_elf_binary_execs(tmp_path: Path) -> None:
-    assert spawn_mod._execs(os.path.realpath(sys.executable), {}, None)
+    assert spawn_mod._exec_will_succeed(os.path.realpath(sys.executable), {}, None)
 
 
 def test_a_name_is_looked_up_on_the_workers_path(tmp_path: Path) -> None:
     _executable(tmp_path / "tool", "#!/bin/sh\nexit 0\n")
-    assert spawn_mod._execs("tool", {"PATH": str(tmp_path)}, None)
-    assert not spawn_mod._execs("tool", {"PATH": "/nonexistent"}, None)
+    assert spawn_mod._exec_will_succeed("tool", {"PATH": str(tmp_path)}, None)
+    assert not spawn_mod._exec_will_succeed("tool", {"PATH": "/nonexistent"}, None)
 
 
 def test_a_relative_path_is_taken_from_the_workers_directory(tmp_path: Path) -> None:
     _executable(tmp_path / "run.sh", "#!/bin/sh\nexit 0\n")
-    assert spawn_mod._execs("./run.sh", {}, str(tmp_path))
-    assert not spawn_mod._execs("./run.sh", {}, str(tmp_path / "elsewhere"))
+    assert spawn_mod._exec_will_succeed("./run.sh", {}, str(tmp_path))
+    assert not spawn_mod._exec_will_succeed("./run.sh", {}, str(tmp_path / "elsewhere"))
 
 
 @pytest.mark.parametrize(
@@ -75,12 +75,12 @@ def test_only_a_sure_exec_goes_through_setpriv(
     program = tmp_path / "program"
     program.write_text(text)
     program.chmod(mode)
-    assert spawn_mod._execs(str(program), {}, None) is execs
+    assert spawn_mod._exec_will_succeed(str(program), {}, None) is execs
 
 
 def test_a_directory_or_a_missing_file_does_not_exec(tmp_path: Path) -> None:
-    assert not spawn_mod._execs(str(tmp_path), {}, None)
-    assert not spawn_mod._execs(str(tmp_path / "missing"), {}, None)
+    assert not spawn_mod._exec_will_succeed(str(tmp_path), {}, None)
+    assert not spawn_mod._exec_will_succeed(str(tmp_path / "missing"), {}, None)
 
 
 def _fake_setpriv(path: Path, version_text: str) -> Path:

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from xpulaunch.model import Plan
-    from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn
-    from xpulaunch.proc.queue import WaitStatus
+    from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn, WaitStatus
 
 lock_dir_option = click.option(
     "--lock-dir",

@@ -9,7 +9,7 @@ import click
 
 from xpulaunch import api
 from xpulaunch.core.units import format_bytes
-from xpulaunch.model import Plan, Unit
+from xpulaunch.model import SET_AT_START, Plan, Unit
 
 
 def print_plan(plan: Plan, as_json: bool) -> None:
@@ -31,6 +31,7 @@ def plan_text(plan: Plan) -> str:
         for name, value in worker.env.items():
             shown = "(removed)" if value is None else _quote(value)
             lines.append(f"      {name}={shown}")
+    lines.append(f"  set at start: {', '.join(SET_AT_START)}")
     lines.append("why:")
     lines += [f"  - {note}" for note in plan.notes]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
-from xpulaunch.proc.options import options_from_kwargs
+from xpulaunch.proc.options import plan_restart_limit
 
 _run_only_options = option_group(
     click.option(
@@ -78,9 +78,9 @@ def _execute(
 
         probing = ForkedProbe(kwargs["parent_env"])
     with probing or contextlib.nullcontext():
-        from xpulaunch.proc.launch import check_ranks, run_plan
+        from xpulaunch.proc.launch import RunOptions, check_ranks, run_plan
 
-        run_options = options_from_kwargs(options)  # validate before anything is reserved
+        run_options = RunOptions.from_cli(options)  # validate before anything is reserved
         if probing is not None:
             kwargs["inventory"] = probing.result()
     with WaitReporter() as reporter:
@@ -112,6 +112,7 @@ def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "device_map": options["device_map"],
         "master_addr": options["master_addr"],
         "master_port": options["master_port"],
+        "max_restarts": plan_restart_limit(options),
         "inventory": options["inventory"],
         "parent_env": dict(os.environ),
     }

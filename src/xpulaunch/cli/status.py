@@ -10,8 +10,7 @@ import click
 
 from xpulaunch.cli.lease_options import lock_dir_option
 from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.proc.leases import LeaseManager, LeaseRecord, StatusReport
-from xpulaunch.proc.queue import HolderInfo, WaiterRecord
+from xpulaunch.proc.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
 

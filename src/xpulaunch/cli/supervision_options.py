@@ -1,6 +1,6 @@
 """What shapes supervision in ``run``: restarts, stopping, logs and the console.
 
-:func:`xpulaunch.proc.options.options_from_kwargs` says what the values mean. ``llama`` has its
+:meth:`xpulaunch.proc.launch.RunOptions.from_cli` says what the values mean. ``llama`` has its
 own variants of some of these, with other defaults (a server is restarted by default).
 """
 

@@ -1,7 +1,9 @@
 """``make_plan``: which devices, and what goes into each child's environment.
 
-Pure function of (request, inventory, parent env, leases). The plan document
-(``xpulaunch.plan/1``, contract section 4) is produced by :func:`to_dict`.
+Pure function of (request, inventory, parent env, leases). A worker's planned environment
+holds every variable known before the job starts; the supervisor adds only those whose values
+exist at start (:data:`~xpulaunch.model.SET_AT_START`, listed by name in the document). The
+plan document (``xpulaunch.plan/1``, contract section 4) is produced by :func:`to_dict`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, s
 from xpulaunch.core.visibility import child_visibility_env, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
+    MAX_RESTARTS_VAR,
+    SET_AT_START,
     Backend,
     DeviceMap,
     Hierarchy,
@@ -50,6 +54,9 @@ class LaunchRequest:
     # torchrun's rank variables and its OMP_NUM_THREADS=1 default; False for processes that
     # are not ranks of one job (llama-server replicas size their own threads).
     distributed: bool = True
+    # Restarts a worker may see (TORCHELASTIC_MAX_RESTARTS): 0 when restarts are off, None
+    # for no limit ("-1", as torchrun's elastic agent writes it).
+    max_restarts: int | None = 0
 
 
 def make_plan(
@@ -165,6 +172,7 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
     )
     if request.distributed:
         env.update(rank_env(rank, count, request.master_addr, request.master_port))
+        env[MAX_RESTARTS_VAR] = "-1" if request.max_restarts is None else str(request.max_restarts)
         if count > 1 and "OMP_NUM_THREADS" not in parent_env:
             env["OMP_NUM_THREADS"] = "1"
     env["XPULAUNCH_BACKEND"] = job.backend.value
@@ -241,6 +249,8 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             }
             for w in plan.workers
         ],
+        # Variables every worker also gets, whose values exist only when it starts.
+        "set_at_start": list(SET_AT_START),
         "device_map": plan.device_map.value if plan.device_map else None,
         "isolate": plan.isolate,
         "hierarchy": plan.hierarchy.value if plan.hierarchy else None,

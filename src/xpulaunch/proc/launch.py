@@ -1,48 +1,45 @@
 """``run_plan``: execute a :class:`~xpulaunch.model.Plan` under the supervisor.
 
 This is what ``xpulaunch run`` calls once the plan is made. It turns each planned worker into
-a :class:`WorkerSpec` (the plan's env applied to ``parent_env``, plus torchelastic's
-``TORCHELASTIC_RESTART_COUNT`` / ``TORCHELASTIC_MAX_RESTARTS`` so torch-aware code can see
-restarts), chooses gang or independent restarts from ``plan.isolate``, forwards SIGINT,
-SIGTERM and SIGHUP, prints a failure summary, and returns the exit status: 0, the first
-failing worker's status, or 128 + N when stopped by signal N.
+a :class:`WorkerSpec` (the plan's env applied to ``parent_env``: every variable known when the
+plan was made; the supervisor adds the ones set at start, :data:`xpulaunch.model.SET_AT_START`),
+chooses gang or independent restarts from ``plan.isolate``, forwards SIGINT, SIGTERM and
+SIGHUP, prints a failure summary, and returns the exit status: 0, the first failing worker's
+status, or 128 + N when stopped by signal N.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, replace
-from shutil import which
-
-# Start-up time (issue 4): typing, pathlib and shutil are not imported on the launch path;
-# names used only in annotations are the type checker's alone.
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
-from xpulaunch.errors import LaunchError, UsageError
+from xpulaunch.errors import UsageError
 from xpulaunch.model import Backend, Plan
 from xpulaunch.proc import records
 from xpulaunch.proc.events import Event, Exited, GaveUp, Restarting, Stopping, Unhealthy
+from xpulaunch.proc.gpu import NvmlSettle
 from xpulaunch.proc.logs import LogConfig
+from xpulaunch.proc.options import (
+    make_log_dir,
+    parse_backoff,
+    parse_ranks,
+    parse_seconds,
+    restart_limit,
+    restart_settings,
+)
+from xpulaunch.proc.program import resolve_program
 from xpulaunch.proc.signals import forwarding
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-
-    from xpulaunch.proc.gpu import NvmlSettle
-
-    _Prepare = Callable[[int], WorkerSpec]
-
-RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
-MAX_RESTARTS_VAR = "TORCHELASTIC_MAX_RESTARTS"
-
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """How ``xpulaunch run`` supervises (the options of :mod:`xpulaunch.proc.options`).
+    """How ``xpulaunch run`` supervises; :meth:`from_cli` reads the command's options.
 
     ``gang`` None: gang restarts unless the plan isolates its workers. ``max_restarts``
     None: no limit. ``console_ranks``: worker names shown on the console (None: all).
@@ -60,6 +57,31 @@ class RunOptions:
     console_ranks: frozenset[str] | None = None
     color: bool | None = None
     cwd: str | None = None
+
+    @classmethod
+    def from_cli(cls, values: Mapping[str, Any]) -> RunOptions:
+        """From the command's keyword arguments (others are ignored); creates ``--log-dir``."""
+        restart, max_restarts = restart_settings(values)
+        first_s, cap_s, factor = parse_backoff(str(values.get("backoff") or "1:30:2"))
+        return cls(
+            restart=restart,
+            max_restarts=max_restarts,
+            backoff_initial_s=first_s,
+            backoff_max_s=cap_s,
+            backoff_factor=factor,
+            stable_window_s=parse_seconds(values.get("stable_window"), "--stable-window", 60.0),
+            grace_s=parse_seconds(values.get("grace"), "--grace", 10.0),
+            gang=values.get("gang"),
+            log_dir=make_log_dir(values.get("log_dir")),
+            console_ranks=parse_ranks(values.get("ranks")),
+            color=False if values.get("no_color") else None,
+        )
+
+    @property
+    def restart_limit(self) -> int | None:
+        """The plan's ``max_restarts`` for these options: 0 when restarts are off, None for
+        no limit (see :func:`xpulaunch.plan`)."""
+        return restart_limit(self.restart, self.max_restarts)
 
     def policy(self, plan: Plan) -> RestartPolicy:
         return RestartPolicy(
@@ -88,9 +110,7 @@ def run_plan(
     unlocked as soon as every process of the job is gone; ``job_id`` (the lease's) becomes the
     workers' ``XPULAUNCH_JOB_ID`` (see :class:`Supervisor`)."""
     policy = options.policy(plan)
-    specs = worker_specs(plan, parent_env, options, policy, lease_fds)
-    for spec in specs:
-        check_program(spec.argv, spec.env, spec.cwd)
+    specs = specs_for_plan(plan, parent_env, cwd=options.cwd, lease_fds=lease_fds)
     check_ranks(options.console_ranks, [s.name for s in specs])
     # Waiting for GPU memory matters only before a restart.
     settle = gpu_settle(plan) if policy.mode is not RestartMode.NO else None
@@ -114,55 +134,22 @@ def run_plan(
     return 1 if status is None else status
 
 
-def worker_specs(
+def specs_for_plan(
     plan: Plan,
     parent_env: Mapping[str, str],
-    options: RunOptions,
-    policy: RestartPolicy,
+    *,
+    cwd: str | None = None,
     lease_fds: tuple[int, ...] = (),
 ) -> list[WorkerSpec]:
-    """One spec per planned worker; ``prepare`` adds the restart count of each attempt."""
-    max_restarts = "-1" if policy.max_restarts is None else str(policy.max_restarts)
-    if policy.mode is RestartMode.NO:
-        max_restarts = "0"
+    """One spec per planned worker: its complete environment, and its program resolved and
+    checked with that environment's ``PATH`` before anything starts (a one-line
+    :class:`~xpulaunch.errors.LaunchError` otherwise)."""
     specs = []
     for worker in plan.workers:
         env = worker.child_env(parent_env)
-        env[MAX_RESTARTS_VAR] = max_restarts
-        base = WorkerSpec(worker.name, worker.argv, env, cwd=options.cwd, pass_fds=lease_fds)
-        specs.append(replace(base, prepare=_with_restart_count(base)))
+        argv = resolve_program(worker.argv, env=env, cwd=cwd, python_scripts=False).argv
+        specs.append(WorkerSpec(worker.name, argv, env, cwd=cwd, pass_fds=lease_fds))
     return specs
-
-
-def _with_restart_count(base: WorkerSpec) -> _Prepare:
-    def prepare(attempt: int) -> WorkerSpec:
-        return replace(base, env={**base.env, RESTART_COUNT_VAR: str(attempt)})
-
-    return prepare
-
-
-def check_program(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> None:
-    """Raise a one-line :class:`LaunchError` when ``argv`` cannot be started."""
-    program = argv[0]
-    if os.sep in program:
-        found = _resolve(program, cwd)
-        if not os.path.isfile(found):
-            raise LaunchError(f"{program}: no such file")
-        if not os.access(found, os.X_OK):
-            raise LaunchError(f"{program}: not executable")
-    elif which(program, path=env.get("PATH", os.defpath)) is None:
-        raise LaunchError(f"{program}: command not found on PATH")
-    script = argv[1] if len(argv) > 1 and _is_python(program) else None
-    if script is not None and script.endswith(".py") and not os.path.isfile(_resolve(script, cwd)):
-        raise LaunchError(f"{script}: no such script")
-
-
-def _resolve(path: str, cwd: str | None) -> str:
-    return path if os.path.isabs(path) or cwd is None else os.path.join(cwd, path)
-
-
-def _is_python(program: str) -> bool:
-    return program == sys.executable or os.path.basename(program).startswith("python")
 
 
 def check_ranks(ranks: frozenset[str] | None, names: list[str]) -> None:
@@ -186,8 +173,6 @@ def gpu_settle(plan: Plan) -> NvmlSettle | None:
     starting: it records each device's baseline."""
     if plan.backend is not Backend.CUDA:
         return None
-    from xpulaunch.proc.gpu import NvmlSettle
-
     devices = {
         w.name: [_device_id(plan, i) for i in (w.units or range(len(plan.devices)))]
         for w in plan.workers

@@ -1,60 +1,49 @@
-"""What the supervision options of ``xpulaunch run`` mean: :func:`options_from_kwargs` turns
-the command's values (declared in :data:`xpulaunch.cli.run.SUPERVISOR_OPTIONS`) into
-:class:`~xpulaunch.proc.launch.RunOptions`.
+"""What the supervision options of ``xpulaunch run`` mean: parsers of the command's values
+(declared in :mod:`xpulaunch.cli.run`), used by
+:meth:`~xpulaunch.proc.launch.RunOptions.from_cli` and by the plan.
 
 Names follow torchrun where it has one (``--max-restarts``, ``--log-dir``,
 ``--local-ranks-filter``) and docker for the restart mode (``--restart on-failure``).
-``--max-restarts N`` alone means ``--restart on-failure``, as in torchrun. Importing this
-module does not import the supervisor (``--dry-run`` stays light).
+``--max-restarts N`` alone means ``--restart on-failure``, as in torchrun. This module does
+not import the supervisor: ``--dry-run`` needs :func:`plan_restart_limit` only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Mapping
+from typing import Any
 
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 
-if TYPE_CHECKING:  # the supervisor is imported only when a run really starts
-    from collections.abc import Mapping
-    from typing import Any
-
-    from xpulaunch.proc.launch import RunOptions
-
 DEFAULT_MAX_RESTARTS = 3
 
 
-def options_from_kwargs(kwargs: Mapping[str, Any]) -> RunOptions:
-    """Build :class:`RunOptions` from the command's keyword arguments (others are ignored)."""
-    from xpulaunch.proc.launch import RunOptions
-
-    max_restarts = kwargs.get("max_restarts")
-    restart = kwargs.get("restart")
+def restart_settings(values: Mapping[str, Any]) -> tuple[RestartMode, int | None]:
+    """``--restart`` and ``--max-restarts`` -> (mode, max restarts; None: no limit)."""
+    max_restarts = values.get("max_restarts")
+    restart = values.get("restart")
     if restart is None:
         restart = "on-failure" if max_restarts not in (None, 0) else "no"
-    first_s, cap_s, factor = parse_backoff(str(kwargs.get("backoff") or "1:30:2"))
-    grace_s = _seconds(kwargs.get("grace"), "--grace", 10.0)
-    return RunOptions(
-        restart=RestartMode(restart),
-        max_restarts=_max_restarts(max_restarts),
-        backoff_initial_s=first_s,
-        backoff_max_s=cap_s,
-        backoff_factor=factor,
-        stable_window_s=_seconds(kwargs.get("stable_window"), "--stable-window", 60.0),
-        grace_s=grace_s,
-        gang=kwargs.get("gang"),
-        log_dir=_log_dir(kwargs.get("log_dir")),
-        console_ranks=parse_ranks(kwargs.get("ranks")),
-        color=False if kwargs.get("no_color") else None,
-    )
+    return RestartMode(restart), _max_restarts(max_restarts)
 
 
-def _log_dir(value: str | None) -> str | None:
-    """Create ``--log-dir`` now, so that a bad one fails before any device is leased."""
+def restart_limit(mode: RestartMode, max_restarts: int | None) -> int | None:
+    """How many restarts a worker may see (``TORCHELASTIC_MAX_RESTARTS``): 0 when restarts
+    are off, None when there is no limit."""
+    return 0 if mode is RestartMode.NO else max_restarts
+
+
+def plan_restart_limit(values: Mapping[str, Any]) -> int | None:
+    """:func:`restart_limit` of the command's values, for the plan (a dry run too)."""
+    return restart_limit(*restart_settings(values))
+
+
+def make_log_dir(value: str | None) -> str | None:
+    """Create ``--log-dir`` at once, so that a bad one fails before any device is leased."""
     if value is None:
         return None
-    import os
-
     try:
         os.makedirs(value, exist_ok=True)
         if not os.access(value, os.W_OK | os.X_OK):
@@ -77,7 +66,8 @@ def _max_restarts(value: int | None) -> int | None:
     return value
 
 
-def _seconds(value: float | None, option: str, default: float) -> float:
+def parse_seconds(value: float | None, option: str, default: float) -> float:
+    """A duration option: ``default`` when not given; a finite number of seconds >= 0."""
     if value is None:
         return default
     seconds = float(value)

@@ -15,7 +15,7 @@ Choices, each for a reason:
   - util-linux's ``setpriv --pdeathsig KILL -- PROGRAM...`` (2.33+) sets it and execs the
     program: no Python runs in the child, so CPython can use ``vfork`` and this process
     waits only for the exec, not for a full fork + ``preexec_fn`` (and ctypes is never
-    imported). Used only when the exec is sure to succeed (:func:`_execs`), so that a
+    imported). Used only when the exec is sure to succeed (:func:`_exec_will_succeed`), so that a
     program that cannot run is still an ``OSError`` here, not a worker exiting 126/127.
   - otherwise ``preexec_fn`` calls prctl through ctypes, then re-checks the parent in case
     the supervisor died in between (the documented race). setpriv does not re-check: a
@@ -34,6 +34,8 @@ import signal
 import subprocess
 from shutil import which
 from typing import TYPE_CHECKING
+
+from xpulaunch.proc.program import find_executable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -77,7 +79,7 @@ def spawn(
     """Start one worker; raises ``OSError`` when the program cannot be executed."""
     argv, parent_pid, preexec = list(argv), os.getpid(), None
     setpriv = _setpriv() if death_signal else None
-    if death_signal and setpriv and _execs(argv[0], env, cwd):
+    if death_signal and setpriv and _exec_will_succeed(argv[0], env, cwd):
         argv = [setpriv, "--pdeathsig", signal.Signals(death_signal).name, "--", *argv]
     elif death_signal:
         prctl, signum = _prctl(), death_signal
@@ -139,16 +141,15 @@ def util_linux_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(n) for n in numbers if n.isdigit())
 
 
-def _execs(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
-    """Will ``execve`` of ``program`` succeed, as Popen would run it? Only a sure yes counts:
-    an executable regular file that is an ELF binary or a script whose ``#!`` interpreter is
-    an executable file. (Left out: a binary for another machine, which the kernel refuses
-    with ENOEXEC; it then exits 126 with setpriv's message.)"""
-    if os.path.dirname(program):  # run as it is, from the worker's directory
-        path: str | None = os.path.join(cwd, program) if cwd else program
-    else:  # searched on the worker's PATH, as Popen does (os.get_exec_path)
-        path = which(program, path=env.get("PATH", os.defpath))
-    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
+def _exec_will_succeed(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
+    """Will ``execve`` of ``program`` succeed, as Popen would run it? Decides whether setpriv
+    may run it: only a sure yes counts, an executable regular file (found as
+    :func:`~xpulaunch.proc.program.find_executable` finds it) that is an ELF binary or a
+    script whose ``#!`` interpreter is an executable file. (Left out: a binary for another
+    machine, which the kernel refuses with ENOEXEC; it then exits 126 with setpriv's message.)
+    """
+    path = find_executable(program, env.get("PATH", os.defpath), cwd)
+    if path is None:
         return False
     try:
         with open(path, "rb") as handle:
@@ -161,7 +162,7 @@ def _execs(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
         return False  # Popen raises ENOEXEC for it (no /bin/sh fallback, unlike execvp)
     words = head[2:].split(b"\n", 1)[0].split()
     interpreter = os.fsdecode(words[0]) if words else ""
-    return os.path.isabs(interpreter) and which(interpreter) is not None
+    return os.path.isabs(interpreter) and find_executable(interpreter, "", None) is not None
 
 
 def _pipes(proc: subprocess.Popen[bytes]) -> list[IO[bytes]]:

@@ -17,7 +17,7 @@ device idle while the head of the queue waits for more, but every waiter runs, i
 order, as jobs finish. Launches without ``--wait`` do not queue: they try once.
 
 :class:`HolderInfo`, the record of who waits or holds a lease, lives here because tickets and
-lease holder files share it; :mod:`xpulaunch.proc.leases` imports it from here.
+lease holder files share it; :mod:`xpulaunch.proc.leases.manager` imports it from here.
 """
 
 from __future__ import annotations
@@ -25,39 +25,19 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-
-# Start-up time (issue 4): every launch allocates through this module, so typing and
-# pathlib are not imported here; the protocol below exists for the type checker only.
-from typing import TYPE_CHECKING
+from pathlib import PurePosixPath
+from typing import TypeVar
 
 from xpulaunch.errors import LeaseError, WaitTimeoutError
+from xpulaunch.proc.leases.lock_directory import LockDirectory
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from contextlib import AbstractContextManager
-    from typing import Protocol, TypeVar
-
-    T = TypeVar("T")
-
-    class LockFiles(Protocol):
-        """What the queue needs from the lock directory (``leases.LockDirectory``)."""
-
-        def join(self, name: str) -> str: ...
-
-        def open_file(
-            self, name: str, access: int, *, create: bool, writable_by_all: bool
-        ) -> int | None: ...
-
-        def try_lock(self, fd: int) -> bool: ...
-
-        def names(self, prefix: str, suffix: str) -> list[str]: ...
-
-        def allocation_lock(self) -> AbstractContextManager[None]: ...
-
+T = TypeVar("T")
 
 TICKET_PREFIX = "wait-"
 TICKET_SUFFIX = ".ticket"
@@ -125,9 +105,7 @@ class HolderInfo:
         """Short command line: ``xpulaunch --gpus 1 train.py``."""
         if not self.argv:
             return "?"
-        import shlex  # for status lines and messages only, not on the launch path
-
-        text = shlex.join([_basename(self.argv[0]), *self.argv[1:]])
+        text = shlex.join([PurePosixPath(self.argv[0]).name, *self.argv[1:]])
         return text if len(text) <= width else text[: width - 3] + "..."
 
     def since(self) -> str:
@@ -155,12 +133,6 @@ class HolderInfo:
         return abs(started_s - self.pid_started_s) < 1.0  # another start time: a reused pid
 
 
-def _basename(path: str) -> str:
-    """``pathlib.PurePosixPath(path).name``: the last component that is not empty or ``.``."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    return parts[-1] if parts else ""
-
-
 def _user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -169,8 +141,7 @@ def _user_name(uid: int) -> str:
 
 
 def _hostname() -> str:
-    # os.uname() is what socket.gethostname() returns on Linux, without importing socket.
-    return os.uname().nodename
+    return os.uname().nodename  # what socket.gethostname() returns on Linux
 
 
 def _start_time_s(pid: int) -> float | None:
@@ -203,9 +174,9 @@ class WaiterRecord:
 class Ticket:
     """This launch's place in the queue; ``close()`` leaves the queue (idempotent)."""
 
-    def __init__(self, files: LockFiles, name: str, fd: int, record: Mapping[str, object]):
+    def __init__(self, directory: LockDirectory, name: str, fd: int, record: Mapping[str, object]):
         self.name = name
-        self._files = files
+        self._directory = directory
         self._fd: int | None = fd
         self._record = dict(record)
 
@@ -220,7 +191,7 @@ class Ticket:
             return
         # Unlink while still holding the lock: nobody ever sees our ticket unlocked and alive.
         with suppress(FileNotFoundError):
-            os.unlink(self._files.join(self.name))
+            os.unlink(self._directory.join(self.name))
         os.close(self._fd)
         self._fd = None
 
@@ -234,23 +205,23 @@ class Ticket:
 class WaitQueue:
     """The tickets of one lock directory. Every method expects the allocation lock held."""
 
-    def __init__(self, files: LockFiles):
-        self._files = files
+    def __init__(self, directory: LockDirectory):
+        self._directory = directory
 
     def join(self, record: Mapping[str, object]) -> Ticket:
         """Take the next place in line, holding a fresh ticket for as long as we wait."""
-        names = self._files.names(TICKET_PREFIX, TICKET_SUFFIX)
+        names = self._directory.names(TICKET_PREFIX, TICKET_SUFFIX)
         sequence = max((_order(n)[0] for n in names), default=0) + 1
         name = f"{TICKET_PREFIX}{sequence:012d}-{os.getpid()}{TICKET_SUFFIX}"
-        fd = self._files.open_file(name, os.O_RDWR, create=True, writable_by_all=False)
-        if fd is None or not self._files.try_lock(fd):
+        fd = self._directory.open_file(name, os.O_RDWR, create=True, writable_by_all=False)
+        if fd is None or not self._directory.try_lock(fd):
             # Cannot happen to a name handed out under the allocation lock; never wait on a
             # ticket that is not ours.
             if fd is not None:
                 os.close(fd)
             raise LeaseError(f"could not create and lock the wait ticket {name}")
         write_record(fd, record)
-        return Ticket(self._files, name, fd, record)
+        return Ticket(self._directory, name, fd, record)
 
     def live(self, *, ahead_of: Ticket | None = None) -> list[WaiterRecord]:
         """Live waiters in arrival order (only those before ``ahead_of`` when given).
@@ -259,7 +230,7 @@ class WaitQueue:
         directory cannot be removed by us and is skipped like any dead ticket.
         """
         found: list[WaiterRecord] = []
-        for name in sorted(self._files.names(TICKET_PREFIX, TICKET_SUFFIX), key=_order):
+        for name in sorted(self._directory.names(TICKET_PREFIX, TICKET_SUFFIX), key=_order):
             if ahead_of is not None and _order(name) >= _order(ahead_of.name):
                 break
             record = self._probe(name)
@@ -273,13 +244,13 @@ class WaitQueue:
 
     def _probe(self, name: str) -> Mapping[str, object] | None:
         """The record of a live ticket ({} when unreadable); None for a dead one."""
-        fd = self._files.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+        fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
         if fd is None:
             return None
         try:
-            if self._files.try_lock(fd):
+            if self._directory.try_lock(fd):
                 with suppress(FileNotFoundError, PermissionError):
-                    os.unlink(self._files.join(name))
+                    os.unlink(self._directory.join(name))
                 return None
             return read_record(fd) or {}
         finally:
@@ -287,7 +258,7 @@ class WaitQueue:
 
 
 def wait_in_line(
-    files: LockFiles,
+    directory: LockDirectory,
     record: Mapping[str, object],
     attempt: Callable[[], T | str],
     *,
@@ -306,11 +277,11 @@ def wait_in_line(
     # Compare against a deadline, not a remaining time: a sleep of the float remainder then
     # always reaches it (with a coarse or fake clock, remainders can round to no progress).
     deadline_s = None if timeout_s is None else start_s + timeout_s
-    with files.allocation_lock():
-        ticket = WaitQueue(files).join(record)
+    with directory.allocation_lock():
+        ticket = WaitQueue(directory).join(record)
     with ticket:
         while True:
-            outcome, position = _take_turn(files, ticket, attempt)
+            outcome, position = _take_turn(directory, ticket, attempt)
             if not isinstance(outcome, str):
                 return outcome
             now_s = clock()
@@ -328,11 +299,11 @@ def wait_in_line(
 
 
 def _take_turn(
-    files: LockFiles, ticket: Ticket, attempt: Callable[[], T | str]
+    directory: LockDirectory, ticket: Ticket, attempt: Callable[[], T | str]
 ) -> tuple[T | str, int]:
     """One look at the queue and, when first in line, one attempt; with our position."""
-    with files.allocation_lock():
-        ahead = len(WaitQueue(files).live(ahead_of=ticket))
+    with directory.allocation_lock():
+        ahead = len(WaitQueue(directory).live(ahead_of=ticket))
         if ahead:
             return f"{ahead} earlier launch(es) go first", ahead + 1
         outcome = attempt()

@@ -1,6 +1,6 @@
-"""Device reservations across processes: one ``flock`` per unit key in a lock directory.
+"""Device leases across processes: one ``flock`` per unit key in a lock directory.
 
-How a lease works (landscape pitfall 15):
+How a lease works:
 
 * Each unit key (:attr:`xpulaunch.model.Unit.key`: a card's PCI address or UUID, with
   ``/tileN`` for a tile) has a lock file ``unit-<escaped key>.lock``; a job holds an exclusive
@@ -13,9 +13,8 @@ How a lease works (landscape pitfall 15):
 * :meth:`Lease.release` only closes our descriptors, never ``LOCK_UN``: unlocking would drop the
   lock of the whole open file description, also for workers that are still alive. The one
   place that unlocks is the supervisor, once it has seen every process of the job gone (by
-  session and marker, as the guardian would): then waiting for the guardian to exit is not
-  needed for the devices to be free when ``run`` returns (issue 4; see
-  :meth:`xpulaunch.proc.engine.Engine.release_leases`).
+  session and marker, as the guardian would), so the devices are free when ``run`` returns
+  without waiting for the guardian to exit (see ``docs/DECISIONS.md``).
 * Lock files are never deleted: unlinking a lock file that others have open puts later lockers
   on another inode and breaks mutual exclusion (py-filelock #31).
 * Who holds a unit is in a side file ``unit-<escaped key>.holder``, written after the lock is
@@ -25,10 +24,11 @@ How a lease works (landscape pitfall 15):
   ``allocate.lock``, so two launches racing for ``--gpus 1`` never pick the same unit. Every
   probe of a lock (``status`` too) happens under it, so a probe never fails an allocation.
 
-Plain ``fcntl.flock``, not ``filelock.FileLock``: py-filelock keeps its descriptor private and
-non-inheritable and releases with ``LOCK_UN`` -- the three things a lease held by the workload
-must not do -- and on a filesystem without flock it falls back to ``SoftFileLock`` (4.x) or
-retries forever (3.x takes any other flock error for contention). We raise a clear LeaseError.
+Why plain ``fcntl.flock`` and not the ``filelock`` package: a lease's locked descriptor must
+pass to the workers through ``pass_fds`` so that the lease outlives a SIGKILLed supervisor,
+while ``filelock.FileLock`` keeps its descriptor private and non-inheritable and releases with
+``LOCK_UN``; on a filesystem without flock it falls back to ``SoftFileLock`` (4.x) or retries
+forever (3.x takes any other flock error for contention), where we raise a clear LeaseError.
 """
 
 from __future__ import annotations
@@ -36,16 +36,15 @@ from __future__ import annotations
 import errno
 import os
 import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-
-# Start-up time (issue 4): every launch allocates, so this module imports neither typing nor
-# pathlib (~4 ms with the urllib.parse and ipaddress it pulls in) nor uuid (~4 ms). Paths are
-# strings inside; the public ``Path`` attributes are built when asked for.
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
-from xpulaunch.proc.lease_names import (
+from xpulaunch.model import Plan
+from xpulaunch.proc.leases.file_names import (
     HOLDER_SUFFIX,
     LOCK_SUFFIX,
     UNIT_PREFIX,
@@ -53,8 +52,8 @@ from xpulaunch.proc.lease_names import (
     key_of_lock_file,
     lock_file_name,
 )
-from xpulaunch.proc.lockdir import LockDirectory, path_of
-from xpulaunch.proc.queue import (
+from xpulaunch.proc.leases.lock_directory import LockDirectory
+from xpulaunch.proc.leases.wait_queue import (
     HolderInfo,
     WaiterRecord,
     WaitQueue,
@@ -64,13 +63,8 @@ from xpulaunch.proc.queue import (
     write_record,
 )
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from pathlib import Path
-
-    from xpulaunch.model import Plan
-
-    PlanFn = Callable[[Mapping[str, str]], Plan]
+# Plans a launch with the given units unavailable (unit key -> who holds it).
+PlanFn = Callable[[Mapping[str, str]], Plan]
 
 
 @dataclass(eq=False)
@@ -92,7 +86,7 @@ class Lease:
 
     @property
     def lock_dir(self) -> Path:
-        return path_of(self.root)
+        return Path(self.root)
 
     def release(self) -> None:
         if self.released:
@@ -189,8 +183,7 @@ class LeaseManager:
         line for ``status`` (default: this process's argv).
         """
         self.directory.ensure(create=True)
-        # 12 random hex digits, as uuid4().hex[:12] gave (its first 6 bytes are all random).
-        holder = HolderInfo.of_this_process(os.urandom(6).hex(), command)
+        holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
         if not wait:
             with self.directory.allocation_lock():
                 return self._allocate_now(plan_fn, holder, shared=shared)

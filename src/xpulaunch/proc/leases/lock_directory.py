@@ -1,5 +1,5 @@
 """The lock directory of device leases: where it is, who may use it, and opening and
-locking its files (:mod:`xpulaunch.proc.leases` builds leases on it).
+locking its files (:mod:`xpulaunch.proc.leases.manager` builds leases on it).
 
 A private directory (the default, ``$XDG_RUNTIME_DIR/xpulaunch`` or ``/tmp/xpulaunch-UID``) is
 the user's own, mode 0700; a shared one (``--lock-dir``, for containers that share GPUs) is
@@ -14,15 +14,12 @@ import errno
 import fcntl
 import os
 import stat
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from xpulaunch.errors import LeaseError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
-    from pathlib import Path
 
 ALLOCATION_LOCK = "allocate.lock"
 _HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
@@ -37,23 +34,17 @@ _PRIVATE_DIR_MODE, _PRIVATE_FILE_MODE = 0o700, 0o600
 _SHARED_DIR_MODE, _SHARED_FILE_MODE, _SHARED_TICKET_MODE = 0o1777, 0o666, 0o644
 
 
-def path_of(root: str | os.PathLike[str]) -> Path:
-    from pathlib import Path  # only for the callers that ask for a Path (status, tests)
-
-    return Path(root)
-
-
 @dataclass(frozen=True, slots=True)
 class LockDirectory:
     """A lock directory: private to one user (0700, verified) or shared by several users."""
 
-    root: str | os.PathLike[str]  # the directory (a string on the launch path)
+    root: str | os.PathLike[str]
     shared: bool
     owner_uid: int | None = None  # who must own a private directory
 
     @property
     def path(self) -> Path:
-        return path_of(self.root)
+        return Path(self.root)
 
     @classmethod
     def default(
