@@ -24,8 +24,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import threading
-from collections import deque
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, decide
@@ -36,11 +34,11 @@ from xpulaunch.proc.events import (
     Stopped,
     Stopping,
     WorkerState,
-    WorkerStatus,
 )
 from xpulaunch.proc.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.proc.loop import Loop
 from xpulaunch.proc.processes import find_job
+from xpulaunch.proc.status_board import StatusBoard
 from xpulaunch.proc.tree import describe_returncode, signal_name, signal_processes, with_cont
 from xpulaunch.proc.worker import START_FAILED_STATUS, Worker
 
@@ -98,12 +96,7 @@ class Engine:
         self.launch_error: str | None = None
         self._status: int | None = None
         self._crash: BaseException | None = None
-        # Published for other threads.
-        self._cond = threading.Condition()
-        self._snapshot: list[WorkerStatus] = [w.status() for w in self.workers]
-        self._events: deque[Event] = deque(maxlen=10_000)
-        self._started = threading.Event()
-        self._done = threading.Event()
+        self.board = StatusBoard([w.status() for w in self.workers])  # for other threads
         # With release_leases: our own descriptors of the leases' open file descriptions, to
         # unlock them at the end (last: nothing to close if an earlier step failed). Not the
         # caller's numbers: those may be closed (Lease.release) and reused meanwhile.
@@ -115,31 +108,15 @@ class Engine:
         self.loop.post(lambda: self._stop_all(signum, grace_s))
 
     def wait_started(self) -> str | None:
-        self._started.wait()
+        self.board.wait_started()
         return self.launch_error
 
     def wait(self, timeout: float | None) -> int | None:
-        if not self._done.wait(timeout):
+        if not self.board.wait_done(timeout):
             return None
         if self._crash is not None:
             raise self._crash
         return self._status
-
-    def wait_ready(self, timeout: float | None) -> bool:
-        def settled() -> bool:
-            return self._done.is_set() or all(s.ready for s in self._snapshot)
-
-        with self._cond:
-            self._cond.wait_for(settled, timeout)
-            return not self._done.is_set() and all(s.ready for s in self._snapshot)
-
-    def snapshot(self) -> list[WorkerStatus]:
-        with self._cond:
-            return list(self._snapshot)
-
-    def events(self) -> list[Event]:
-        with self._cond:
-            return list(self._events)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -163,8 +140,7 @@ class Engine:
     # -- what workers report (WorkerOwner) -----------------------------------------------
     def emit(self, event: Event) -> None:
         self._publish()  # whoever sees the event sees a status() at least as new
-        with self._cond:
-            self._events.append(event)
+        self.board.add_event(event)
         if self._on_event is not None:
             self._on_event(event)
 
@@ -199,11 +175,7 @@ class Engine:
         self._gang_ended(gang, Outcome.FAILED)
 
     def _publish(self) -> None:
-        snapshot = [w.status() for w in self.workers]
-        with self._cond:
-            if snapshot != self._snapshot:
-                self._snapshot = snapshot
-                self._cond.notify_all()
+        self.board.publish([w.status() for w in self.workers])
 
     # -- starting ----------------------------------------------------------------------
     def _initial_start(self) -> None:
@@ -215,7 +187,7 @@ class Engine:
                     break
         finally:
             self._publish()  # status() right after start() sees the started workers
-            self._started.set()
+            self.board.mark_started()
 
     def _abort_start(self) -> None:
         """A program could not be started: kill what did start, restart nothing."""
@@ -393,7 +365,7 @@ class Engine:
         """``job_gone``: a scan of this iteration, after the last spawn, found no process of
         the job at all, so a second scan is not needed: without a live process of the job,
         none can appear."""
-        if self._status is not None or not self._started.is_set():
+        if self._status is not None or not self.board.started:
             return
         if any(g.phase not in FINAL_PHASES for g in self.gangs):
             return
@@ -463,7 +435,4 @@ class Engine:
         self.loop.close()
         self.sink.close()
         self._publish()
-        self._started.set()
-        self._done.set()
-        with self._cond:
-            self._cond.notify_all()
+        self.board.mark_done()

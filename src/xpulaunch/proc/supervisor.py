@@ -155,7 +155,7 @@ class Supervisor:
         """True once every worker is READY; False on timeout or when the job ended first."""
         if self._engine is None:
             raise UsageError("the supervisor was not started: call start() first")
-        return self._engine.wait_ready(timeout)
+        return self._engine.board.wait_ready(timeout)
 
     def stop(self, grace_s: float | None = None) -> int:
         """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status."""
@@ -179,7 +179,7 @@ class Supervisor:
     def status(self) -> list[WorkerStatus]:
         if self._engine is None:
             return [_pending(s.name) for s in self._specs]
-        return self._engine.snapshot()
+        return self._engine.board.statuses()
 
     def tail(self, name: str, lines: int = 20) -> list[str]:
         """The last ``lines`` lines a worker wrote (stdout and stderr, in order)."""
@@ -188,7 +188,7 @@ class Supervisor:
         return self._sink.tail(name, lines)
 
     def events(self) -> list[Event]:
-        return [] if self._engine is None else self._engine.events()
+        return [] if self._engine is None else self._engine.board.events()
 
     def log_path(self, name: str) -> Path | None:
         """The log file of ``name``'s current attempt (with ``LogConfig.log_dir``)."""
