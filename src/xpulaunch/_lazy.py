@@ -1,5 +1,5 @@
 """Names of a package imported on first use (PEP 562), for packages whose ``import`` must stay
-cheap: ``import xpulaunch`` loads no supervisor, ``xpulaunch.probe`` no probe, and the
+cheap: ``import xpulaunch`` loads no supervisor, ``xpulaunch.probing`` no probe, and the
 masks package only the vendor module a name comes from.
 
     __getattr__, __dir__ = exports(globals(), {"name": "package.module", ...})

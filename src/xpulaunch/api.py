@@ -41,7 +41,7 @@ def probe(
     ``env`` is the environment the probe's tools run with (default: this process's); the
     probe strips the visibility variables that would hide devices from them.
     """
-    from xpulaunch.probe import probe_from_env
+    from xpulaunch.probing import probe_from_env
 
     inventory: Inventory = probe_from_env(
         dict(os.environ) if env is None else env, use_torch=use_torch, report_missing=debug

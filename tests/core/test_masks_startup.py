@@ -159,7 +159,7 @@ _FORBIDDEN = (
     "pynvml",
     "rich",
     "torch",
-    "xpulaunch.probe",
+    "xpulaunch.probing",
     "xpulaunch.llamacpp",
 )
 

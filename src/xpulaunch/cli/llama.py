@@ -148,7 +148,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     if path:
         inventory = api.load_inventory(path)
     else:  # forked, so that NVML's ~20 MiB never become the long-lived supervisor's
-        from xpulaunch.probe.isolated import probe_isolated
+        from xpulaunch.probing.isolated import probe_isolated
 
         inventory = probe_isolated(parent_env)
     if dry_run:

@@ -3,7 +3,7 @@ in a subprocess) and AMD (sysfs, amd-smi, rocm-smi) -> one :class:`~xpulaunch.mo
 
 Importing this package loads no vendor library: pynvml and pyzes are imported when a probe runs.
 Its names are imported on first use (PEP 562): ``xpulaunch run`` imports
-:mod:`xpulaunch.probe.isolated` in the supervisor and leaves the probes themselves to the
+:mod:`xpulaunch.probing.isolated` in the supervisor and leaves the probes themselves to the
 forked child (issue 4: start-up time).
 """
 
@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 from xpulaunch._lazy import exports
 
 if TYPE_CHECKING:
-    from xpulaunch.probe.host import probe_from_env, probe_host
-    from xpulaunch.probe.runner import Runner, RunResult, SubprocessRunner
+    from xpulaunch.probing.host import probe_from_env, probe_host
+    from xpulaunch.probing.runner import Runner, RunResult, SubprocessRunner
 
 _MODULE_OF = {
-    "probe_from_env": "xpulaunch.probe.host",
-    "probe_host": "xpulaunch.probe.host",
-    "RunResult": "xpulaunch.probe.runner",
-    "Runner": "xpulaunch.probe.runner",
-    "SubprocessRunner": "xpulaunch.probe.runner",
+    "probe_from_env": "xpulaunch.probing.host",
+    "probe_host": "xpulaunch.probing.host",
+    "RunResult": "xpulaunch.probing.runner",
+    "Runner": "xpulaunch.probing.runner",
+    "SubprocessRunner": "xpulaunch.probing.runner",
 }
 
 __all__ = ["RunResult", "Runner", "SubprocessRunner", "probe_from_env", "probe_host"]
