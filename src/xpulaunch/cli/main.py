@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except XpulaunchError as exc:
         if debug:
             raise
-        _fail(exc.message, exc.exit_code)
+        _fail(exc.cli_message(), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except BrokenPipeError:
