@@ -122,8 +122,10 @@ def test_a_sycl_child_never_keeps_a_selector_without_level_zero() -> None:
 
 def test_more_replicas_than_devices_is_a_clear_error() -> None:
     request = replace(BASE, replicas=3, gpus="2")
-    with pytest.raises(SelectionError, match=r"--replicas 3: each replica needs its own device"):
+    with pytest.raises(SelectionError) as raised:
         make(request, load_inventory("2x-h200.json"), LlamaBackend.CUDA)
+    assert raised.value.message.startswith("replicas=3: each replica needs its own device")
+    assert raised.value.cli_message().startswith("--replicas 3: each replica needs its own device")
 
 
 def test_a_cpu_build_runs_every_replica_on_the_cpu() -> None:
@@ -135,13 +137,17 @@ def test_a_cpu_build_runs_every_replica_on_the_cpu() -> None:
 
 
 def test_a_cpu_build_refuses_gpus() -> None:
-    with pytest.raises(UsageError, match="--gpus 2: this llama-server is a CPU build"):
+    with pytest.raises(UsageError) as raised:
         make(replace(BASE, gpus="2"), load_inventory("2x-h200.json"), LlamaBackend.CPU)
+    assert raised.value.message.startswith("gpus='2': this llama-server is a CPU build")
+    assert raised.value.cli_message().startswith("--gpus 2: this llama-server is a CPU build")
 
 
 def test_a_build_refuses_another_vendors_backend() -> None:
-    with pytest.raises(UsageError, match="--backend xpu: this llama-server is a CUDA build"):
+    with pytest.raises(UsageError) as raised:
         make(replace(BASE, backend="xpu"), load_inventory("2x-h200.json"), LlamaBackend.CUDA)
+    assert raised.value.message.startswith("backend='xpu': this llama-server is a CUDA build")
+    assert raised.value.cli_message().startswith("--backend xpu: this llama-server is a CUDA")
 
 
 def test_a_gpu_build_may_still_run_on_the_cpu() -> None:
@@ -194,14 +200,14 @@ def test_a_port_after_dashdash_is_the_replicas_fixed_port() -> None:
 
 def test_a_port_after_dashdash_cannot_serve_several_replicas() -> None:
     request = replace(BASE, replicas=2, gpus="2", passthrough=("--port", "9123"))
-    with pytest.raises(UsageError, match="xpulaunch's own --port"):
+    with pytest.raises(UsageError, match="xpulaunch's port"):
         make(request, load_inventory("2x-h200.json"), LlamaBackend.CUDA)
 
 
 @pytest.mark.parametrize(
     ("model", "passthrough", "env", "message"),
     [
-        (None, (), {}, "-m/--model PATH is required"),
+        (None, (), {}, r"model=None: no model given; expected the path of a \.gguf file"),
         ("a.gguf", ("-m", "b.gguf"), {}, "-m given twice"),
     ],
 )
