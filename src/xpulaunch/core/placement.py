@@ -1,8 +1,8 @@
 """Which units each worker sees: job-wide visibility (default) or ``--isolate``.
 
 Job-wide is the collective-safe default: oneCCL needs every device of a communicator visible in
-each rank, and per-rank masks break NCCL/oneCCL setups (reference landscape pitfall 6:
-oneCCL #217, torch-ccl #71, nccl-tests #300). ``--isolate`` is for independent workers
+each rank, and per-rank masks break NCCL/oneCCL setups (oneCCL #217,
+torch-ccl #71, nccl-tests #300). ``--isolate`` is for independent workers
 (sweeps, servers): each sees only its share, renumbered from 0.
 """
 

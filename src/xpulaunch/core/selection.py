@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 # A device is "busy" (not free for auto/N) above these readings. A CUDA context alone costs
-# ~0.5 GiB (reference pitfall 3), so 10% of an 8 GiB card still counts as idle.
+# ~0.5 GiB, so 10% of an 8 GiB card still counts as idle.
 BUSY_MEMORY_FRACTION = 0.10
 BUSY_UTILIZATION_PERCENT = 50.0
 

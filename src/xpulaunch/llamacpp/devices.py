@@ -62,7 +62,7 @@ _PLAN_BACKEND = {
     LlamaBackend.ROCM: Backend.ROCM,
     LlamaBackend.CPU: Backend.CPU,
 }
-# A multi-backend build lists e.g. CUDA0 and Vulkan0 side by side (reference pitfall 8). With
+# A multi-backend build lists e.g. CUDA0 and Vulkan0 side by side. With
 # --backend auto the native stack wins, in the contract's vendor order (NVIDIA, AMD, Intel).
 _NATIVE_ORDER = (LlamaBackend.CUDA, LlamaBackend.ROCM, LlamaBackend.SYCL, LlamaBackend.VULKAN)
 _FOR_PLAN_BACKEND = {

@@ -1,31 +1,14 @@
 """Hardware probes: NVIDIA (NVML, nvidia-smi, procfs), Intel (sysfs, xpu-smi, pyzes, torch.xpu
 in a subprocess) and AMD (sysfs, amd-smi, rocm-smi) -> one :class:`~xpulaunch.model.Inventory`.
 
-Importing this package loads no vendor library: pynvml and pyzes are imported when a probe runs.
-Its names are imported on first use (PEP 562): ``xpulaunch run`` imports
-:mod:`xpulaunch.probing.isolated` in the supervisor and leaves the probes themselves to the
-forked child (issue 4: start-up time).
+Importing this package loads no vendor library: pynvml and pyzes are imported when a probe
+runs. ``xpulaunch run`` probes in a forked child (:mod:`xpulaunch.probing.isolated`), so the
+supervisor never holds a vendor library.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from xpulaunch._lazy import exports
-
-if TYPE_CHECKING:
-    from xpulaunch.probing.host import probe_from_env, probe_host
-    from xpulaunch.probing.runner import Runner, RunResult, SubprocessRunner
-
-_MODULE_OF = {
-    "probe_from_env": "xpulaunch.probing.host",
-    "probe_host": "xpulaunch.probing.host",
-    "RunResult": "xpulaunch.probing.runner",
-    "Runner": "xpulaunch.probing.runner",
-    "SubprocessRunner": "xpulaunch.probing.runner",
-}
+from xpulaunch.probing.host import probe_from_env, probe_host
+from xpulaunch.probing.runner import Runner, RunResult, SubprocessRunner
 
 __all__ = ["RunResult", "Runner", "SubprocessRunner", "probe_from_env", "probe_host"]
-
-
-__getattr__, __dir__ = exports(globals(), _MODULE_OF)
