@@ -19,7 +19,7 @@ def exports(
     namespace: MutableMapping[str, object], table: Mapping[str, tuple[str, ...]]
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The package's ``__getattr__`` (imports the module a name lives in, then keeps the
-    value as a plain attribute of the package) and its ``__dir__``."""
+    value as a plain attribute of the package) and its ``__dir__`` (the table's names)."""
     package = namespace["__name__"]
     module_of = {name: module for module, names in table.items() for name in names}
 
@@ -32,6 +32,8 @@ def exports(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*namespace, *module_of})
+        # The public names and the module's dunders; not the helpers and submodules that
+        # happen to be attributes.
+        return sorted({*module_of, *(n for n in namespace if n.startswith("__"))})
 
     return __getattr__, __dir__
