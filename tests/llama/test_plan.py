@@ -260,3 +260,15 @@ def test_vulkan_replicas_cannot_share_a_card_through_its_tiles() -> None:
     request = replace(BASE, gpus="0.0,0.1", backend="xpu", replicas=2)
     with pytest.raises(SelectionError, match="would share Vulkan0"):
         make(request, load_inventory("2x-max1550.json"), LlamaBackend.VULKAN, None, MAX_VULKAN)
+
+
+def test_a_llama_plan_speaks_of_replicas_not_ranks_isolation_or_device_maps() -> None:
+    result = two_replicas("2x-h200.json", LlamaBackend.CUDA)
+    notes = " ".join(result.plan.notes)
+    assert "each replica sees only its own devices" in notes
+    for word in ("--isolate", "worker", "rank", "device map"):
+        assert word not in notes, word
+    assert result.plan.device_map is None
+    for worker in result.plan.workers:
+        assert "XPULAUNCH_DEVICE_MAP" not in worker.env
+        assert "XPULAUNCH_MAX_MEMORY" not in worker.env

@@ -1,8 +1,8 @@
 """The llama plan: :func:`~xpulaunch.core.plan.make_plan` with one isolated worker per replica,
 each worker's argv replaced by its full llama-server command line. Pure.
 
-The visibility env of every replica comes from the shared planner (``--isolate``: a replica
-sees only its own devices, renumbered from 0), so CUDA, SYCL and ROCm builds are pinned by
+The visibility env of every replica comes from the shared planner (isolated workers: a
+replica sees only its own devices, renumbered from 0), so CUDA, SYCL and ROCm builds are pinned by
 their runtime's mask and address their devices as ``CUDA0..``, ``SYCL0..``, ``ROCm0..``.
 Vulkan ignores those masks and is pinned by ``--device VulkanN`` (:mod:`.vulkan`).
 """
@@ -23,6 +23,7 @@ from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, de
 from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
+_DEVICE_MAP_VARS = frozenset({"XPULAUNCH_DEVICE_MAP", "XPULAUNCH_MAX_MEMORY"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +134,20 @@ def make_llama_plan(
         notes += [f"replica {worker.name}: {n}" for n in arg_notes]
         notes.append(_replica_note(replica, units))
     _check_disjoint(build, replicas)
-    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *plan.notes, *notes))
+    shared = _replica_words(plan.notes, bool(plan.devices))
+    final = replace(
+        plan, workers=tuple(workers), notes=(*build_notes, *shared, *notes), device_map=None
+    )
     return LlamaPlan(final, tuple(replicas), build)
+
+
+def _replica_words(notes: Sequence[str], on_devices: bool) -> list[str]:
+    """The shared planner's notes, told for servers: a replica is not a rank, and the
+    planner's visibility note speaks of workers and the run command's isolation."""
+    kept = [n for n in notes if not n.startswith("visibility: ")]
+    if on_devices:
+        kept.append("visibility: each replica sees only its own devices, numbered from 0")
+    return kept
 
 
 def _check_counts(request: LlamaRequest, ports: Sequence[int]) -> None:
@@ -267,7 +280,9 @@ def _port_number(text: str, what: str) -> int:
 def _replica_env(
     worker: WorkerPlan, build: LlamaBackend, devices: int, parent_env: Mapping[str, str]
 ) -> dict[str, str | None]:
-    env = dict(worker.env)
+    # Device-map hints are for one process spanning the selection (accelerate);
+    # llama-server splits a model with its own -sm/--tensor-split arguments.
+    env = {k: v for k, v in worker.env.items() if k not in _DEVICE_MAP_VARS}
     if build is LlamaBackend.SYCL:
         child = worker.child_env(parent_env)
         # ggml-sycl picks its platform by substring of the selector and throws on one without
