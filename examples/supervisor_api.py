@@ -18,10 +18,17 @@ import sys
 import urllib.request
 from dataclasses import replace
 
-from xpulaunch.core.restart import RestartPolicy
-from xpulaunch.proc.events import Event, Exited, Ready, Restarting
-from xpulaunch.proc.logs import LogConfig
-from xpulaunch.proc.supervisor import Probe, Supervisor, WorkerSpec
+from xpulaunch import (
+    Event,
+    Exited,
+    LogConfig,
+    Probe,
+    Ready,
+    Restarting,
+    RestartPolicy,
+    Supervisor,
+    WorkerSpec,
+)
 
 ports: dict[str, int] = {}
 

@@ -157,7 +157,7 @@ sleep 2
 section "probing creates no CUDA context (no compute app of ours)"
 "$PY" - "$WORK/prober.pid" <<'EOF' &
 import os, sys, time
-from xpulaunch.probe import probe_host
+from xpulaunch.probing import probe_host
 inventory = probe_host()
 print(f"prober pid {os.getpid()} probed {len(inventory.devices)} devices; holding 5 s", flush=True)
 open(sys.argv[1], "w").write(str(os.getpid()))

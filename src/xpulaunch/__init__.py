@@ -8,77 +8,159 @@
         sup.start()
         status = sup.wait()
 
-Names are imported on first use (PEP 562), so ``import xpulaunch`` stays cheap and a dry run
-never loads the supervisor.
+Every public name is listed once, in ``_EXPORTS`` below, with the module it lives in; the
+module is imported when the name is first used (PEP 562), so ``import xpulaunch`` for a plan
+does not start the supervisor's machinery. The ``TYPE_CHECKING`` imports repeat the table for
+type checkers, which cannot follow ``__getattr__``; a test holds the two equal.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from xpulaunch._lazy import exports
 
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING
-
 if TYPE_CHECKING:
     from xpulaunch.api import (
-        inventory_document,
-        load_inventory,
-        plan,
-        plan_document,
-        probe,
-        worker_specs,
+        inventory_document as inventory_document,
     )
-    from xpulaunch.core.plan import LaunchRequest, make_plan
-    from xpulaunch.core.restart import RestartMode, RestartPolicy
+    from xpulaunch.api import (
+        load_inventory as load_inventory,
+    )
+    from xpulaunch.api import (
+        plan as plan,
+    )
+    from xpulaunch.api import (
+        plan_document as plan_document,
+    )
+    from xpulaunch.api import (
+        probe as probe,
+    )
+    from xpulaunch.api import (
+        worker_specs as worker_specs,
+    )
+    from xpulaunch.core.plan import LaunchRequest as LaunchRequest
+    from xpulaunch.core.plan import make_plan as make_plan
+    from xpulaunch.core.restart import RestartMode as RestartMode
+    from xpulaunch.core.restart import RestartPolicy as RestartPolicy
     from xpulaunch.errors import (
-        DeviceBusyError,
-        InventoryError,
-        LaunchError,
-        LeaseError,
-        MaskError,
-        ProbeError,
-        SelectionError,
-        ServerStartError,
-        UsageError,
-        WaitTimeoutError,
-        WorkerFailedError,
-        XpulaunchError,
+        DeviceBusyError as DeviceBusyError,
     )
-    from xpulaunch.llamacpp import LlamaServer, plan_llama, serve_llama
+    from xpulaunch.errors import (
+        InventoryError as InventoryError,
+    )
+    from xpulaunch.errors import (
+        LaunchError as LaunchError,
+    )
+    from xpulaunch.errors import (
+        LeaseError as LeaseError,
+    )
+    from xpulaunch.errors import (
+        MaskError as MaskError,
+    )
+    from xpulaunch.errors import (
+        ProbeError as ProbeError,
+    )
+    from xpulaunch.errors import (
+        SelectionError as SelectionError,
+    )
+    from xpulaunch.errors import (
+        ServerStartError as ServerStartError,
+    )
+    from xpulaunch.errors import (
+        UsageError as UsageError,
+    )
+    from xpulaunch.errors import (
+        WaitTimeoutError as WaitTimeoutError,
+    )
+    from xpulaunch.errors import (
+        WorkerFailedError as WorkerFailedError,
+    )
+    from xpulaunch.errors import (
+        XpulaunchError as XpulaunchError,
+    )
+    from xpulaunch.llamacpp import LlamaServer as LlamaServer
+    from xpulaunch.llamacpp import plan_llama as plan_llama
+    from xpulaunch.llamacpp import serve_llama as serve_llama
     from xpulaunch.model import (
-        Backend,
-        Device,
-        DeviceMap,
-        Hierarchy,
-        Inventory,
-        MigDevice,
-        Plan,
-        Problem,
-        Unit,
-        Vendor,
-        WorkerPlan,
+        Backend as Backend,
+    )
+    from xpulaunch.model import (
+        Device as Device,
+    )
+    from xpulaunch.model import (
+        DeviceMap as DeviceMap,
+    )
+    from xpulaunch.model import (
+        Hierarchy as Hierarchy,
+    )
+    from xpulaunch.model import (
+        Inventory as Inventory,
+    )
+    from xpulaunch.model import (
+        MigDevice as MigDevice,
+    )
+    from xpulaunch.model import (
+        Plan as Plan,
+    )
+    from xpulaunch.model import (
+        Problem as Problem,
+    )
+    from xpulaunch.model import (
+        Unit as Unit,
+    )
+    from xpulaunch.model import (
+        Vendor as Vendor,
+    )
+    from xpulaunch.model import (
+        WorkerPlan as WorkerPlan,
     )
     from xpulaunch.proc.events import (
-        Event,
-        Exited,
-        GaveUp,
-        Ready,
-        Restarting,
-        Started,
-        Stopped,
-        Stopping,
-        Unhealthy,
-        WorkerState,
-        WorkerStatus,
+        Event as Event,
     )
-    from xpulaunch.proc.launch import RunOptions, run_plan
-    from xpulaunch.proc.leases import Lease, LeaseManager
-    from xpulaunch.proc.logs import LogConfig
-    from xpulaunch.proc.spec import Probe, WorkerSpec
-    from xpulaunch.proc.supervisor import Supervisor
+    from xpulaunch.proc.events import (
+        Exited as Exited,
+    )
+    from xpulaunch.proc.events import (
+        GaveUp as GaveUp,
+    )
+    from xpulaunch.proc.events import (
+        Ready as Ready,
+    )
+    from xpulaunch.proc.events import (
+        Restarting as Restarting,
+    )
+    from xpulaunch.proc.events import (
+        Started as Started,
+    )
+    from xpulaunch.proc.events import (
+        Stopped as Stopped,
+    )
+    from xpulaunch.proc.events import (
+        Stopping as Stopping,
+    )
+    from xpulaunch.proc.events import (
+        Unhealthy as Unhealthy,
+    )
+    from xpulaunch.proc.events import (
+        WorkerState as WorkerState,
+    )
+    from xpulaunch.proc.events import (
+        WorkerStatus as WorkerStatus,
+    )
+    from xpulaunch.proc.launch import RunOptions as RunOptions
+    from xpulaunch.proc.launch import run_plan as run_plan
+    from xpulaunch.proc.leases import Lease as Lease
+    from xpulaunch.proc.leases import LeaseManager as LeaseManager
+    from xpulaunch.proc.logs import LogConfig as LogConfig
+    from xpulaunch.proc.spec import Probe as Probe
+    from xpulaunch.proc.spec import WorkerSpec as WorkerSpec
+    from xpulaunch.proc.supervisor import Supervisor as Supervisor
 
-_WHERE = {
+# Each public name, under the module that defines it.
+_EXPORTS = {
     "xpulaunch.api": (
         "inventory_document", "load_inventory", "plan", "plan_document", "probe",
         "worker_specs",
@@ -105,65 +187,6 @@ _WHERE = {
     "xpulaunch.proc.spec": ("Probe", "WorkerSpec"),
     "xpulaunch.proc.supervisor": ("Supervisor",),
 }  # fmt: skip
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+__all__ = [name for names in _EXPORTS.values() for name in names]
 
-__all__ = [
-    "Backend",
-    "Device",
-    "DeviceBusyError",
-    "DeviceMap",
-    "Event",
-    "Exited",
-    "GaveUp",
-    "Hierarchy",
-    "Inventory",
-    "InventoryError",
-    "LaunchError",
-    "LaunchRequest",
-    "Lease",
-    "LeaseError",
-    "LeaseManager",
-    "LlamaServer",
-    "LogConfig",
-    "MaskError",
-    "MigDevice",
-    "Plan",
-    "Probe",
-    "ProbeError",
-    "Problem",
-    "Ready",
-    "RestartMode",
-    "RestartPolicy",
-    "Restarting",
-    "RunOptions",
-    "SelectionError",
-    "ServerStartError",
-    "Started",
-    "Stopped",
-    "Stopping",
-    "Supervisor",
-    "Unhealthy",
-    "Unit",
-    "UsageError",
-    "Vendor",
-    "WaitTimeoutError",
-    "WorkerFailedError",
-    "WorkerPlan",
-    "WorkerSpec",
-    "WorkerState",
-    "WorkerStatus",
-    "XpulaunchError",
-    "inventory_document",
-    "load_inventory",
-    "make_plan",
-    "plan",
-    "plan_document",
-    "plan_llama",
-    "probe",
-    "run_plan",
-    "serve_llama",
-    "worker_specs",
-]
-
-
-__getattr__, __dir__ = exports(globals(), _MODULE_OF)
+__getattr__, __dir__ = exports(globals(), _EXPORTS)

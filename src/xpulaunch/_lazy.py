@@ -1,12 +1,14 @@
-"""Names of a package imported on first use (PEP 562), for packages whose ``import`` must stay
-cheap: ``import xpulaunch`` loads no supervisor, ``xpulaunch.probe`` no probe, and the
-masks package only the vendor module a name comes from.
+"""The top-level package's PEP 562 exports: a name is imported from its module on first use.
 
-    __getattr__, __dir__ = exports(globals(), {"name": "package.module", ...})
+    __getattr__, __dir__ = exports(globals(), {"package.module": ("name", ...), ...})
+
+Only ``xpulaunch/__init__.py`` uses it: ``import xpulaunch`` to plan a job should not import
+the supervisor, the probes or llama-server's HTTP client. Subpackages import normally.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,23 +16,24 @@ if TYPE_CHECKING:
 
 
 def exports(
-    namespace: MutableMapping[str, object], module_of: Mapping[str, str]
+    namespace: MutableMapping[str, object], table: Mapping[str, tuple[str, ...]]
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The package's ``__getattr__`` (imports the module a name lives in, then keeps the
-    value as a plain attribute of the package) and its ``__dir__``."""
+    value as a plain attribute of the package) and its ``__dir__`` (the table's names)."""
     package = namespace["__name__"]
+    module_of = {name: module for module, names in table.items() for name in names}
 
     def __getattr__(name: str) -> object:
         module = module_of.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        # __import__, not importlib.import_module: the same import, but through the
-        # interpreter's own path, which -X importtime reports (tests read it).
-        value = getattr(__import__(module, fromlist=[name]), name)
+        value = getattr(importlib.import_module(module), name)
         namespace[name] = value
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*namespace, *module_of})
+        # The public names and the module's dunders; not the helpers and submodules that
+        # happen to be attributes.
+        return sorted({*module_of, *(n for n in namespace if n.startswith("__"))})
 
     return __getattr__, __dir__

@@ -10,11 +10,9 @@ Everything here is what the CLI does, minus the printing::
 
 from __future__ import annotations
 
-# Start-up time matters here (issue 2: ``run --dry-run`` in under 80 ms; issue 4: ``run`` adds
-# at most 60 ms): pathlib, shutil, socket and typing cost ~2-9 ms each to import, so the launch
-# path does without them: _read_text, proc.which.which, and _socket (the C module socket wraps)
-# instead, and annotations only for the type checker.
 import os
+import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
@@ -31,37 +29,34 @@ if TYPE_CHECKING:
     from xpulaunch.proc.spec import WorkerSpec
 
 
-def probe(
-    env: Mapping[str, str] | None = None, *, use_torch: bool = False, debug: bool = False
-) -> Inventory:
+def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> Inventory:
     """Probe this host's accelerators without initialising any GPU runtime.
 
     ``env`` is the environment the probe's tools run with (default: this process's); the
-    probe strips the visibility variables that would hide devices from them.
+    probe strips the visibility variables that would hide devices from them. The inventory's
+    ``problems`` list everything ``xpulaunch devices --debug`` shows, a tool that is not
+    installed included: a caller decides what to ignore.
     """
-    from xpulaunch.probe import probe_from_env
+    from xpulaunch.probing import probe_from_env
 
-    inventory: Inventory = probe_from_env(
-        dict(os.environ) if env is None else env, use_torch=use_torch, report_missing=debug
+    return probe_from_env(
+        dict(os.environ) if env is None else env, use_torch=use_torch, report_missing=True
     )
-    return inventory
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory document (``xpulaunch devices --json`` output)."""
     try:
-        text = _read_text(path)
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise InventoryError(f"--inventory {path}: cannot read it ({exc.strerror})") from exc
+        raise InventoryError(
+            f"cannot read it ({exc.strerror})", option="inventory", value=os.fspath(path)
+        ) from exc
     except UnicodeDecodeError as exc:
-        raise InventoryError(f"--inventory {path}: not UTF-8 text ({exc.reason})") from exc
+        raise InventoryError(
+            f"not UTF-8 text ({exc.reason})", option="inventory", value=os.fspath(path)
+        ) from exc
     return inventory_doc.loads(text, source=str(path))
-
-
-def _read_text(path: str | os.PathLike[str]) -> str:
-    # open() rather than pathlib: pathlib costs ~4 ms of start-up on the dry-run path.
-    with open(os.fspath(path), encoding="utf-8") as file:
-        return file.read()
 
 
 def inventory_document(inventory: Inventory) -> dict[str, Any]:
@@ -76,17 +71,12 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A currently free TCP port for MASTER_PORT.
 
     Binding port 0 and closing it leaves a small window in which another process may take the
-    port (landscape pitfall 13); rank 0 binds it within milliseconds of start, and a worker
-    that fails to bind fails the gang, which is then restarted on the same plan.
+    port (torchrun's own ``_get_free_port`` has the same race); rank 0 binds it as it starts,
+    and a worker that fails to bind fails the gang, which is then restarted on the same plan.
     """
-    import _socket  # here: a shared library (~0.4 ms) that only a multi-worker plan needs
-
-    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-    try:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
-    finally:
-        sock.close()
     return port
 
 

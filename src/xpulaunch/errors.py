@@ -22,18 +22,63 @@ from __future__ import annotations
 
 
 class XpulaunchError(Exception):
-    """Base of every error xpulaunch raises on purpose."""
+    """Base of every error xpulaunch raises on purpose.
+
+    An error about one parameter carries its name (``option``, the Python API's keyword) and
+    the ``value`` it was given, and its text says only what is wrong with it. ``message`` (and
+    ``str()``) names the parameter as a Python caller wrote it (``gpus='2': only 1 free
+    device``); :meth:`cli_message` names the command-line option instead (``--gpus 2: ...``),
+    so neither kind of user reads about an interface they did not use.
+    """
 
     exit_code: int = 1
 
-    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        option: str | None = None,
+        value: object = None,
+        malformed: bool = False,
+        exit_code: int | None = None,
+    ) -> None:
         super().__init__(message)
+        self.detail = message
+        self.option = option
+        self.value = value
+        # A value that could not be parsed at all is quoted on the command line too, so that
+        # an empty or odd text is visible; a value that parsed but cannot be met is shown as typed.
+        self.malformed = malformed
         if exit_code is not None:
             self.exit_code = exit_code
 
     @property
     def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
+        """The text for a Python caller: ``gpus='2': ...``."""
+        if self.option is None:
+            return self.detail
+        return f"{self.option}={self.value!r}: {self.detail}"
+
+    def cli_message(self) -> str:
+        """The text for a command-line user: ``--gpus 2: ...``."""
+        if self.option is None:
+            return self.detail
+        flag = CLI_FLAGS.get(self.option, "--" + self.option.replace("_", "-"))
+        if self.value is None or self.value is True:
+            return f"{flag}: {self.detail}"
+        shown = repr(self.value) if self.malformed else str(self.value)
+        return f"{flag} {shown}: {self.detail}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# Python API keyword -> the command-line option that sets the same thing, where the names
+# differ by more than ``_`` -> ``-`` (the API names carry their units).
+CLI_FLAGS = {
+    "min_free_memory_bytes": "--min-free-memory",
+    "max_utilization_percent": "--max-utilization",
+}
 
 
 class UsageError(XpulaunchError):

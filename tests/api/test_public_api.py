@@ -3,8 +3,12 @@ does what the CLI does (contract section 5)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import subprocess
 import sys
+import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,9 +29,46 @@ EXPECTED = {
 }  # fmt: skip
 
 
-def test_all_is_locked() -> None:
-    assert set(xpulaunch.__all__) == EXPECTED
-    assert set(xpulaunch._MODULE_OF) == EXPECTED  # every lazy name is public, and vice versa
+def test_all_is_the_export_table_and_dir() -> None:
+    table = {name for names in xpulaunch._EXPORTS.values() for name in names}
+    assert set(xpulaunch.__all__) == table == EXPECTED
+    assert len(xpulaunch.__all__) == len(table)  # no name twice
+    public = {n for n in dir(xpulaunch) if not n.startswith("_")}
+    assert public == EXPECTED
+
+
+def test_the_type_checking_imports_repeat_the_table() -> None:
+    """Type checkers read the ``if TYPE_CHECKING:`` imports; they must name the same objects."""
+    tree = ast.parse(Path(xpulaunch.__file__).read_text())
+    guard = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n))
+    imported = {
+        (node.module, alias.name)
+        for node in guard.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    table = {(module, name) for module, names in xpulaunch._EXPORTS.items() for name in names}
+    assert imported == table
+
+
+def _modules() -> list[str]:
+    root = Path(xpulaunch.__file__).parent
+    return sorted(
+        "xpulaunch." + ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for p in root.rglob("*.py")
+        if p.name != "__main__.py"
+    )
+
+
+def test_importing_every_module_leaves_every_public_name_what_it_was() -> None:
+    """A subpackage with a public name's name would rebind the attribute when imported
+    (``xpulaunch.probe`` was once both the function and the hardware subpackage)."""
+    before = {name: getattr(xpulaunch, name) for name in EXPECTED}
+    for module in _modules():
+        importlib.import_module(module)
+    for name in EXPECTED:
+        assert getattr(xpulaunch, name) is before[name], name
+        assert not isinstance(before[name], types.ModuleType), name
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -78,3 +119,72 @@ def test_supervisor_runs_a_planned_cpu_job(tmp_path: Path) -> None:
         assert supervisor.wait(timeout=60) == 0
     assert (tmp_path / "out.txt0").read_text() == "2"
     assert (tmp_path / "out.txt1").read_text() == "2"
+
+
+# serve_llama starts real llama-server processes: tests/llama/test_server.py runs it with the
+# real binary and a tiny model.
+NOT_CALLED_HERE = {"serve_llama"}
+
+
+def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:
+    """One cheap, valid call of every public function (inventories from the fixtures)."""
+    from xpulaunch.llamacpp import LlamaBackend, LlamaRequest
+
+    env = {"PATH": "/usr/bin:/bin"}
+    inventory = xpulaunch.load_inventory(inventory_path("2x-h200.json"))
+    cpu_plan = xpulaunch.plan(["true"], gpus="none", parent_env=env)
+    llama = LlamaRequest(
+        model=str(tmp_path / "model.gguf"), gpus="2", binary=str(tmp_path / "llama-server"),
+        llama_backend=LlamaBackend.CUDA,
+    )  # fmt: skip
+    request = xpulaunch.LaunchRequest(argv=("true",), gpus="2")
+    return {
+        "probe": lambda: xpulaunch.probe(env),
+        "load_inventory": lambda: xpulaunch.load_inventory(inventory_path("8x-h100.json")),
+        "inventory_document": lambda: xpulaunch.inventory_document(inventory),
+        "make_plan": lambda: xpulaunch.make_plan(request, inventory, env),
+        "plan": lambda: xpulaunch.plan(["true"], gpus="2", inventory=inventory, parent_env=env),
+        "plan_document": lambda: xpulaunch.plan_document(cpu_plan),
+        "plan_llama": lambda: xpulaunch.plan_llama(llama, inventory, env, dry_run=True),
+        "worker_specs": lambda: xpulaunch.worker_specs(cpu_plan, env),
+        "run_plan": lambda: xpulaunch.run_plan(cpu_plan, env, xpulaunch.RunOptions()),
+    }
+
+
+def test_every_public_function_can_be_called_twice(tmp_path: Path) -> None:
+    functions = {n for n in EXPECTED if isinstance(getattr(xpulaunch, n), types.FunctionType)}
+    calls = _calls(tmp_path)
+    assert set(calls) == functions - NOT_CALLED_HERE
+    for name, call in sorted(calls.items()):
+        first, second = call(), call()
+        assert type(first) is type(second), name
+
+
+def test_probe_reports_what_devices_debug_shows() -> None:
+    """A missing tool or library is a problem the caller can read, not silence."""
+    inventory = xpulaunch.probe({"PATH": "/nonexistent"})
+    assert inventory.problems, "a host without any vendor tool must say so"
+
+
+def test_api_errors_name_the_keyword_and_the_cli_form_names_the_flag() -> None:
+    inventory = str(inventory_path("2x-h200.json"))
+    with pytest.raises(xpulaunch.SelectionError) as raised:
+        xpulaunch.plan(["true"], gpus="3", inventory=inventory, parent_env={})
+    assert str(raised.value).startswith("gpus='3': only 2 free device(s) of 2 visible")
+    assert raised.value.cli_message().startswith("--gpus 3: only 2 free device(s)")
+    with pytest.raises(xpulaunch.UsageError) as malformed:
+        xpulaunch.plan(["true"], gpus="lots", inventory=inventory, parent_env={})
+    assert malformed.value.message.startswith("gpus='lots': expected auto, all, none")
+    assert malformed.value.cli_message().startswith("--gpus 'lots': expected auto, all, none")
+    with pytest.raises(xpulaunch.InventoryError) as missing:
+        xpulaunch.plan(["true"], inventory="/nonexistent.json", parent_env={})
+    assert missing.value.message.startswith("inventory='/nonexistent.json': cannot read it")
+    assert missing.value.cli_message().startswith("--inventory /nonexistent.json: cannot read")
+
+
+def test_a_uuid_prefix_selects_the_device_it_starts() -> None:
+    plan = xpulaunch.plan(
+        ["true"], gpus="GPU-e436550d", inventory=str(inventory_path("2x-h200.json")),
+        parent_env={},
+    )  # fmt: skip
+    assert [d.device.index for d in plan.devices] == [1]

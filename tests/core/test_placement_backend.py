@@ -36,8 +36,10 @@ def test_place(
 
 
 def test_isolate_needs_a_device_per_worker() -> None:
-    with pytest.raises(SelectionError, match="--isolate with 3 workers needs at least 3"):
+    with pytest.raises(SelectionError) as raised:
         place(2, 3, isolate=True)
+    assert raised.value.message.startswith("isolate=True: 3 isolated workers need at least 3 ")
+    assert raised.value.cli_message().startswith("--isolate: 3 isolated workers need at least 3 ")
 
 
 def test_worker_count() -> None:
@@ -132,8 +134,10 @@ def test_uuid_or_bus_in_gpus_picks_the_vendor() -> None:
 def test_cpu_only_host() -> None:
     backend, notes = choose_backend(None, AUTO, (), {})
     assert backend is Backend.CPU and "running on the CPU" in notes[-1]
-    with pytest.raises(SelectionError, match="--gpus 2: no usable accelerator"):
+    with pytest.raises(SelectionError) as raised:
         choose_backend(None, GpuRequest(GpuMode.COUNT, count=2), (), {})
+    assert raised.value.message.startswith("gpus='2': no usable accelerator")
+    assert raised.value.cli_message().startswith("--gpus 2: no usable accelerator")
 
 
 def test_only_an_igpu_means_cpu_for_auto() -> None:

@@ -132,7 +132,7 @@ def test_min_free_memory_rejects_unknown_and_small() -> None:
     )
     assert [u.device.index for u in chosen.units] == [1]
     notes = " ".join(chosen.notes)
-    assert "4.0 GiB free < --min-free-memory 8.0 GiB" in notes
+    assert "4.0 GiB free < the 8.0 GiB minimum asked for" in notes
     assert "free memory unknown, cannot verify" in notes
 
 
@@ -142,7 +142,7 @@ def test_max_utilization_filter() -> None:
         GpuRequest(GpuMode.AUTO), units, devices, filters=Filters(max_utilization_percent=1)
     )
     assert chosen.units == ()
-    assert "2% busy > --max-utilization 1" in chosen.notes[0]
+    assert "2% busy > the 1% utilisation limit" in chosen.notes[0]
 
 
 def test_integrated_gpu_only_when_named() -> None:
@@ -158,7 +158,14 @@ def test_integrated_gpu_only_when_named() -> None:
 
 def test_explicit_ids_by_index_uuid_prefix_free_bus_and_order_kept() -> None:
     units, devices = _units("2x-h200.json")
-    for ident in ("1", "GPU-e436550d-4102-c58c-de2e-988dc6aaa541", "0000:00:07.0", "00:07.0"):
+    for ident in (
+        "1",
+        "GPU-e436550d-4102-c58c-de2e-988dc6aaa541",
+        "GPU-e436550d",  # a unique prefix, as CUDA_VISIBLE_DEVICES accepts
+        "gpu-E436",
+        "0000:00:07.0",
+        "00:07.0",
+    ):
         chosen = select(GpuRequest(GpuMode.EXPLICIT, ids=(ident,)), units, devices)
         assert [u.device.index for u in chosen.units] == [1], ident
     both = select(GpuRequest(GpuMode.EXPLICIT, ids=("1", "0")), units, devices)
@@ -167,8 +174,12 @@ def test_explicit_ids_by_index_uuid_prefix_free_bus_and_order_kept() -> None:
 
 def test_explicit_errors() -> None:
     units, devices = _units("2x-h200.json")
-    with pytest.raises(SelectionError, match="--gpus 5: no such device; devices here: 0 "):
+    with pytest.raises(SelectionError) as raised:
         select(GpuRequest(GpuMode.EXPLICIT, ids=("5",)), units, devices)
+    assert raised.value.message.startswith("gpus='5': no such device; devices here: 0 ")
+    assert raised.value.cli_message().startswith("--gpus 5: no such device; devices here: 0 ")
+    with pytest.raises(SelectionError, match=r"UUID prefix fits 2 devices .*; give more of it"):
+        select(GpuRequest(GpuMode.EXPLICIT, ids=("GPU-",)), units, devices)
     with pytest.raises(SelectionError, match="hidden by the parent's visibility"):
         select(GpuRequest(GpuMode.EXPLICIT, ids=("1",)), units[:1], devices)
     with pytest.raises(SelectionError, match="named twice"):

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xpulaunch.core.restart import RestartMode
-from xpulaunch.model import Backend, Plan, WorkerPlan
-from xpulaunch.proc.launch import RunOptions, run_plan
+from xpulaunch import Backend, Plan, RestartMode, RunOptions, WorkerPlan, run_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.slow
@@ -101,3 +99,24 @@ def test_supervisor_api_example(tmp_path: Path) -> None:
     assert "a: ready again, restarts 1" in result.stdout
     assert "stopped, exit status 143" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_examples_import_only_the_public_package(example: str) -> None:
+    """Examples are what users copy: they use ``xpulaunch``'s public names, never internals."""
+    import ast
+
+    tree = ast.parse((EXAMPLES / example).read_text())
+    internal = [
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("xpulaunch.")
+    ]
+    internal += [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.startswith("xpulaunch.")
+    ]
+    assert internal == []

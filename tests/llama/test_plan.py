@@ -122,8 +122,10 @@ def test_a_sycl_child_never_keeps_a_selector_without_level_zero() -> None:
 
 def test_more_replicas_than_devices_is_a_clear_error() -> None:
     request = replace(BASE, replicas=3, gpus="2")
-    with pytest.raises(SelectionError, match=r"--replicas 3: each replica needs its own device"):
+    with pytest.raises(SelectionError) as raised:
         make(request, load_inventory("2x-h200.json"), LlamaBackend.CUDA)
+    assert raised.value.message.startswith("replicas=3: each replica needs its own device")
+    assert raised.value.cli_message().startswith("--replicas 3: each replica needs its own device")
 
 
 def test_a_cpu_build_runs_every_replica_on_the_cpu() -> None:
@@ -135,13 +137,17 @@ def test_a_cpu_build_runs_every_replica_on_the_cpu() -> None:
 
 
 def test_a_cpu_build_refuses_gpus() -> None:
-    with pytest.raises(UsageError, match="--gpus 2: this llama-server is a CPU build"):
+    with pytest.raises(UsageError) as raised:
         make(replace(BASE, gpus="2"), load_inventory("2x-h200.json"), LlamaBackend.CPU)
+    assert raised.value.message.startswith("gpus='2': this llama-server is a CPU build")
+    assert raised.value.cli_message().startswith("--gpus 2: this llama-server is a CPU build")
 
 
 def test_a_build_refuses_another_vendors_backend() -> None:
-    with pytest.raises(UsageError, match="--backend xpu: this llama-server is a CUDA build"):
+    with pytest.raises(UsageError) as raised:
         make(replace(BASE, backend="xpu"), load_inventory("2x-h200.json"), LlamaBackend.CUDA)
+    assert raised.value.message.startswith("backend='xpu': this llama-server is a CUDA build")
+    assert raised.value.cli_message().startswith("--backend xpu: this llama-server is a CUDA")
 
 
 def test_a_gpu_build_may_still_run_on_the_cpu() -> None:
@@ -194,14 +200,14 @@ def test_a_port_after_dashdash_is_the_replicas_fixed_port() -> None:
 
 def test_a_port_after_dashdash_cannot_serve_several_replicas() -> None:
     request = replace(BASE, replicas=2, gpus="2", passthrough=("--port", "9123"))
-    with pytest.raises(UsageError, match="xpulaunch's own --port"):
+    with pytest.raises(UsageError, match="xpulaunch's port"):
         make(request, load_inventory("2x-h200.json"), LlamaBackend.CUDA)
 
 
 @pytest.mark.parametrize(
     ("model", "passthrough", "env", "message"),
     [
-        (None, (), {}, "-m/--model PATH is required"),
+        (None, (), {}, r"model=None: no model given; expected the path of a \.gguf file"),
         ("a.gguf", ("-m", "b.gguf"), {}, "-m given twice"),
     ],
 )
@@ -254,3 +260,15 @@ def test_vulkan_replicas_cannot_share_a_card_through_its_tiles() -> None:
     request = replace(BASE, gpus="0.0,0.1", backend="xpu", replicas=2)
     with pytest.raises(SelectionError, match="would share Vulkan0"):
         make(request, load_inventory("2x-max1550.json"), LlamaBackend.VULKAN, None, MAX_VULKAN)
+
+
+def test_a_llama_plan_speaks_of_replicas_not_ranks_isolation_or_device_maps() -> None:
+    result = two_replicas("2x-h200.json", LlamaBackend.CUDA)
+    notes = " ".join(result.plan.notes)
+    assert "each replica sees only its own devices" in notes
+    for word in ("--isolate", "worker", "rank", "device map"):
+        assert word not in notes, word
+    assert result.plan.device_map is None
+    for worker in result.plan.workers:
+        assert "XPULAUNCH_DEVICE_MAP" not in worker.env
+        assert "XPULAUNCH_MAX_MEMORY" not in worker.env

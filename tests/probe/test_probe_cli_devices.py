@@ -127,7 +127,7 @@ def test_devices_json_imports_no_torch(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    assert "xpulaunch.probe.host" in imported  # the probe really ran
+    assert "xpulaunch.probing.host" in imported  # the probe really ran
     assert not {n for n in imported if n.split(".")[0] in ("torch", "pyzes", "rich")}
 
 

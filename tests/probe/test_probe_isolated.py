@@ -14,8 +14,8 @@ import pytest
 from probe_fakes import FakeMachine, b580_uhd_host
 
 from xpulaunch.core.inventory import dumps
-from xpulaunch.probe import isolated
-from xpulaunch.probe.host import PROCFS_ROOT_ENV, SYSFS_ROOT_ENV, probe_from_env
+from xpulaunch.probing import isolated
+from xpulaunch.probing.host import PROCFS_ROOT_ENV, SYSFS_ROOT_ENV, probe_from_env
 
 
 def fake_intel_host(tmp_path: Path) -> dict[str, str]:
@@ -41,7 +41,7 @@ def test_the_forked_probe_gives_the_in_process_inventory(tmp_path: Path) -> None
     code = (
         "import json, os\n"
         "from xpulaunch.core.inventory import dumps\n"
-        "from xpulaunch.probe.isolated import probe_isolated\n"
+        "from xpulaunch.probing.isolated import probe_isolated\n"
         "print(json.dumps({'doc': dumps(probe_isolated(dict(os.environ))), 'pid': os.getpid()}))\n"
     )
     result = run_isolated(code, env)
@@ -54,7 +54,7 @@ def test_the_forked_probe_gives_the_in_process_inventory(tmp_path: Path) -> None
 def test_the_childs_imports_and_state_stay_in_the_child(tmp_path: Path) -> None:
     code = (
         "import json, os, sys\n"
-        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.probing import isolated\n"
         "from xpulaunch.model import Inventory, Problem\n"
         "seen = []\n"
         "def probe(env):\n"
@@ -75,7 +75,7 @@ def test_the_childs_imports_and_state_stay_in_the_child(tmp_path: Path) -> None:
 def test_a_failing_child_is_recorded_and_the_probe_runs_here() -> None:
     code = (
         "import json, os\n"
-        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.probing import isolated\n"
         "from xpulaunch.model import Inventory\n"
         "parent = os.getpid()\n"
         "def probe(env):\n"
@@ -110,7 +110,7 @@ def test_with_other_threads_it_does_not_fork(monkeypatch: pytest.MonkeyPatch) ->
 def test_leaving_without_the_result_kills_and_reaps_the_child() -> None:
     code = (
         "import json, os, time\n"
-        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.probing import isolated\n"
         "def probe(env):\n"
         "    time.sleep(30)\n"
         "isolated._probe = probe\n"
@@ -136,7 +136,7 @@ def test_leaving_without_the_result_kills_and_reaps_the_child() -> None:
 def test_the_child_is_reaped_after_a_result() -> None:
     code = (
         "import json, os, time\n"
-        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.probing import isolated\n"
         "from xpulaunch.model import Inventory\n"
         "isolated._probe = lambda env: Inventory(devices=(), problems=())\n"
         "probing = isolated.ForkedProbe({})\n"
@@ -159,7 +159,7 @@ def test_the_child_is_reaped_after_a_result() -> None:
 def test_part_of_a_document_counts_as_a_failed_child() -> None:
     code = (
         "import json, os\n"
-        "from xpulaunch.probe import isolated\n"
+        "from xpulaunch.probing import isolated\n"
         "from xpulaunch.model import Inventory\n"
         "parent = os.getpid()\n"
         "real_dumps = isolated.dumps\n"

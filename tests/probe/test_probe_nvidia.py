@@ -23,7 +23,7 @@ from probe_fakes import (
     write_tool,
 )
 
-from xpulaunch.probe import probe_host
+from xpulaunch.probing import probe_host
 
 MIB = 1024 * 1024
 NVML_MISSING = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
@@ -188,7 +188,7 @@ def test_without_the_library_or_pynvml_the_note_names_pynvml(
     note is still the one an import failure gave when pynvml is not installed either."""
     import importlib.util
 
-    from xpulaunch.probe import nvidia
+    from xpulaunch.probing import nvidia
 
     # As on a host without the driver, also where this test runs on one.
     monkeypatch.setattr(nvidia, "_library_loads", lambda: False)
@@ -228,7 +228,7 @@ def test_library_loads_answers_as_ctypes_cdll_does(
 ) -> None:
     import ctypes
 
-    from xpulaunch.probe import nvidia
+    from xpulaunch.probing import nvidia
 
     monkeypatch.setattr(nvidia, "NVML_LIBRARY", library)
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from probe_fakes import FIXTURES
 
-from xpulaunch.probe.parsers.amd import parse_amd_smi, parse_rocm_smi_json
-from xpulaunch.probe.parsers.common import ParseError
-from xpulaunch.probe.parsers.intel import (
+from xpulaunch.probing.parsers.amd import parse_amd_smi, parse_rocm_smi_json
+from xpulaunch.probing.parsers.common import ParseError
+from xpulaunch.probing.parsers.intel import (
     QUERY_V2_FIELDS,
     is_discrete,
     parse_discovery_detail_json,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from probe_fakes import FIXTURES
 
-from xpulaunch.probe.parsers.nvidia import QUERY_FIELDS, parse_proc_information, parse_query_gpu
+from xpulaunch.probing.parsers.nvidia import QUERY_FIELDS, parse_proc_information, parse_query_gpu
 
 MIB = 1024 * 1024
 

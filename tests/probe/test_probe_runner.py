@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from xpulaunch.model import Problem
-from xpulaunch.probe.context import parallel
-from xpulaunch.probe.runner import RunResult, SubprocessRunner, tool_env
+from xpulaunch.probing.context import parallel
+from xpulaunch.probing.runner import RunResult, SubprocessRunner, tool_env
 
 
 def _script(tmp_path: Path, name: str, body: str) -> Path:

@@ -13,7 +13,7 @@ from probe_fakes import (
 )
 
 from xpulaunch.model import Vendor
-from xpulaunch.probe.sysfs import count_tiles, list_pci_gpus, perfmon_capable
+from xpulaunch.probing.sysfs import count_tiles, list_pci_gpus, perfmon_capable
 
 
 def test_h200_vm_without_class_drm(tmp_path: Path) -> None:

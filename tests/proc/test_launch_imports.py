@@ -8,7 +8,7 @@ device), and the CLI itself. Then:
 * no torch, accelerate or vendor GPU runtime: the launcher never initialises a GPU (a CUDA
   context does not survive ``fork``, and importing torch costs seconds of every launch);
 * no pynvml in the CLI's process: it probes in a forked child, so NVML's library is not
-  resident in the supervisor for the life of the job (:mod:`xpulaunch.probe.isolated`);
+  resident in the supervisor for the life of the job (:mod:`xpulaunch.probing.isolated`);
 * no ``http.client``, ``ssl`` or ``email`` for a plain ``run``: only llama health checks
   speak HTTP, and they import it when they run.
 """

@@ -53,7 +53,7 @@ def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: b
         if use_torch:
             click.echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
     else:
-        from xpulaunch.probe import probe_from_env
+        from xpulaunch.probing import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
     if as_json:

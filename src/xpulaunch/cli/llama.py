@@ -165,7 +165,7 @@ def _inventory(path: str | None, parent_env: dict[str, str]) -> Inventory:
     if path:
         return api.load_inventory(path)
     # Forked, so that NVML's memory never becomes the long-lived supervisor's.
-    from xpulaunch.probe.isolated import probe_isolated
+    from xpulaunch.probing.isolated import probe_isolated
 
     return probe_isolated(parent_env)
 

@@ -47,7 +47,7 @@ def _invoke(args: list[str]) -> object:
 
 def _error_line(exc: click.ClickException | XpulaunchError) -> str:
     if isinstance(exc, XpulaunchError):
-        return exc.message
+        return exc.cli_message()
     ctx = getattr(exc, "ctx", None)  # usage errors know their command
     hint = "" if ctx is None else f" (see '{ctx.command_path} --help')"
     return exc.format_message() + hint

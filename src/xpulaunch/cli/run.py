@@ -74,7 +74,7 @@ def _execute(
     # process imports the supervisor (proc.launch, needed by no dry run).
     probing = None
     if kwargs["inventory"] is None:
-        from xpulaunch.probe.isolated import ForkedProbe
+        from xpulaunch.probing.isolated import ForkedProbe
 
         probing = ForkedProbe(kwargs["parent_env"])
     with probing or contextlib.nullcontext():

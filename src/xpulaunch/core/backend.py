@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.pci import normalize_bus_id
-from xpulaunch.core.selection import GpuMode, GpuRequest
+from xpulaunch.core.selection import GpuMode, GpuRequest, uuid_prefix_names
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.model import Backend, Device, Unit, Vendor
 
@@ -28,7 +28,7 @@ def parse_backend(text: str | None) -> Backend | None:
         return Backend(value)
     except ValueError:
         raise UsageError(
-            f"--backend/XPULAUNCH_BACKEND {text!r}: expected auto, cuda, xpu, rocm or cpu"
+            "expected auto, cuda, xpu, rocm or cpu", option="backend", value=text, malformed=True
         ) from None
 
 
@@ -68,13 +68,15 @@ def _explicit(
     assert vendor is not None  # CPU handled by the caller
     if not any(d.vendor is vendor for d in devices):
         raise SelectionError(
-            f"--backend {requested.value}: no {_NAMES[vendor]} GPU on this host; "
-            f"present: {_present(devices)}"
+            f"no {_NAMES[vendor]} GPU on this host; present: {_present(devices)}",
+            option="backend",
+            value=requested.value,
         )
     if not visible.get(vendor):
         raise SelectionError(
-            f"--backend {requested.value}: every {_NAMES[vendor]} GPU is hidden by the parent's "
-            "visibility variables"
+            f"every {_NAMES[vendor]} GPU is hidden by the parent's visibility variables",
+            option="backend",
+            value=requested.value,
         )
     return requested, (f"backend {requested.value}: requested",)
 
@@ -103,8 +105,10 @@ def _automatic(
         if gpus.mode is GpuMode.AUTO:
             return Backend.CPU, (*notes, "no usable accelerator is visible: running on the CPU")
         raise SelectionError(
-            f"--gpus {gpus.text}: no usable accelerator is visible"
-            + (f" ({'; '.join(notes)})" if notes else f"; present: {_present(devices)}")
+            "no usable accelerator is visible"
+            + (f" ({'; '.join(notes)})" if notes else f"; present: {_present(devices)}"),
+            option="gpus",
+            value=gpus.text,
         )
     chosen = usable[0]
     if len(usable) > 1:
@@ -132,7 +136,11 @@ def _vendor_named_by_ids(gpus: GpuRequest, devices: Sequence[Device]) -> Vendor 
         bus = normalize_bus_id(ident)
         for d in devices:
             uuids = {(d.uuid or "").lower(), *(m.uuid.lower() for m in d.mig_devices)} - {""}
-            if (bus is not None and bus == d.pci_bus_id) or ident.lower() in uuids:
+            if (
+                (bus is not None and bus == d.pci_bus_id)
+                or ident.lower() in uuids
+                or uuid_prefix_names(ident, d)
+            ):
                 vendors.add(d.vendor)
     return vendors.pop() if len(vendors) == 1 else None
 

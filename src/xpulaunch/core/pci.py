@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-# A pattern, not a compiled one: re.match compiles it on first use and caches it, so a launch
-# that never reads a PCI address does not pay ~0.3 ms to compile it at import (issue 4).
 _BDF = (
     r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
     r"(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"

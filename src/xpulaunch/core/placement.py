@@ -1,8 +1,8 @@
 """Which units each worker sees: job-wide visibility (default) or ``--isolate``.
 
 Job-wide is the collective-safe default: oneCCL needs every device of a communicator visible in
-each rank, and per-rank masks break NCCL/oneCCL setups (reference landscape pitfall 6:
-oneCCL #217, torch-ccl #71, nccl-tests #300). ``--isolate`` is for independent workers
+each rank, and per-rank masks break NCCL/oneCCL setups (oneCCL #217,
+torch-ccl #71, nccl-tests #300). ``--isolate`` is for independent workers
 (sweeps, servers): each sees only its share, renumbered from 0.
 """
 
@@ -21,7 +21,9 @@ def worker_count(nproc_per_node: int | None, units: int) -> int:
     if nproc_per_node is None:
         return max(units, 1)
     if nproc_per_node < 1:
-        raise UsageError(f"--nproc-per-node {nproc_per_node}: must be at least 1, or auto")
+        raise UsageError(
+            "must be at least 1, or auto", option="nproc_per_node", value=nproc_per_node
+        )
     return nproc_per_node
 
 
@@ -38,8 +40,10 @@ def place(units: int, workers: int, *, isolate: bool) -> tuple[tuple[int, ...], 
         return tuple(everything for _ in range(workers))
     if workers > units:
         raise SelectionError(
-            f"--isolate with {workers} workers needs at least {workers} devices; "
-            f"{units} selected (use --gpus {workers} or fewer workers)"
+            f"{workers} isolated workers need at least {workers} devices; {units} selected "
+            f"(select {workers} devices or use fewer workers)",
+            option="isolate",
+            value=True,
         )
     return split_evenly(everything, workers)
 

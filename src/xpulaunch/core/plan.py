@@ -132,9 +132,11 @@ def _select_units(
     )
     if not selection.units and gpus.mode is GpuMode.AUTO:
         raise SelectionError(
-            "--gpus auto: no free device among the visible ones ("
+            "no free device among the visible ones ("
             + "; ".join(selection.notes)
-            + "); wait with --wait, name devices explicitly, or use --gpus none for the CPU"
+            + "); name devices explicitly, use none for the CPU, or wait for a free one",
+            option="gpus",
+            value="auto",
         )
     return selection.units, selection.notes
 

@@ -8,7 +8,8 @@ on any monotonic clock the caller injects). Nothing here sleeps.
 Two lessons from the landscape shape the policy (landscape.md (b) supervisord 1, (c) 19):
 
 * supervisord restarts instantly after RUNNING and torchrun restarts the gang immediately;
-  together with asynchronously released VRAM (pitfall 12) an instant restart often fails
+  together with asynchronously released VRAM (the driver frees a dead process's memory
+  after it exits) an instant restart often fails
   again. So restarts wait a capped exponential backoff.
 * a job that ran fine for a long time and then failed once should not be treated like one
   that crash-loops: after ``stable_window_s`` of uptime the restart count starts over
@@ -17,17 +18,11 @@ Two lessons from the landscape shape the policy (landscape.md (b) supervisord 1,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import Enum
 
 from xpulaunch.errors import UsageError
-
-_INF = float("inf")
-
-
-def _finite(value: float) -> bool:
-    """math.isfinite without loading math (a shared library: ~0.3 ms of every start)."""
-    return -_INF < value < _INF  # False for NaN too: every comparison with it is False
 
 
 class RestartMode(str, Enum):
@@ -74,9 +69,9 @@ class RestartPolicy:
             raise UsageError(f"max restarts {self.max_restarts}: expected 0 or more")
         for name in ("backoff_initial_s", "backoff_max_s", "stable_window_s"):
             value = getattr(self, name)
-            if not _finite(value) or value < 0:
+            if not math.isfinite(value) or value < 0:
                 raise UsageError(f"{name} {value}: expected a number of seconds >= 0")
-        if not _finite(self.backoff_factor) or self.backoff_factor < 1:
+        if not math.isfinite(self.backoff_factor) or self.backoff_factor < 1:
             raise UsageError(f"backoff factor {self.backoff_factor}: expected a number >= 1")
 
     def backoff_s(self, restarts: int) -> float:

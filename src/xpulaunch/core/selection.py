@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 # A device is "busy" (not free for auto/N) above these readings. A CUDA context alone costs
-# ~0.5 GiB (reference pitfall 3), so 10% of an 8 GiB card still counts as idle.
+# ~0.5 GiB, so 10% of an 8 GiB card still counts as idle.
 BUSY_MEMORY_FRACTION = 0.10
 BUSY_UTILIZATION_PERCENT = 50.0
 
@@ -86,19 +86,26 @@ def parse_gpus(text: str) -> GpuRequest:
     if value.isascii() and value.isdigit():
         count = int(value)
         if count == 0:
-            raise UsageError("--gpus 0: a count must be at least 1; use --gpus none for the CPU")
+            raise UsageError(
+                "a count must be at least 1; use none for the CPU", option="gpus", value=text
+            )
         return GpuRequest(GpuMode.COUNT, count=count)
     if normalize_bus_id(value) is not None or re.match(_UUIDISH, value) or re.match(_TILE, value):
         return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
-    raise UsageError(f"--gpus {text!r}: expected {_VALID}")
+    raise UsageError(f"expected {_VALID}", option="gpus", value=text, malformed=True)
 
 
 def _split_ids(body: str, text: str) -> tuple[str, ...]:
     ids = tuple(part.strip() for part in body.split(","))
     if not ids or any(not part for part in ids):
-        raise UsageError(f"--gpus {text!r}: empty device id in the list; expected {_VALID}")
+        raise UsageError(
+            f"empty device id in the list; expected {_VALID}",
+            option="gpus",
+            value=text,
+            malformed=True,
+        )
     if len(set(ids)) != len(ids):
-        raise UsageError(f"--gpus {text!r}: a device is listed twice")
+        raise UsageError("a device is listed twice", option="gpus", value=text, malformed=True)
     return ids
 
 
@@ -120,17 +127,21 @@ def resolve_ids(
             and any(u.device == device and u.tile is None for u in units)
         ):
             raise SelectionError(
-                f"--gpus {ident}: tiles are not handed out under the COMPOSITE hierarchy; "
-                f"name the card ({device.index}) or set ZE_FLAT_DEVICE_HIERARCHY=FLAT"
+                "tiles are not handed out under the COMPOSITE hierarchy; "
+                f"name the card ({device.index}) or set ZE_FLAT_DEVICE_HIERARCHY=FLAT",
+                option="gpus",
+                value=ident,
             )
         if not matches:
             raise SelectionError(
-                f"--gpus {ident}: {device.label()} is hidden by the parent's visibility "
-                f"variables; visible: {_labels(units)}"
+                f"{device.label()} is hidden by the parent's visibility "
+                f"variables; visible: {_labels(units)}",
+                option="gpus",
+                value=ident,
             )
         for unit in matches:
             if unit in chosen:
-                raise SelectionError(f"--gpus {ident}: {unit.label()} is named twice")
+                raise SelectionError(f"{unit.label()} is named twice", option="gpus", value=ident)
             chosen.append(unit)
     return tuple(chosen)
 
@@ -140,16 +151,39 @@ def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | N
     tile_match = re.fullmatch(r"(\d+)\.(\d+)", ident)
     if tile_match:
         card, tile = tile_match[1], int(tile_match[2])
+    device = _device_named(card, ident, devices)
+    if tile is not None and tile >= device.tiles:
+        raise SelectionError(
+            f"{device.label()} has {device.tiles} tile(s); valid tiles are 0..{device.tiles - 1}",
+            option="gpus",
+            value=ident,
+        )
+    return device, tile
+
+
+def _device_named(card: str, ident: str, devices: Sequence[Device]) -> Device:
+    """The device ``card`` names: exactly, or by a unique UUID prefix (``GPU-e436550d``), which
+    CUDA_VISIBLE_DEVICES accepts too (CUDA C Programming Guide, "CUDA Environment Variables")."""
     for device in devices:
         if _matches(card, device):
-            if tile is not None and tile >= device.tiles:
-                raise SelectionError(
-                    f"--gpus {ident}: {device.label()} has {device.tiles} tile(s); "
-                    f"valid tiles are 0..{device.tiles - 1}"
-                )
-            return device, tile
-    known = ", ".join(f"{d.index} ({d.pci_bus_id or d.uuid or d.name})" for d in devices) or "none"
-    raise SelectionError(f"--gpus {ident}: no such device; devices here: {known}")
+            return device
+    by_prefix = [d for d in devices if uuid_prefix_names(card, d)]
+    if len(by_prefix) == 1:
+        return by_prefix[0]
+    if by_prefix:
+        raise SelectionError(
+            f"the UUID prefix fits {len(by_prefix)} devices ({_device_list(by_prefix)}); "
+            "give more of it",
+            option="gpus",
+            value=ident,
+        )
+    raise SelectionError(
+        f"no such device; devices here: {_device_list(devices)}", option="gpus", value=ident
+    )
+
+
+def _device_list(devices: Sequence[Device]) -> str:
+    return ", ".join(f"{d.index} ({d.pci_bus_id or d.uuid or d.name})" for d in devices) or "none"
 
 
 def _matches(ident: str, device: Device) -> bool:
@@ -161,6 +195,15 @@ def _matches(ident: str, device: Device) -> bool:
     lowered = ident.lower()
     uuids = [device.uuid or ""] + [m.uuid for m in device.mig_devices]
     return any(u and u.lower() == lowered for u in uuids)
+
+
+def uuid_prefix_names(ident: str, device: Device) -> bool:
+    """Whether ``ident`` (``GPU-...`` or ``MIG-...``) is the start of one of the device's UUIDs."""
+    lowered = ident.lower()
+    if not lowered.startswith(("gpu-", "mig-")):
+        return False
+    uuids = [device.uuid or ""] + [m.uuid for m in device.mig_devices]
+    return any(u and u.lower().startswith(lowered) for u in uuids)
 
 
 def select(
@@ -210,8 +253,9 @@ def _select_free(
         if len(eligible) < request.count:
             why = "; ".join(notes) or "no accelerator is visible"
             raise SelectionError(
-                f"--gpus {request.count}: only {len(eligible)} free device(s) of "
-                f"{len(units)} visible ({why})"
+                f"only {len(eligible)} free device(s) of {len(units)} visible ({why})",
+                option="gpus",
+                value=request.text,
             )
         eligible = eligible[: request.count]
     for unit in eligible:
@@ -228,14 +272,14 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
     free = unit.memory_free_bytes
     if filters.min_free_memory_bytes is not None:
         if free is None:
-            return "free memory unknown, cannot verify --min-free-memory"
+            return "free memory unknown, cannot verify the minimum free memory asked for"
         if free < filters.min_free_memory_bytes:
             need = format_bytes(filters.min_free_memory_bytes)
-            return f"{format_bytes(free)} free < --min-free-memory {need}"
+            return f"{format_bytes(free)} free < the {need} minimum asked for"
     util = unit.device.utilization_percent
     limit = filters.max_utilization_percent
     if limit is not None and util is not None and util > limit:
-        return f"{util:.0f}% busy > --max-utilization {limit:g}"
+        return f"{util:.0f}% busy > the {limit:g}% utilisation limit"
     busy = _busy(unit)
     if busy is not None and filters.min_free_memory_bytes is None:
         return busy

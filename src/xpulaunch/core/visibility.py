@@ -2,14 +2,14 @@
 
 Pure: inventory and parent env in; units, notes and an env dict out. Devices are kept by
 physical identity; mask syntax only appears in the env written for a child, computed from
-that identity, and it replaces the parent's mask (contract section 2; reference 7.3 and
-pitfalls 4-8, 16).
+that identity, and it replaces the parent's mask (contract section 2; reference 7.3).
 
 MIG decision: a GPU in MIG mode stays one :class:`~xpulaunch.model.Unit` (its key is the
-card's PCI address), because a CUDA process enumerates a single MIG instance anyway [unv,
-MIG user guide via pytorch #130181] and :mod:`xpulaunch.model` has no MIG unit. Its child
-gets the MIG UUID of the instance the parent's ``CUDA_VISIBLE_DEVICES`` named, else of the
-card's first instance, so the mask stays physical; a note says so.
+card's PCI address), because a CUDA process enumerates a single MIG instance anyway (the MIG
+user guide, as quoted in pytorch #130181; not verified on MIG hardware here) and
+:mod:`xpulaunch.model` has no MIG unit. Its child gets the MIG UUID of the instance the
+parent's ``CUDA_VISIBLE_DEVICES`` named, else of the card's first instance, so the mask stays
+physical; a note says so.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-# Vendor parsers are reached as ``masks.<name>``: the package loads a vendor's module on first
-# use, so planning for one vendor's host does not load the other vendors' parsers (issue 2).
 from xpulaunch.core import masks
 from xpulaunch.core.masks import (
     CUDA_VAR,
@@ -96,7 +94,8 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
         if mig is not None:
             notes.append(
                 f"{entry.device.label()} is in MIG mode: it is handed out whole and its child "
-                f"sees MIG instance {mig.uuid} only (one MIG instance per CUDA process [unv])"
+                f"sees MIG instance {mig.uuid} only (the driver documents one MIG instance per "
+                "CUDA process)"
             )
     numeric = value is not None and any(e.strip()[:1].isdigit() for e in value.split(","))
     if numeric and env.get(CUDA_ORDER_VAR) != "PCI_BUS_ID" and len({d.name for d in devices}) > 1:
@@ -245,7 +244,7 @@ def _nvidia_env(
     if len(mig_cards) > 1:
         raise SelectionError(
             f"{', '.join(mig_cards)} are in MIG mode and a CUDA process uses one MIG instance "
-            "(MIG user guide [unv]); give each to its own worker (--isolate) or pick one"
+            "(NVIDIA's MIG user guide); give each to its own isolated worker or pick one"
         )
     parsed = masks.CudaVisible(())
     if mig_cards:
@@ -292,5 +291,5 @@ def _amd_env(
         env[HIP_VAR] = ",".join(str(i) for i in range(len(units)))
         env[CUDA_VAR] = ""
     elif CUDA_VAR in parent_env:
-        env[CUDA_VAR] = None  # HIP would read it as a second mask (pitfall 16, ollama)
+        env[CUDA_VAR] = None  # HIP would read it as a second mask (ollama hit this)
     return env

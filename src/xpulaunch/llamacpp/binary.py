@@ -1,8 +1,8 @@
 """The llama-server binary: where it is and which build it is (it is asked, in a subprocess).
 
 ``--list-devices`` initialises the build's GPU runtime, so it only ever runs in a child
-process (reference pitfall 1), with the parent's environment: the names it prints are the
-ones a child with the same visibility variables sees.
+process (the launcher itself never initialises one), with the parent's environment: the
+names it prints are the ones a child with the same visibility variables sees.
 """
 
 from __future__ import annotations

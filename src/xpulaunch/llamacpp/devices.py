@@ -62,7 +62,7 @@ _PLAN_BACKEND = {
     LlamaBackend.ROCM: Backend.ROCM,
     LlamaBackend.CPU: Backend.CPU,
 }
-# A multi-backend build lists e.g. CUDA0 and Vulkan0 side by side (reference pitfall 8). With
+# A multi-backend build lists e.g. CUDA0 and Vulkan0 side by side. With
 # --backend auto the native stack wins, in the contract's vendor order (NVIDIA, AMD, Intel).
 _NATIVE_ORDER = (LlamaBackend.CUDA, LlamaBackend.ROCM, LlamaBackend.SYCL, LlamaBackend.VULKAN)
 _FOR_PLAN_BACKEND = {
@@ -81,7 +81,9 @@ def parse_llama_backend(text: str | None) -> LlamaBackend | None:
         return LlamaBackend(value)
     except ValueError:
         valid = ", ".join(["auto", *(b.value for b in LlamaBackend)])
-        raise UsageError(f"--llama-backend {text!r}: expected one of {valid}") from None
+        raise UsageError(
+            f"expected one of {valid}", option="llama_backend", value=text, malformed=True
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +169,10 @@ def detect_build(
                     f"{_PREFIX[build]} (pin another with --llama-backend)",
                 )
         raise UsageError(
-            f"--backend {wanted.value}: llama-server has only {listed} devices; "
-            "use a build for that backend or another --backend"
+            f"llama-server has only {listed} devices; "
+            "use a build for that backend or another backend",
+            option="backend",
+            value=wanted.value,
         )
     build = next(b for b in _NATIVE_ORDER if b in builds)
     return build, (

@@ -8,7 +8,6 @@ wedged server accepts connections (the kernel queues them) but never answers.
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 from collections.abc import Collection
@@ -21,6 +20,9 @@ HEALTH_PATH = "/health"
 
 def health_status(host: str, port: int, timeout_s: float) -> int:
     """The HTTP status of ``GET /health``; raises ``OSError`` when there is no answer."""
+    # Imported here: http.client pulls in ssl and email, which only a llama run needs.
+    import http.client
+
     connection = http.client.HTTPConnection(url_host(host).strip("[]"), port, timeout=timeout_s)
     try:
         connection.request("GET", HEALTH_PATH)
@@ -44,6 +46,8 @@ def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30
     """``POST /completion`` and return the decoded JSON answer (raises ``OSError``)."""
     host_port = url.removeprefix("http://")
     host, _, port = host_port.rpartition(":")
+    import http.client
+
     connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
     body = json.dumps({"prompt": prompt, "n_predict": n_predict})
     try:
@@ -62,8 +66,8 @@ def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30
 def free_port(host: str, exclude: Collection[int] = ()) -> int:
     """A port nobody listens on now, for ``host`` (IPv4 or IPv6), not in ``exclude``.
 
-    Bind-then-close leaves a window in which another process may take the port (landscape
-    pitfall 13). llama-server then fails with ``couldn't bind HTTP server socket`` and the
+    Bind-then-close leaves a window in which another process may take the port.
+    llama-server then fails with ``couldn't bind HTTP server socket`` and the
     runner moves that replica to another port (:mod:`xpulaunch.llamacpp.server`).
     """
     address = host.split(",", maxsplit=1)[0].strip() or "127.0.0.1"

@@ -1,8 +1,8 @@
 """The llama plan: :func:`~xpulaunch.core.plan.make_plan` with one isolated worker per replica,
 each worker's argv replaced by its full llama-server command line. Pure.
 
-The visibility env of every replica comes from the shared planner (``--isolate``: a replica
-sees only its own devices, renumbered from 0), so CUDA, SYCL and ROCm builds are pinned by
+The visibility env of every replica comes from the shared planner (isolated workers: a
+replica sees only its own devices, renumbered from 0), so CUDA, SYCL and ROCm builds are pinned by
 their runtime's mask and address their devices as ``CUDA0..``, ``SYCL0..``, ``ROCm0..``.
 Vulkan ignores those masks and is pinned by ``--device VulkanN`` (:mod:`.vulkan`).
 """
@@ -23,6 +23,7 @@ from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, de
 from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
+_DEVICE_MAP_VARS = frozenset({"XPULAUNCH_DEVICE_MAP", "XPULAUNCH_MAX_MEMORY"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +71,10 @@ def url_host(host: str) -> str:
     first = host.split(",", maxsplit=1)[0].strip()
     if first.endswith(".sock"):
         raise UsageError(
-            f"--host {host}: a UNIX socket cannot be health-checked by xpulaunch; "
-            "use an IP address such as 127.0.0.1"
+            "a UNIX socket cannot be health-checked by xpulaunch; "
+            "use an IP address such as 127.0.0.1",
+            option="host",
+            value=host,
         )
     first = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(first, first)
     return f"[{first}]" if ":" in first else first
@@ -86,7 +89,9 @@ def effective_model(request: LlamaRequest, parent_env: Mapping[str, str]) -> str
     model = request.model or after
     remote = llama_args.has_remote_model(request.passthrough) or "LLAMA_ARG_MODEL" in parent_env
     if model is None and not remote:
-        raise UsageError("llama: -m/--model PATH is required (a .gguf file)")
+        raise UsageError(
+            "no model given; expected the path of a .gguf file", option="model", value=None
+        )
     return model
 
 
@@ -129,20 +134,33 @@ def make_llama_plan(
         notes += [f"replica {worker.name}: {n}" for n in arg_notes]
         notes.append(_replica_note(replica, units))
     _check_disjoint(build, replicas)
-    final = replace(plan, workers=tuple(workers), notes=(*build_notes, *plan.notes, *notes))
+    shared = _replica_words(plan.notes, bool(plan.devices))
+    final = replace(
+        plan, workers=tuple(workers), notes=(*build_notes, *shared, *notes), device_map=None
+    )
     return LlamaPlan(final, tuple(replicas), build)
+
+
+def _replica_words(notes: Sequence[str], on_devices: bool) -> list[str]:
+    """The shared planner's notes, told for servers: a replica is not a rank, and the
+    planner's visibility note speaks of workers and the run command's isolation."""
+    kept = [n for n in notes if not n.startswith("visibility: ")]
+    if on_devices:
+        kept.append("visibility: each replica sees only its own devices, numbered from 0")
+    return kept
 
 
 def _check_counts(request: LlamaRequest, ports: Sequence[int]) -> None:
     if request.replicas < 1:
-        raise UsageError(f"--replicas {request.replicas}: must be at least 1")
+        raise UsageError("must be at least 1", option="replicas", value=request.replicas)
     if len(ports) != request.replicas:
         raise ValueError(f"{len(ports)} ports for {request.replicas} replicas")
     after = llama_args.passthrough_value(request.passthrough, "port")
     if after is not None and request.replicas > 1:
         raise UsageError(
-            f"--port {after} after -- would give all {request.replicas} replicas one port; "
-            "give the first port with xpulaunch's own --port instead"
+            f"--port {after} in the llama-server arguments would give all "
+            f"{request.replicas} replicas one port; give the first port as xpulaunch's port "
+            "instead"
         )
 
 
@@ -154,17 +172,23 @@ def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest
     if build is LlamaBackend.CPU:
         if parse_gpus(gpus).mode not in (GpuMode.AUTO, GpuMode.NONE):
             raise UsageError(
-                f"--gpus {gpus}: this llama-server is a CPU build (--list-devices shows no "
-                "GPU); use --gpus none, or a CUDA, SYCL, ROCm or Vulkan build"
+                "this llama-server is a CPU build (--list-devices shows no GPU); "
+                "use none, or a CUDA, SYCL, ROCm or Vulkan build",
+                option="gpus",
+                value=gpus,
             )
         if wanted not in (None, Backend.CPU):
-            raise UsageError(f"--backend {wanted.value}: this llama-server is a CPU build")
+            raise UsageError(
+                "this llama-server is a CPU build", option="backend", value=wanted.value
+            )
         gpus, backend = "none", None
     elif native is not None and wanted is not Backend.CPU:
         if wanted not in (None, native):
             raise UsageError(
-                f"--backend {wanted.value}: this llama-server is a {build.device_prefix} "
-                f"build, which runs on --backend {native.value} (or cpu)"
+                f"this llama-server is a {build.device_prefix} build, which runs on the "
+                f"{native.value} backend (or cpu)",
+                option="backend",
+                value=wanted.value,
             )
         backend = native.value
     return LaunchRequest(
@@ -187,9 +211,11 @@ def _plan_replicas(
     selected = make_plan(launch, inventory, parent_env, unavailable=unavailable).devices
     if selected and len(selected) < replicas:
         raise SelectionError(
-            f"--replicas {replicas}: each replica needs its own device, and --gpus "
-            f"{launch.gpus} selected {len(selected)} ({', '.join(u.label() for u in selected)})"
-            f"; use --gpus {replicas} or more, fewer replicas, or --gpus none for the CPU"
+            f"each replica needs its own device, and gpus {launch.gpus} selected "
+            f"{len(selected)} ({', '.join(u.label() for u in selected)}); select {replicas} "
+            "devices or more, use fewer replicas, or none for the CPU",
+            option="replicas",
+            value=replicas,
         )
     return make_plan(
         replace(launch, nproc_per_node=replicas), inventory, parent_env, unavailable=unavailable
@@ -203,8 +229,10 @@ def _vulkan_table(
         return {}, ()
     if listing is None:
         raise UsageError(
-            "--llama-backend vulkan: pinning a Vulkan build needs its --list-devices, "
-            "but the binary could not be asked; run where the binary is"
+            "pinning a Vulkan build needs its --list-devices, "
+            "but the binary could not be asked; run where the binary is",
+            option="llama_backend",
+            value="vulkan",
         )
     return vulkan.match_devices(inventory, listing.of(LlamaBackend.VULKAN))
 
@@ -252,7 +280,9 @@ def _port_number(text: str, what: str) -> int:
 def _replica_env(
     worker: WorkerPlan, build: LlamaBackend, devices: int, parent_env: Mapping[str, str]
 ) -> dict[str, str | None]:
-    env = dict(worker.env)
+    # Device-map hints are for one process spanning the selection (accelerate);
+    # llama-server splits a model with its own -sm/--tensor-split arguments.
+    env = {k: v for k, v in worker.env.items() if k not in _DEVICE_MAP_VARS}
     if build is LlamaBackend.SYCL:
         child = worker.child_env(parent_env)
         # ggml-sycl picks its platform by substring of the selector and throws on one without

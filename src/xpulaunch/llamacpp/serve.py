@@ -39,8 +39,10 @@ def check_model(path: str, *, must_exist: bool) -> str | None:
     elif model.exists():
         problem = "cannot be read"
     if must_exist:
-        raise UsageError(f"--model {path}: {problem}; expected the path of a .gguf file")
-    return f"--model {path}: {problem} here"
+        raise UsageError(
+            f"{problem}; expected the path of a .gguf file", option="model", value=path
+        )
+    return f"model {path}: {problem} here"
 
 
 def choose_ports(request: LlamaRequest) -> list[int]:
@@ -52,8 +54,10 @@ def choose_ports(request: LlamaRequest) -> list[int]:
         last = request.port + count - 1
         if request.port < 1 or last > 65535:
             raise UsageError(
-                f"--port {request.port}: {count} replica(s) need ports {request.port}-{last}; "
-                "expected ports from 1 to 65535"
+                f"{count} replica(s) need ports {request.port}-{last}; "
+                "expected ports from 1 to 65535",
+                option="port",
+                value=request.port,
             )
         return list(range(request.port, last + 1))
     ports: list[int] = []
@@ -118,7 +122,7 @@ def serve_llama(
     ``server_options`` go to :class:`LlamaServer` (health, policy, grace_s, logs, ...)."""
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     if inventory is None:
-        from xpulaunch.probe import probe_host
+        from xpulaunch.probing import probe_host
 
         inventory = probe_host(env=env)
     if isinstance(llama_backend, str):

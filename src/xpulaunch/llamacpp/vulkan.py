@@ -1,7 +1,7 @@
 """Which ``VulkanN`` of ``llama-server --list-devices`` is which inventory device. Pure.
 
 No vendor mask reaches Vulkan: ``CUDA_VISIBLE_DEVICES`` and ``ZE_AFFINITY_MASK`` act inside
-CUDA and Level Zero, while the Vulkan drivers enumerate every GPU (reference pitfall 8). So a
+CUDA and Level Zero, while the Vulkan drivers enumerate every GPU. So a
 Vulkan replica is pinned with ``--device VulkanN`` (reference 7.3). ``--list-devices`` prints
 only ``VulkanN: <device name> (<total> MiB, <free> MiB free)``, no PCI address or UUID
 (ggml-vulkan.cpp keeps the PCI id internally but common/arg.cpp does not print it), so we
@@ -14,8 +14,8 @@ match on what it does print:
    byte-identical to what NVML or sysfs report);
 3. identical cards (same name and memory) are paired in order: the k-th such inventory device
    (physical index order, i.e. PCI order) gets the k-th such Vulkan device. Vulkan's order is
-   loader-defined and not guaranteed to be PCI order (reference 3.3) [unv], so the plan says
-   when this rule decided.
+   loader-defined and not guaranteed to be PCI order (reference 3.3; not verified on
+   hardware), so the plan says when this rule decided.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def match_devices(
             notes.append(
                 f"{device.label()} -> {candidates[0].name}: {len(candidates)} Vulkan devices "
                 f"look alike ({candidates[0].description}); paired in PCI order, assuming "
-                "the Vulkan driver lists them that way [unv]"
+                "the Vulkan driver lists them that way (not verified on hardware)"
             )
     return matched, tuple(notes)
 

@@ -83,7 +83,7 @@ def parse_cuda_visible_devices(value: str | None, devices: Sequence[Device]) -> 
         seen_tokens.add(token)
         if entry.mig is not None and any(e.mig is not None for e in entries):
             # A CUDA process enumerates a single MIG instance (MIG user guide, quoted in
-            # pytorch #130181) [unv]: the later ones are not usable.
+            # pytorch #130181; not verified on MIG hardware here): the later ones are not usable.
             notes.append(f"{CUDA_VAR}: {raw.strip()!r} ignored, CUDA uses one MIG instance")
             continue
         entries.append(entry)

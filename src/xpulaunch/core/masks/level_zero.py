@@ -1,6 +1,6 @@
 """Intel Level Zero: card order, ``ZE_FLAT_DEVICE_HIERARCHY`` and ``ZE_AFFINITY_MASK``.
 
-Pure, read the way compute-runtime (NEO) reads them (reference 2.1, 2.2 and pitfalls 4-8). A
+Pure, read the way compute-runtime (NEO) reads them (reference 2.1, 2.2). A
 mask that would crash or abort the driver raises :class:`MaskError` with one line naming the
 variable, the value and what would be valid.
 """

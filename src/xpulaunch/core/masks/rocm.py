@@ -147,7 +147,8 @@ def _hip(
 
 
 def _hip_entry(text: str, after_rocr: Sequence[Device]) -> Device | None:
-    if "GPU-" in text:  # a substring of an agent UUID; case compared loosely [unv]
+    # A substring of an agent UUID; case compared loosely (not verified on hardware).
+    if "GPU-" in text:
         for device in after_rocr:
             if device.uuid and text.upper() in device.uuid.upper():
                 return device

@@ -193,7 +193,7 @@ class LeaseManager:
             try:
                 return self._allocate_now(plan_fn, holder, shared=shared)
             except (SelectionError, DeviceBusyError) as exc:
-                return exc.message
+                return exc.cli_message()  # shown by `xpulaunch status` and the wait line
 
         return wait_in_line(
             self.directory,

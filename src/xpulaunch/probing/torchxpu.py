@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probe.context import ProbeContext, failed, run_tool
-from xpulaunch.probe.observe import Observation
-from xpulaunch.probe.parsers.common import ParseError
-from xpulaunch.probe.parsers.intel import TorchXpu, parse_torch_xpu_json
-from xpulaunch.probe.xpusmi import SELECTION_VARS
+from xpulaunch.probing.context import ProbeContext, failed, run_tool
+from xpulaunch.probing.observe import Observation
+from xpulaunch.probing.parsers.common import ParseError
+from xpulaunch.probing.parsers.intel import TorchXpu, parse_torch_xpu_json
+from xpulaunch.probing.xpusmi import SELECTION_VARS
 
 # The helper prints exactly one JSON line; everything it cannot learn is reported in it.
 HELPER = r"""

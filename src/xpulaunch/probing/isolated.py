@@ -29,13 +29,13 @@ if TYPE_CHECKING:
 def _probe(env: Mapping[str, str]) -> Inventory:
     """The probe itself, imported where it runs: in the child, the parent meanwhile imports
     the supervisor instead (~3 ms of modules it never needs)."""
-    from xpulaunch.probe.host import probe_from_env
+    from xpulaunch.probing.host import probe_from_env
 
     return probe_from_env(env)
 
 
 def probe_isolated(env: Mapping[str, str]) -> Inventory:
-    """:func:`~xpulaunch.probe.host.probe_from_env` in a forked child (in-process when other
+    """:func:`~xpulaunch.probing.host.probe_from_env` in a forked child (in-process when other
     threads run, or when the child fails, which is then recorded as a problem)."""
     with ForkedProbe(env) as probe:
         return probe.result()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Vendor
-from xpulaunch.probe.observe import Observation
-from xpulaunch.probe.parsers.common import integer, mib_to_bytes, percent, split_csv_rows, text
+from xpulaunch.probing.observe import Observation
+from xpulaunch.probing.parsers.common import integer, mib_to_bytes, percent, split_csv_rows, text
 
 # Queried in this order; ``name`` last because it is free text (see split_csv_rows).
 QUERY_FIELDS = [

@@ -17,16 +17,16 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from xpulaunch.model import Device, Inventory, Vendor
-from xpulaunch.probe.context import ProbeContext, VendorResult, parallel
-from xpulaunch.probe.observe import to_devices
-from xpulaunch.probe.runner import SubprocessRunner
-from xpulaunch.probe.sysfs import list_pci_gpus, perfmon_capable
+from xpulaunch.probing.context import ProbeContext, VendorResult, parallel
+from xpulaunch.probing.observe import to_devices
+from xpulaunch.probing.runner import SubprocessRunner
+from xpulaunch.probing.sysfs import list_pci_gpus, perfmon_capable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from xpulaunch.probe.runner import Runner
-    from xpulaunch.probe.sysfs import PciGpu
+    from xpulaunch.probing.runner import Runner
+    from xpulaunch.probing.sysfs import PciGpu
 
     _VendorProbe = Callable[[ProbeContext, list[PciGpu] | None], VendorResult]
 
@@ -41,19 +41,19 @@ _ORDER = {Vendor.NVIDIA: "vendor", Vendor.INTEL: "discrete", Vendor.AMD: "pci"}
 # Vendor modules are imported only for vendors that are probed: on an NVIDIA-only host the
 # Intel and AMD code (and ctypes for pyzes) stays out of ``devices --json``'s start-up time.
 def _nvidia(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
-    from xpulaunch.probe.nvidia import probe_nvidia
+    from xpulaunch.probing.nvidia import probe_nvidia
 
     return probe_nvidia(ctx, pci)
 
 
 def _intel(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
-    from xpulaunch.probe.intel import probe_intel
+    from xpulaunch.probing.intel import probe_intel
 
     return probe_intel(ctx, pci)
 
 
 def _amd(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
-    from xpulaunch.probe.amd import probe_amd
+    from xpulaunch.probing.amd import probe_amd
 
     return probe_amd(ctx, pci)
 

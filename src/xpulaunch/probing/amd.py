@@ -12,15 +12,15 @@ import re
 
 from xpulaunch.core.visibility import VENDOR_VARS
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probe.context import (
+from xpulaunch.probing.context import (
     ProbeContext,
     VendorResult,
     failed,
     not_installed,
     run_tool,
 )
-from xpulaunch.probe.observe import Observation, merge
-from xpulaunch.probe.parsers.amd import (
+from xpulaunch.probing.observe import Observation, merge
+from xpulaunch.probing.parsers.amd import (
     AMD_SMI_LIST_ARGV,
     AMD_SMI_MEM_ARGV,
     PRODUCTS,
@@ -28,9 +28,9 @@ from xpulaunch.probe.parsers.amd import (
     parse_amd_smi,
     parse_rocm_smi_json,
 )
-from xpulaunch.probe.parsers.common import ParseError, percent
-from xpulaunch.probe.runner import RunResult
-from xpulaunch.probe.sysfs import PciGpu, read_int, read_text
+from xpulaunch.probing.parsers.common import ParseError, percent
+from xpulaunch.probing.runner import RunResult
+from xpulaunch.probing.sysfs import PciGpu, read_int, read_text
 
 # The SMI tools may honour the ROCm visibility variables [unv]; we want every physical GPU.
 _SELECTION_VARS = VENDOR_VARS[Vendor.AMD]

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Vendor
-from xpulaunch.probe.observe import Observation
-from xpulaunch.probe.parsers.common import (
+from xpulaunch.probing.observe import Observation
+from xpulaunch.probing.parsers.common import (
     ParseError,
     clip,
     integer,

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import MigDevice, Problem, Vendor
-from xpulaunch.probe.context import ProbeContext, VendorResult, failed, not_installed, run_tool
-from xpulaunch.probe.observe import Observation
-from xpulaunch.probe.parsers.nvidia import (
+from xpulaunch.probing.context import ProbeContext, VendorResult, failed, not_installed, run_tool
+from xpulaunch.probing.observe import Observation
+from xpulaunch.probing.parsers.nvidia import (
     NO_DEVICES_EXIT,
     NO_DEVICES_TEXT,
     QUERY_ARGV,
@@ -25,7 +25,7 @@ from xpulaunch.probe.parsers.nvidia import (
     parse_proc_information,
     parse_query_gpu,
 )
-from xpulaunch.probe.sysfs import PciGpu
+from xpulaunch.probing.sysfs import PciGpu
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xpulaunch.model import Problem
-from xpulaunch.probe.runner import tool_env
+from xpulaunch.probing.runner import tool_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import TypeVar
 
-    from xpulaunch.probe.observe import Observation
-    from xpulaunch.probe.runner import Runner, RunResult
+    from xpulaunch.probing.observe import Observation
+    from xpulaunch.probing.runner import Runner, RunResult
 
     T = TypeVar("T")
 

@@ -17,10 +17,10 @@ from functools import partial
 
 from xpulaunch.core.visibility import VENDOR_VARS
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probe.context import ProbeContext, failed, not_installed, parallel, run_tool
-from xpulaunch.probe.observe import Observation
-from xpulaunch.probe.parsers.common import MIB, ParseError, percent
-from xpulaunch.probe.parsers.intel import (
+from xpulaunch.probing.context import ProbeContext, failed, not_installed, parallel, run_tool
+from xpulaunch.probing.observe import Observation
+from xpulaunch.probing.parsers.common import MIB, ParseError, percent
+from xpulaunch.probing.parsers.intel import (
     DUMP_METRICS,
     QUERY_V2_FIELDS,
     XpuSmiCard,
@@ -31,7 +31,7 @@ from xpulaunch.probe.parsers.intel import (
     parse_list_gpus_v2,
     parse_query_gpu_v2,
 )
-from xpulaunch.probe.runner import RunResult
+from xpulaunch.probing.runner import RunResult
 
 # The tools must see every Intel GPU and tile, whatever the parent hides from its children.
 SELECTION_VARS = VENDOR_VARS[Vendor.INTEL]

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probe.context import ProbeContext, VendorResult
-from xpulaunch.probe.levelzero import import_pyzes, probe_pyzes
-from xpulaunch.probe.observe import Observation, merge
-from xpulaunch.probe.parsers.intel import PRODUCTS, is_discrete
-from xpulaunch.probe.sysfs import PciGpu, count_tiles, read_int
-from xpulaunch.probe.torchxpu import match_torch, probe_torch_xpu, torch_observation
-from xpulaunch.probe.xpusmi import probe_xpu_smi
+from xpulaunch.probing.context import ProbeContext, VendorResult
+from xpulaunch.probing.levelzero import import_pyzes, probe_pyzes
+from xpulaunch.probing.observe import Observation, merge
+from xpulaunch.probing.parsers.intel import PRODUCTS, is_discrete
+from xpulaunch.probing.sysfs import PciGpu, count_tiles, read_int
+from xpulaunch.probing.torchxpu import match_torch, probe_torch_xpu, torch_observation
+from xpulaunch.probing.xpusmi import probe_xpu_smi
 
 _Source = Callable[[], tuple[list[Observation] | None, list[Problem], list[Problem]]]
 

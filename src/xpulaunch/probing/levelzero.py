@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probe.observe import Observation
+from xpulaunch.probing.observe import Observation
 
 _INTEGRATED_FLAG = 1  # ZE_DEVICE_PROPERTY_FLAG_INTEGRATED = ZE_BIT(0)
 _INTEL = 0x8086

@@ -1,22 +1,19 @@
-"""The masks package, and what ``run --dry-run --inventory`` loads (issue 2: start-up time).
+"""The masks package, and what ``run --dry-run --inventory`` loads.
 
-``xpulaunch.core.masks`` is a package whose vendor modules load on first use. These tests lock
-that every name of the old ``masks.py`` still imports from the package, that a plan loads only
-the parsers of the vendors on the host, and that the dry-run path stays free of the probe, the
-process libraries and the stdlib modules it no longer needs. The api helpers that replaced
-pathlib, shutil.which and socket on that path are checked against the originals.
+``xpulaunch.core.masks`` re-exports every name of its vendor modules. A dry run from an
+inventory file is pure planning: it loads no probe, no process library and no GPU runtime
+(the contract: the launcher never initialises a GPU runtime; nothing is probed when the
+inventory is given).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from shutil import which
 
 import pytest
 
@@ -122,25 +119,6 @@ def _fresh_modules(body: str) -> tuple[set[str], set[str], str]:
     return set(loaded["after_click"]), set(loaded["final"]), done.stdout
 
 
-def _vendor_modules(modules: set[str]) -> set[str]:
-    prefix = "xpulaunch.core.masks."
-    return {m.removeprefix(prefix) for m in modules if m.startswith(prefix)} - {"common"}
-
-
-def test_vendor_modules_load_on_first_use() -> None:
-    _, final, out = _fresh_modules(
-        "import xpulaunch.core.masks as m\n"
-        "print(sorted(k for k in sys.modules if k.startswith('xpulaunch.core.masks.')))\n"
-        "print(m.CUDA_VAR, m.HIP_VAR)\n"
-        "print(sorted(k for k in sys.modules if k.startswith('xpulaunch.core.masks.')))\n"
-        "m.parse_cuda_visible_devices\n"
-    )
-    before, names, after_constants = out.splitlines()
-    assert before == after_constants == "['xpulaunch.core.masks.common']"
-    assert names == "CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES"
-    assert _vendor_modules(final) == {"cuda"}
-
-
 _DRY_RUN = """
 from xpulaunch.cli.main import main
 try:
@@ -158,7 +136,7 @@ _FORBIDDEN = (
     "pynvml",
     "rich",
     "torch",
-    "xpulaunch.probe",
+    "xpulaunch.probing",
     "xpulaunch.llamacpp",
 )
 
@@ -168,46 +146,25 @@ def _forbidden(modules: set[str], forbidden: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("inventory", "backend", "vendor_modules"),
+    ("inventory", "backend"),
     [
-        ("8x-h100.json", "cuda", {"cuda"}),
-        ("2x-max1550.json", "xpu", {"level_zero", "oneapi"}),
-        ("4x-mi300x.json", "rocm", {"rocm"}),
-        ("hybrid-4090-arc.json", "cuda", {"cuda", "level_zero", "oneapi"}),
+        ("8x-h100.json", "cuda"),
+        ("2x-max1550.json", "xpu"),
+        ("4x-mi300x.json", "rocm"),
+        ("hybrid-4090-arc.json", "cuda"),
     ],
 )
-def test_dry_run_loads_only_what_the_plan_needs(
-    inventory: str, backend: str, vendor_modules: set[str]
+def test_a_dry_run_from_an_inventory_loads_no_probe_process_library_or_gpu_runtime(
+    inventory: str, backend: str
 ) -> None:
     after_click, final, out = _fresh_modules(
         _DRY_RUN.format(inventory=str(inventory_path(inventory)))
     )
     assert json.loads(out)["backend"] == backend
     assert _forbidden(final - after_click, _FORBIDDEN) == []
-    assert _vendor_modules(final) == vendor_modules
 
 
-def test_planning_from_an_inventory_file_needs_no_pathlib_shutil_socket_or_subprocess() -> None:
-    # Each of these costs 4-5 ms to import (more than planning itself); api does without them.
-    inventory = str(inventory_path("8x-h100.json"))
-    after_click, final, out = _fresh_modules(
-        "from xpulaunch import api\n"
-        f"plan = api.plan(['python', '-c', 'pass'], inventory={inventory!r})\n"
-        "print(plan.backend.value)\n"
-    )
-    assert out.split() == ["cuda"]
-    stdlib = ("pathlib", "shutil", "socket", "subprocess")
-    assert _forbidden(final - after_click, (*_FORBIDDEN, *stdlib)) == []
-
-
-# --- the api helpers that stand in for pathlib, shutil.which and socket -------------------------
-
-
-def _outcome(read: object) -> tuple[object, ...]:
-    try:
-        return ("text", read())  # type: ignore[operator]
-    except OSError as exc:
-        return ("error", type(exc), exc.errno)
+# --- api helpers ------------------------------------------------------------------------------
 
 
 def test_read_text_errors_are_one_line_inventory_errors(tmp_path: Path) -> None:
@@ -219,22 +176,6 @@ def test_read_text_errors_are_one_line_inventory_errors(tmp_path: Path) -> None:
         api.load_inventory(latin)
     with pytest.raises(InventoryError, match="cannot read it"):
         api.load_inventory(tmp_path)
-
-
-@pytest.mark.parametrize(
-    "search_path",
-    [None, "", ":", "{t}/b:{t}/a", "{t}/c:{t}/a", "{t}/e", "{t}/a:{t}/a", "a", "b:", ":{t}/b"],
-)
-def test_which_finds_what_shutil_which_finds(
-    search_path: str | None, search_dirs: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if search_path is None:
-        monkeypatch.delenv("PATH", raising=False)
-    else:
-        monkeypatch.setenv("PATH", search_path.format(t=search_dirs))
-    programs = ["tool", "./tool", "a/tool", "b/tool", "c/tool", f"{search_dirs}/a/tool", "nope", ""]
-    for program in programs:
-        assert which(program) == shutil.which(program), (search_path, program)
 
 
 def test_free_port_returns_a_port_that_can_be_bound() -> None:
