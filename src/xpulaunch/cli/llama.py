@@ -154,7 +154,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if path else leases.manager().unavailable()
         planned = plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held)
-        print_plan(planned.plan, as_json)
+        print_plan(planned.plan, as_json, servers=True)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")

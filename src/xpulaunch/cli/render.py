@@ -12,12 +12,16 @@ from xpulaunch.core.units import format_bytes
 from xpulaunch.model import SET_AT_START, Plan, Unit
 
 
-def print_plan(plan: Plan, as_json: bool) -> None:
-    click.echo(json.dumps(api.plan_document(plan), indent=2) if as_json else plan_text(plan))
+def print_plan(plan: Plan, as_json: bool, *, servers: bool = False) -> None:
+    """``servers``: the plan's workers are llama-server replicas, and are called so."""
+    if as_json:
+        click.echo(json.dumps(api.plan_document(plan), indent=2))
+    else:
+        click.echo(plan_text(plan, servers=servers))
 
 
-def plan_text(plan: Plan) -> str:
-    """A readable plan: devices and memory, why, and each worker's environment."""
+def plan_text(plan: Plan, *, servers: bool = False) -> str:
+    """A readable plan: devices and memory, why, and each worker's (or server's) environment."""
     lines = [f"backend: {plan.backend.value}"]
     if plan.hierarchy is not None:
         lines.append(f"level zero hierarchy: {plan.hierarchy.value}")
@@ -25,9 +29,13 @@ def plan_text(plan: Plan) -> str:
     lines += [f"  {_unit_line(u)}" for u in plan.devices]
     if plan.device_map is not None:
         lines.append(f"device map: {plan.device_map.value}")
-    lines.append("workers:" + ("  (--isolate)" if plan.isolate else ""))
+    if servers:
+        lines.append("servers:")
+    else:
+        lines.append("workers:" + ("  (--isolate)" if plan.isolate else ""))
     for worker in plan.workers:
-        lines.append(f"  [{worker.name}] rank {worker.rank}: {shlex.join(worker.argv)}")
+        role = f"replica {worker.rank}" if servers else f"rank {worker.rank}"
+        lines.append(f"  [{worker.name}] {role}: {shlex.join(worker.argv)}")
         for name, value in worker.env.items():
             shown = "(removed)" if value is None else _quote(value)
             lines.append(f"      {name}={shown}")
