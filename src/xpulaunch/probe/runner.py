@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
-from shutil import which
 from typing import TYPE_CHECKING
 
 from xpulaunch.model import Problem
@@ -63,8 +63,8 @@ class SubprocessRunner:
     """The real runner: a new session per tool, so a timeout kills the tool's whole group."""
 
     def which(self, tool: str, env: Mapping[str, str]) -> str | None:
-        # shutil.which(tool, path=...) without importing shutil (bz2, lzma: ~2 ms).
-        return which(tool, env.get("PATH", os.defpath))
+        # The tool's own PATH, not this process's: ``env`` is what the tool will run with.
+        return shutil.which(tool, path=env.get("PATH", os.defpath))
 
     def run(
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
