@@ -4,7 +4,7 @@ in a subprocess) and AMD (sysfs, amd-smi, rocm-smi) -> one :class:`~xpulaunch.mo
 Importing this package loads no vendor library: pynvml and pyzes are imported when a probe runs.
 Its names are imported on first use (PEP 562): ``xpulaunch run`` imports
 :mod:`xpulaunch.probe.isolated` in the supervisor and leaves the probes themselves to the
-forked child (issue 4: start-up time).
+forked child.
 """
 
 from __future__ import annotations
