@@ -1,11 +1,16 @@
-"""Shared fixtures. Tests never inherit the host's GPU visibility or xpulaunch settings."""
+"""Shared fixtures. Tests never inherit the host's GPU visibility or xpulaunch settings, nor
+process-wide state that an earlier test left behind: the suite runs in random order
+(pytest-randomly), so every test starts from the state a fresh process has."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from xpulaunch.probing.nvidia import NVML_STATE
 
 # The machine is small and shared by real-process tests: no per-example deadlines.
 settings.register_profile(
@@ -41,6 +46,15 @@ def _isolated_env(
         if name.startswith("XPULAUNCH_"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XPULAUNCH_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+
+
+@pytest.fixture(autouse=True)
+def _nvml_never_initialised() -> Iterator[None]:
+    """Each test starts as a process whose probe never initialised NVML (the real pynvml or a
+    test's stand-in), and leaves it so."""
+    NVML_STATE.shutdown()
+    yield
+    NVML_STATE.shutdown()
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_sysfs_gives_everything(tmp_path: Path) -> None:
 
 
 def test_rocm_smi_card_index_is_not_the_drm_card(tmp_path: Path) -> None:
-    """Pitfall 10: rocm-smi's card0 is the SMI index. Here the SMI lists the boards in the
+    """rocm-smi's card0 is the SMI index. Here the SMI lists the boards in the
     reverse order of their DRM minors; the join is on the PCI address, never on the number."""
     m = FakeMachine(tmp_path)
     _bare_mi300x(m)

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_probing_imports_no_torch_and_no_pyzes(tmp_path: Path) -> None:
-    """Pitfall 1: the launcher never initialises a GPU runtime; it does not even import one.
+    """The launcher never initialises a GPU runtime; it does not even import one.
     torch is installed in this venv, so its absence from sys.modules means something."""
     m = FakeMachine(tmp_path)
     b580_uhd_host(m)
@@ -148,7 +148,8 @@ class xpu:
 
 
 def test_torch_xpu_runs_in_a_throwaway_process_with_a_clean_env(tmp_path: Path) -> None:
-    """torch.xpu only in a child: COMPOSITE, no masks, level_zero only (pitfalls 1, 2, 7)."""
+    """torch.xpu only in a child (it initialises Level Zero and caches its count): COMPOSITE,
+    no masks, level_zero only (SYCL lists a card twice when OpenCL is visible too)."""
     m = FakeMachine(tmp_path)
     b580_uhd_host(m, vram_file=False)
     site = tmp_path / "site" / "torch"

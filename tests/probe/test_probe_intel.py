@@ -67,8 +67,8 @@ def test_max1550_backport_lmem_needs_no_tool(tmp_path: Path) -> None:
 
 
 def test_xpu_smi_1x_runs_without_the_parent_masks(tmp_path: Path) -> None:
-    """Pitfall 11: the fake honours ZE_AFFINITY_MASK like 1.x does, so only a stripped
-    environment sees both cards under their real PCI addresses."""
+    """xpu-smi 1.x inherits masks: the fake honours ZE_AFFINITY_MASK like 1.x does, so only a
+    stripped environment sees both cards under their real PCI addresses."""
     bin_dir = tmp_path / "bin"
     write_tool(bin_dir, "xpu-smi", XPU_SMI_V1, cards=max1550_cards(), interval_s=0.1)
     masked = subprocess.run(
@@ -125,7 +125,7 @@ def b580(tmp_path: Path) -> FakeMachine:
 
 def test_b580_xe_and_igpu_order_and_unprivileged_zero(b580: FakeMachine, tmp_path: Path) -> None:
     """Discrete before integrated although the iGPU has the lower PCI address and is card0;
-    an unprivileged "0 used" from xpu-smi 2.x is unknown (pitfall 9)."""
+    an unprivileged "0 used" from xpu-smi 2.x is unknown (i915/xe show free == total to it)."""
     bin_dir = tmp_path / "bin"
     write_tool(bin_dir, "xpu-smi", XPU_SMI_V2, cards=B580_CARDS)
     inv = probe_fake(b580, bin_dir)
@@ -216,7 +216,7 @@ raise OSError("/usr/lib/x86_64-linux-gnu/libze_loader.so.1: cannot open shared o
 def test_pyzes_is_imported_only_when_needed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pitfall 12: importing pyzes loads a .so from a fixed path and raises without it."""
+    """Importing pyzes loads a .so from a fixed path and raises without it."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "pyzes.py").write_text(FAKE_PYZES)
     log = tmp_path / "pyzes.log"
@@ -245,7 +245,7 @@ def test_tool_card_unknown_to_sysfs_is_ignored(b580: FakeMachine, tmp_path: Path
 
 
 def test_hybrid_nvidia_and_intel_are_numbered_per_vendor(tmp_path: Path) -> None:
-    """Pitfall 8: DRM numbering interleaves vendors; each vendor keeps its own index space."""
+    """DRM numbering interleaves vendors; each vendor keeps its own index space."""
     m = FakeMachine(tmp_path, caps=ROOT_CAPS)
     h200_host(m)
     b580_uhd_host(m)

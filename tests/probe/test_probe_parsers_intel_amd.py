@@ -31,7 +31,7 @@ def test_dump_1_3_two_cards_by_position() -> None:
 
 
 def test_dump_header_text_does_not_matter() -> None:
-    """Pitfall 11: 1.2 and 1.3 name metric 0 differently; columns are read by position."""
+    """xpu-smi 1.2 and 1.3 name metric 0 differently; columns are read by position."""
     sample = fixture("intel/xpu-smi-1.2-dump-sample.txt")
     renamed = sample.replace("GPU Utilization (%)", "Average % utilization of all GPU Engines")
     assert parse_dump_csv(sample, (0, 1, 2)) == parse_dump_csv(renamed, (0, 1, 2))

@@ -32,7 +32,8 @@ from xpulaunch.probing.parsers.common import ParseError, percent
 from xpulaunch.probing.runner import RunResult
 from xpulaunch.probing.sysfs import PciGpu, read_int, read_text
 
-# The SMI tools may honour the ROCm visibility variables [unv]; we want every physical GPU.
+# The SMI tools may honour the ROCm visibility variables (not verified); we want every
+# physical GPU.
 _SELECTION_VARS = VENDOR_VARS[Vendor.AMD]
 _HEX_ID = re.compile(r"^(?:0x)?([0-9a-fA-F]{8,32})$")
 
@@ -84,7 +85,8 @@ def _from_sysfs(gpu: PciGpu, result: VendorResult) -> Observation | None:
 
 
 def _uuid(unique_id: str | None) -> str | None:
-    """``unique_id`` (hex) as ROCr spells the UUID in ROCR_VISIBLE_DEVICES: ``GPU-<hex>`` [inf]."""
+    """``unique_id`` (hex) as ROCr spells the UUID in ROCR_VISIBLE_DEVICES: ``GPU-<hex>``
+    (inferred from ROCr's documentation, not verified on hardware)."""
     match = _HEX_ID.match(unique_id or "")
     return f"GPU-{match[1].lower()}" if match else None
 

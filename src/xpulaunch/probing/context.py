@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class ProbeContext:
-    # Roots as strings: pathlib costs ~4 ms of every launch's start-up (issue 4).
+    # Roots as strings, walked with os.path (probe_host takes a Path too).
     sys_root: str
     proc_root: str
     runner: Runner
@@ -88,8 +88,8 @@ def not_installed(tool: str) -> Problem:
 def parallel(calls: Sequence[Callable[[], T]]) -> list[T]:
     """Run independent calls on threads and return their results in order.
 
-    Threads rather than concurrent.futures: that import alone costs ~20 ms (it pulls in
-    logging), a tenth of the ``devices --json`` budget. An exception in a call is re-raised
+    A handful of calls, each waiting on a tool or a library: plain threads do, without a pool
+    (``concurrent.futures`` also brings in ``logging``). An exception in a call is re-raised
     here, never lost with its thread.
     """
     if len(calls) <= 1:

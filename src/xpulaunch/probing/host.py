@@ -2,7 +2,8 @@
 
 No GPU runtime is touched here: NVML and Sysman are management libraries that create no
 compute context, the vendor tools run as child processes, and ``torch.xpu`` (opt-in) runs in a
-throw-away interpreter (pitfall 1). The result is the inventory of contract section 3, with
+throw-away interpreter (a process that initialised a GPU runtime cannot fork a child that
+uses it: reference section 6). The result is the inventory of contract section 3, with
 every failed source recorded as a problem.
 """
 
@@ -11,9 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from functools import partial
-
-# Start-up time (issue 4): probing is on every launch's path, so typing and pathlib are not
-# imported here; roots are strings (a Path is welcome as an argument).
 from typing import TYPE_CHECKING
 
 from xpulaunch.model import Device, Inventory, Vendor
@@ -39,7 +37,7 @@ _ORDER = {Vendor.NVIDIA: "vendor", Vendor.INTEL: "discrete", Vendor.AMD: "pci"}
 
 
 # Vendor modules are imported only for vendors that are probed: on an NVIDIA-only host the
-# Intel and AMD code (and ctypes for pyzes) stays out of ``devices --json``'s start-up time.
+# Intel and AMD code (and ctypes for pyzes) is never loaded.
 def _nvidia(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
     from xpulaunch.probing.nvidia import probe_nvidia
 

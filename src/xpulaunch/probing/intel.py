@@ -3,7 +3,7 @@
 Order of trust for memory (reference sections 2.6, 7): the i915 backport's
 ``lmem_total_bytes``/``lmem_avail_bytes`` (world-readable and real), else xpu-smi, else Sysman
 through pyzes. i915 and xe report usage only to CAP_PERFMON/root callers and otherwise show
-free == total, so an unprivileged "0 bytes used" is unknown, not idle (pitfall 9).
+free == total, so an unprivileged "0 bytes used" is unknown, not idle.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _absorb(
     known = {c.pci_bus_id for c in cards}
     for seen in found:
         if seen.pci_bus_id is None and seen.uuid is None:
-            continue  # nothing to join on: never guess by index (pitfall 10)
+            continue  # nothing to join on: never guess by index, each tool numbers its own way
         if sysfs_ok and seen.pci_bus_id not in known:
             # sysfs is the authority on which cards exist and are usable (skipped ones said why)
             result.notes.append(

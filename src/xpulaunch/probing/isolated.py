@@ -1,13 +1,12 @@
 """``probe_isolated``: probe this host in a forked child, so that the supervisor stays small.
 
-NVML leaves pynvml and the driver's ``libnvidia-ml`` resident in the process that used it:
-on 2x H200 the supervisor of ``xpulaunch run`` peaked at 38.6 MiB instead of 18.0 MiB
-(docs/BENCHMARKS.md), for the whole life of the job. A forked child pays that instead and
-hands back the inventory document through a pipe. ``fork`` costs ~1 ms here, and it is only
-used while this process runs one thread (forking a multi-threaded process can deadlock the
-child on a lock another thread held), which is the case in the CLI before the supervisor
-starts. The Python API's :func:`xpulaunch.probe` stays in-process: an application may have
-threads.
+NVML leaves pynvml and the driver's ``libnvidia-ml`` resident in the process that used it,
+which on an NVIDIA host about doubles the supervisor's memory for the whole life of the job
+(docs/BENCHMARKS.md). A forked child pays that instead and hands back the inventory document
+through a pipe. ``fork`` is only used while this process runs one thread (forking a
+multi-threaded process can deadlock the child on a lock another thread held), which is the
+case in the CLI before the supervisor starts. The Python API's :func:`xpulaunch.probe` stays
+in-process: an application may have threads.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ if TYPE_CHECKING:
 
 
 def _probe(env: Mapping[str, str]) -> Inventory:
-    """The probe itself, imported where it runs: in the child, the parent meanwhile imports
-    the supervisor instead (~3 ms of modules it never needs)."""
+    """The probe itself, imported where it runs: in the child, while the parent imports the
+    supervisor, which never needs the probe's modules."""
     from xpulaunch.probing.host import probe_from_env
 
     return probe_from_env(env)
@@ -69,9 +68,10 @@ class ForkedProbe:
         inventory = _document(payload)
         if inventory is not None:
             # A whole document means the probe succeeded: closing the pipe was the child's
-            # last act. Its exit (tearing down a copy of this process, ~2 ms on the dev VM)
-            # is reaped by a thread of its own instead of being waited for here (issue 4).
-            # That thread holds no lock while it waits, so a later fork stays safe.
+            # last act. Its exit (tearing down a copy of this process) is reaped by a thread
+            # of its own instead of being waited for here. A bare _thread thread: it holds no
+            # lock while it waits, and threading.active_count() does not count it, so a later
+            # ForkedProbe still forks, and safely.
             _thread.start_new_thread(os.waitpid, (pid, 0))
             return inventory
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])

@@ -1,13 +1,14 @@
 """NVIDIA: NVML, else ``nvidia-smi --query-gpu``, else ``/proc/driver/nvidia`` for identity.
 
-NVML (module ``pynvml`` from nvidia-ml-py) costs ~10 ms to initialise and does not create a CUDA
-context, so it is safe in the launcher process; nvidia-smi costs 30-50 ms per call and is the
+NVML (module ``pynvml`` from nvidia-ml-py) creates no CUDA context, so it is safe in the
+launcher process, and it answers in-process; nvidia-smi is a process per call and is the
 fallback (reference section 4.4). Both ignore ``CUDA_VISIBLE_DEVICES`` and number GPUs by the
 NVML index, which is the contract's physical index.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from dataclasses import replace
@@ -160,7 +161,7 @@ def _from_nvml(ctx: ProbeContext) -> _Found:
     if nvml is None:
         return None, [Problem("nvml", _NOT_IMPORTABLE)], True
     try:
-        _init_once(nvml)
+        NVML_STATE.init(nvml)
     except nvml.NVMLError as exc:
         # No library or no kernel driver is the normal state of a host without NVIDIA GPUs.
         absent = exc.value in (nvml.NVML_ERROR_LIBRARY_NOT_FOUND, nvml.NVML_ERROR_DRIVER_NOT_LOADED)
@@ -174,17 +175,38 @@ def _from_nvml(ctx: ProbeContext) -> _Found:
     return found, problems, False
 
 
-# NVML modules initialised in this process. NVML stays initialised for the life of the process:
-# nvmlShutdown costs ~30 ms per call (measured on 2x H200, docs/BENCHMARKS.md), NVML holds no
-# GPU context or memory, and process exit releases it. A long-lived supervisor probes again
-# without paying nvmlInit again.
-_NVML_READY: set[int] = set()
+class NvmlState:
+    """The NVML modules this process has initialised: the one piece of process-wide state in
+    the probe, and the one function that resets it (:meth:`shutdown`).
+
+    NVML stays initialised once a probe used it: it holds no GPU context or memory, process
+    exit releases it, and a long-lived supervisor probes again without paying nvmlShutdown and
+    nvmlInit each time (docs/BENCHMARKS.md has the cost). The modules themselves are held, not
+    their ``id()``: an id is reused once its object is freed, and a new stand-in module at a
+    freed one's address would pass for initialised. Two threads may both initialise a module;
+    pynvml counts its nvmlInit calls, and :meth:`shutdown` answers each with one nvmlShutdown.
+    """
+
+    def __init__(self) -> None:
+        self._initialised: list[Any] = []
+
+    def init(self, nvml: Any) -> None:
+        """``nvml.nvmlInit()`` unless this process already did it; raises what it raises."""
+        if not any(module is nvml for module in self._initialised):
+            nvml.nvmlInit()
+            self._initialised.append(nvml)
+
+    def shutdown(self) -> None:
+        """Shut down every module initialised here and forget it, leaving the process as if it
+        had never probed (tests reset it between tests). A module already shut down by its
+        owner is fine."""
+        initialised, self._initialised = self._initialised, []
+        for nvml in reversed(initialised):
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
 
 
-def _init_once(nvml: Any) -> None:
-    if id(nvml) not in _NVML_READY:
-        nvml.nvmlInit()
-        _NVML_READY.add(id(nvml))
+NVML_STATE = NvmlState()
 
 
 # What pynvml's nvmlInit loads on Linux (its _LoadNvmlLibrary), and what it then says.
@@ -196,16 +218,15 @@ _NOT_IMPORTABLE = "pynvml (nvidia-ml-py) is not importable"
 def _library_loads() -> bool:
     """Whether the NVML library can be loaded, asked without importing pynvml.
 
-    On a host without the NVIDIA driver, importing pynvml costs ~20 ms of every launch (it
-    imports ctypes.util, and with it shutil and tempfile) only for nvmlInit to fail to load
-    the library. dlopen answers the same question in ~0.3 ms; where it succeeds, pynvml's
-    own load of the library is then only a reference count. ``_ctypes.dlopen`` is what
-    ``ctypes.CDLL`` calls, with CDLL's flags, without importing the ctypes package (~1.7 ms).
+    A host without the NVIDIA driver should neither pay for nor fail on pynvml: importing it
+    (with ctypes.util, shutil and tempfile) only for nvmlInit to fail to load the library is
+    wasted work on every launch. Loading the library answers the same question, and where it
+    loads, pynvml's own load of it then only takes another reference.
     """
-    import _ctypes  # ctypes' C half
+    import ctypes
 
     try:
-        _ctypes.dlopen(NVML_LIBRARY, os.RTLD_NOW | os.RTLD_LOCAL)
+        ctypes.CDLL(NVML_LIBRARY)
     except OSError:
         return False
     return True

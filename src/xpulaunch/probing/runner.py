@@ -10,22 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
-from shutil import which
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from xpulaunch.model import Problem
 
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Iterable, Mapping, Sequence
-    from typing import Protocol
-else:
-    # Runner is a protocol for type checkers only; at run time a plain base class does, so
-    # that probing does not import typing (~5-9 ms of every launch's start-up, issue 4).
-    Protocol = object
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +58,12 @@ class SubprocessRunner:
     """The real runner: a new session per tool, so a timeout kills the tool's whole group."""
 
     def which(self, tool: str, env: Mapping[str, str]) -> str | None:
-        # shutil.which(tool, path=...) without importing shutil (bz2, lzma: ~2 ms).
-        return which(tool, path=env.get("PATH", os.defpath))
+        # The tool's own PATH, not this process's: ``env`` is what the tool will run with.
+        return shutil.which(tool, path=env.get("PATH", os.defpath))
 
     def run(
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
     ) -> RunResult | Problem:
-        import subprocess  # here: a host with none of the tools never runs one (~4 ms)
-
         tool = os.path.basename(argv[0])
         started = time.monotonic()
         try:
@@ -106,8 +99,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     3. Reap with a short bound: a grandchild that escaped the group could keep our pipes open,
        and a probe must never hang on it (closing the pipes ends that wait).
     """
-    import subprocess
-
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     try:

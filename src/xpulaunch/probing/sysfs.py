@@ -3,8 +3,8 @@
 ``/sys/class/drm`` is not enough: it is absent where no DRM driver is loaded (our NVIDIA VMs have
 no nvidia-drm) and its ``cardN`` numbering interleaves vendors and is not stable (reference
 section 1, 2.6). So the walk is over PCI addresses, and DRM nodes are only looked up per device.
-Roots are parameters so tests build fake trees in ``tmp_path``. Paths are strings (``os.path``):
-pathlib costs ~4 ms of every launch's start-up (issue 4).
+Roots are parameters so tests build fake trees in ``tmp_path``; they are strings, walked with
+``os.path``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ VENDOR_IDS = {0x10DE: Vendor.NVIDIA, 0x8086: Vendor.INTEL, 0x1002: Vendor.AMD}
 GPU_DRIVERS = {Vendor.NVIDIA: ("nvidia",), Vendor.INTEL: ("i915", "xe"), Vendor.AMD: ("amdgpu",)}
 _DISPLAY_CLASS = 0x03
 # Some compute-only boards report "processing accelerator" (0x1200) instead of a display class
-# [unv for AMD Instinct]. 0x1200 is also the class of Intel's NPU (driver intel_vpu), so it only
-# counts when a GPU driver is bound.
+# (not verified on AMD Instinct hardware). 0x1200 is also the class of Intel's NPU (driver
+# intel_vpu), so it only counts when a GPU driver is bound.
 _ACCELERATOR_CLASS = 0x1200
 _DRM_CARD = re.compile(r"^card[0-9]+$")
 _CAP_SYS_ADMIN, _CAP_PERFMON = 21, 38

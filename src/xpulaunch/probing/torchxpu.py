@@ -1,9 +1,10 @@
 """Opt-in ``torch.xpu`` probe (``devices --torch``), always in a throw-away subprocess.
 
-Any ``torch.xpu`` call initialises Level Zero/SYCL, and older ``device_count()`` caches its
-first answer for the life of the process (pitfalls 1 and 2), so the launcher never does it
-itself. The helper runs under COMPOSITE hierarchy with no mask, so each torch device is one
-card, in Level Zero order (discrete before integrated, then PCI address) - our Intel order.
+Any ``torch.xpu`` call initialises Level Zero/SYCL, a process that has initialised a GPU
+runtime cannot fork a child that uses it, and older ``device_count()`` caches its first answer
+for the life of the process (reference section 6), so the launcher never does it itself. The
+helper runs under COMPOSITE hierarchy with no mask, so each torch device is one card, in Level
+Zero order (discrete before integrated, then PCI address) - our Intel order.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 after one 1 s interval) and ``discovery -d N -j`` for cards whose size or tile count is unknown.
 
 xpu-smi 1.x enumerates through Level Zero *core*, so a ``ZE_AFFINITY_MASK`` in its environment
-hides cards from it and renumbers the rest (pitfall 11): every call runs with the Level Zero and
-SYCL selection variables removed.
+hides cards from it and renumbers the rest: every call runs with the Level Zero and SYCL
+selection variables removed.
 """
 
 from __future__ import annotations

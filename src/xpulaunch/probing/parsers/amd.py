@@ -1,8 +1,9 @@
 """rocm-smi and amd-smi JSON (reference sections 5.3, 5.4).
 
 Both tools number GPUs by their SMI library index (``card0``, ``"gpu": 0``), which is neither
-the DRM card number nor anything else we key on (pitfall 10): every entry is joined on its PCI
-address, and an entry without one is dropped by the adapter.
+the DRM card number nor anything else we key on (rocm-smi's ``card1`` may be DRM's ``card2``,
+reference section 6): every entry is joined on its PCI address, and an entry without one is
+dropped by the adapter.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def _sized(cell: object) -> int | None:
 
 
 def _entries(output: str, what: str) -> list[dict[str, object]]:
-    """A JSON list of objects; newer amd-smi may wrap it in an object [unv], so unwrap one level."""
+    """A JSON list of objects; newer amd-smi may wrap it in an object (not verified), so unwrap
+    one level."""
     doc = load_json(output, what)
     if isinstance(doc, dict):
         lists = [v for v in doc.values() if isinstance(v, list)]

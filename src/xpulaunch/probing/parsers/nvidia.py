@@ -15,7 +15,7 @@ QUERY_FIELDS = [
 QUERY_ARGV = [
     "nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits",
 ]  # fmt: skip
-# `nvidia-smi -i <bad>` and a host whose GPUs are all gone print this and exit 6 [run].
+# `nvidia-smi -i <bad>` and a host whose GPUs are all gone print this and exit 6 (as run).
 NO_DEVICES_TEXT = "No devices were found"
 NO_DEVICES_EXIT = 6
 
