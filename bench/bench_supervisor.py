@@ -27,7 +27,7 @@ from bench_probe import CONSOLE_SCRIPT  # the same directory: run as bench/bench
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.proc.events import Event, Exited, Started
-from xpulaunch.proc.guardian import find_job
+from xpulaunch.proc.processes import find_job
 from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.supervisor import Supervisor, WorkerSpec
 
