@@ -1,6 +1,7 @@
 """What starting a program costs under xpulaunch, as a ratio of what it costs under torchrun.
 
-    .venv/bin/python bench/bench_overhead.py [--runs N] [--against REV | --against-src DIR]
+    .venv/bin/python bench/bench_overhead.py [--runs N] [--src DIR]
+    .venv/bin/python bench/bench_overhead.py --against REV   (or --against-src DIR)
 
 Paired in one run, round by round: the bare ``/bin/true``, ``xpulaunch --gpus none --
 /bin/true`` (the console script, as users run it) and ``torchrun --nproc-per-node 1
@@ -31,13 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TRUE = shutil.which("true") or "/bin/true"
 
 
-def commands(work: Path, against: tuple[str, Path] | None) -> dict[str, list[str]]:
+def commands(work: Path, src: Path, against: tuple[str, Path] | None) -> dict[str, list[str]]:
     py = sys.executable
     ours = work / "ours"
     ours.mkdir()
     found = {
         "bare": [TRUE],
-        "xpulaunch": [py, str(script_for(ROOT / "src", ours)), "--gpus", "none", "--", TRUE],
+        "xpulaunch": [py, str(script_for(src, ours)), "--gpus", "none", "--", TRUE],
     }
     if against is not None:
         name, src = against
@@ -82,6 +83,12 @@ def report(times: dict[str, list[float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="import xpulaunch from here (e.g. a pip install --target)",
+    )
     parser.add_argument("--against", metavar="REV", help="also time xpulaunch at this commit")
     parser.add_argument("--against-src", metavar="DIR", type=Path, help="... or from this src")
     args = parser.parse_args()
@@ -96,7 +103,7 @@ def main() -> None:
                             str(tree), args.against], check=True)  # fmt: skip
             against = (args.against, tree / "src")
         try:
-            report(measure(commands(work, against), bench_env(work), args.runs))
+            report(measure(commands(work, args.src, against), bench_env(work), args.runs))
         finally:
             if args.against:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",

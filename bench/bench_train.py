@@ -1,6 +1,6 @@
 """Wall time of a whole one-worker training run: bare, under xpulaunch, under torchrun.
 
-    .venv/bin/python bench/bench_train.py [--runs 5] [--steps 2000]
+    .venv/bin/python bench/bench_train.py [--runs 5] [--steps 2000] [--src DIR]
 
 Each round runs ``examples/train.py`` three ways, interleaved, each with a fresh checkpoint
 folder (so nothing resumes): started bare (``python examples/train.py``, the script's own
@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "examples" / "train.py"
 
 
-def commands(work: Path, steps: int) -> dict[str, list[str]]:
+def commands(work: Path, steps: int, src: Path) -> dict[str, list[str]]:
     py = sys.executable
     (work / "bin").mkdir()
-    script = script_for(ROOT / "src", work / "bin")
+    script = script_for(src, work / "bin")
     found = {
         "bare": [py, str(TRAIN)],
         "xpulaunch": [py, str(script), str(TRAIN), "--gpus", "auto"],
@@ -60,11 +60,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="import xpulaunch from here (e.g. a pip install --target)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env = bench_env(work)
-        times = measure(commands(work, args.steps), env, args.runs, work)
+        times = measure(commands(work, args.steps, args.src), env, args.runs, work)
     bare = statistics.median(times["bare"])
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} rounds, "
           f"{args.steps} steps")  # fmt: skip
