@@ -8,7 +8,7 @@
 # Installs as users get them: the wheels carried in .device-carry/new (this commit) and
 # .device-carry/old (the commit before the redesign, 2059dd8) are pip-installed with bytecode
 # compiled, into /tmp/xl-new and /tmp/xl-old, for the benches; the checks run the checkout's
-src/. Logs go to $OUT/run4_$1/, packed into $OUT/run4_$1.tar.gz (the device returns few files).
+# src/. Logs go to $OUT/run4_$1/, packed into $OUT/run4_$1.tar.gz (the device returns few files).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 : "${OUT:?set OUT}"
