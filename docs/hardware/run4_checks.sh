@@ -17,7 +17,7 @@ mkdir -p "$LOGS"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 for v in new old; do
-    python3 -m pip install -q --no-index --no-deps --target /tmp/xl-$v .device-carry/$v/xpulaunch-*.whl
+    python3 -m pip install -q --upgrade --no-index --no-deps --target /tmp/xl-$v .device-carry/$v/xpulaunch-*.whl
 done
 {
     date -u; nvidia-smi -L; python3 -V; uname -r; setpriv --version
@@ -34,12 +34,21 @@ checks)
     echo "train_check exit $?" >>"$LOGS/summary.log"
     ;;
 bench)
+    export PYTHONPATH=/tmp/xl-new  # the bench modules import xpulaunch; each command picks its own
     timeout 200 python3 bench/bench_overhead.py --runs 20 --src /tmp/xl-new \
         --against-src /tmp/xl-old >"$LOGS/bench_overhead.log" 2>&1
     echo "bench_overhead exit $?" >>"$LOGS/summary.log"
-    timeout 360 python3 bench/bench_train.py --runs 5 --steps 2000 --src /tmp/xl-new \
+    timeout 420 python3 bench/bench_train.py --runs ${TRAIN_RUNS:-5} --steps ${TRAIN_STEPS:-2000} --src /tmp/xl-new \
         >"$LOGS/bench_train.log" 2>&1
     echo "bench_train exit $?" >>"$LOGS/summary.log"
+    ;;
+train)  # the training bench alone, longer (TRAIN_RUNS, TRAIN_STEPS), and the probe's speed
+    export PYTHONPATH=/tmp/xl-new
+    timeout 470 python3 bench/bench_train.py --runs "${TRAIN_RUNS:-7}" --steps "${TRAIN_STEPS:-3000}" \
+        --src /tmp/xl-new >"$LOGS/bench_train.log" 2>&1
+    echo "bench_train exit $?" >>"$LOGS/summary.log"
+    timeout 100 python3 bench/bench_probe.py --runs 15 >"$LOGS/bench_probe.log" 2>&1
+    echo "bench_probe exit $?" >>"$LOGS/summary.log"
     ;;
 esac
 cat "$LOGS/summary.log"
