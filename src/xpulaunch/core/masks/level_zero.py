@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # An empty ZE_AFFINITY_MASK masks nothing, so hiding every Intel GPU takes an index no host
-# has: the driver skips out-of-range entries and exposes zero devices (reference 2.2 [inf]).
+# has: the driver skips out-of-range entries and exposes zero devices (reference section 2.2, inferred from the driver source).
 ZE_HIDE_ALL = "999"
 
 
@@ -244,7 +244,7 @@ def format_ze_affinity_mask(
 ) -> str:
     """FLAT/COMBINED: flat tile indices, ascending; COMPOSITE: ``N`` for a card, ``N.M`` a tile.
 
-    Sorted and without repeats (the driver keeps its flat bookkeeping in mask order [inf]).
+    Sorted and without repeats (the driver keeps its flat bookkeeping in mask order).
     No units -> :data:`ZE_HIDE_ALL`, because ``""`` would show every device.
     """
     cards = driver_order(devices, pci_order=pci_order)

@@ -86,7 +86,7 @@ def _rocr(value: str | None, devices: Sequence[Device], notes: list[str]) -> tup
     tokens = value.split(",")[:-1] if value.endswith(",") else value.split(",")  # getline
     chosen: list[Device] = []
     # BuildUsrDeviceList reads at most one token per GPU; later tokens are never looked at.
-    # The surviving devices are ranked in list order (usrDeviceList_[index] = rank) [inf].
+    # The surviving devices are ranked in list order (usrDeviceList_[index] = rank).
     for token in (t.strip(C_SPACE).upper() for t in tokens[: len(ordered)]):
         device = _rocr_token(value, token, ordered)
         if device is None or device.key in {d.key for d in chosen}:  # the list ends here
@@ -99,7 +99,7 @@ def _rocr(value: str | None, devices: Sequence[Device], notes: list[str]) -> tup
 
 
 def _rocr_token(value: str, token: str, devices: Sequence[Device]) -> Device | None:
-    if token == "":  # token.at(0) on an empty token throws inside ROCr init [inf]
+    if token == "":  # token.at(0) on an empty token throws inside ROCr init
         raise MaskError(
             f"{ROCR_VAR}={value!r} has an empty entry, which ROCm cannot parse; "
             "use indices or GPU- UUIDs separated by single commas"
