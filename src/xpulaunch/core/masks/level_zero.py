@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 # An empty ZE_AFFINITY_MASK masks nothing, so hiding every Intel GPU takes an index no host
-# has: the driver skips out-of-range entries and exposes zero devices (reference section 2.2, inferred from the driver source).
+# has: the driver skips out-of-range entries and exposes zero devices (reference section 2.2,
+# inferred from the driver source).
 ZE_HIDE_ALL = "999"
 
 
