@@ -16,7 +16,7 @@ from xpulaunch.errors import UsageError
 
 # name -> "module:attribute" of its click command. A command's module is imported when that
 # command is used (click's documented "lazily loading subcommands" pattern), so that a dry run
-# with --inventory never imports the probe, psutil or the llama.cpp code.
+# with --inventory never imports the probe or the llama.cpp code.
 COMMANDS = {
     "run": "xpulaunch.cli.run:run",
     "devices": "xpulaunch.cli.devices:devices",
