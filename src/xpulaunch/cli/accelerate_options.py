@@ -38,7 +38,7 @@ def apply_accelerate_config(options: dict[str, Any]) -> dict[str, str]:
     from xpulaunch.integrations.accelerate_files import read_config, resolve_config_path
 
     path = resolve_config_path(value, os.environ)
-    launch = translate(read_config(path), os.environ, source=str(path))
+    launch = translate(read_config(path), os.environ, source=f"--accelerate-config {path}")
     _fill(options, launch.options, str(path))
     if launch.ignored:
         click.echo(

@@ -161,8 +161,11 @@ def launch_env(
     if launcher == "multi_gpu":
         env.update(_fsdp_env(args) if args["distributed_type"] == "FSDP" else {})
         env.update(_megatron_env(args) if args["distributed_type"] == "MEGATRON_LM" else {})
-    if launcher != "deepspeed":
-        env["OMP_NUM_THREADS"] = parent_env.get("OMP_NUM_THREADS") or "1"
+    if launcher != "deepspeed" and "OMP_NUM_THREADS" not in parent_env:
+        # accelerate's default num_cpu_threads_per_process. Its CPU-only guess (physical
+        # cores / processes, through psutil) is not copied: torchrun's 1 is what xpulaunch
+        # gives every several-worker job, and OMP_NUM_THREADS in the environment wins.
+        env["OMP_NUM_THREADS"] = "1"
     if config_args.get("parallelism_config") and launcher != "simple":
         env.update(_parallelism_env(args))
     return env
