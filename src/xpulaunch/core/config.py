@@ -45,10 +45,11 @@ def merge(
     for layer in layers:
         top = {k: v for k, v in layer.table.items() if k != PROFILES}
         merged.update(_settings(top, layer.source, valid))
-        section = _profile_table(layer, profile)
-        if section is not None:
-            source = f"{layer.source} [{PROFILES}.{profile}]"
-            merged.update(_settings(section, source, valid))
+        # Every profile is checked, so that a mistake surfaces before the day it is used.
+        for name, section in _profiles(layer).items():
+            settings = _settings(section, f"{layer.source} [{PROFILES}.{name}]", valid)
+            if name == profile:
+                merged.update(settings)
     if profile is not None and not any(_profile_table(lay, profile) for lay in layers):
         raise UsageError(_unknown_profile(profile, layers))
     return merged
