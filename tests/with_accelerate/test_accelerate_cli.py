@@ -114,3 +114,12 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
     done = dry_run("--accelerate-config", str(tmp_path / "nope.yaml"))
     assert done.returncode == 2
     assert "cannot read it (No such file or directory); run `accelerate config`" in done.stderr
+
+
+def test_the_plan_says_what_the_file_asked_for(multi_cpu: Path) -> None:
+    done = dry_run("--accelerate-config", str(multi_cpu))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["notes"][-1] == (
+        f"accelerate config {multi_cpu}: MULTI_CPU, 2 processes, mixed precision bf16; "
+        "the workers get the variables accelerate launch would set"
+    )

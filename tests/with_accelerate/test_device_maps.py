@@ -37,6 +37,7 @@ def launched(device_map: str | None, budgets_bytes: list[int]) -> dict[str, str]
     if device_map:
         env["XPULAUNCH_DEVICE_MAP"] = device_map
         env["XPULAUNCH_MAX_MEMORY"] = json.dumps({str(i): b for i, b in enumerate(budgets_bytes)})
+        env["XPULAUNCH_DEVICES"] = ",".join(f"nvidia:{i}" for i in range(len(budgets_bytes)))
     return env
 
 
@@ -108,6 +109,11 @@ def test_an_override_must_fit_what_the_probe_saw() -> None:
         budgets(env, max_memory={1: 1001})
     with pytest.raises(UsageError, match=r"device 2 is not one of this process's devices \(0, 1\)"):
         budgets(env, max_memory={2: 10})
+
+
+def test_a_device_without_a_probe_figure_takes_the_override_unchecked() -> None:
+    env = launched("sequential", [900]) | {"XPULAUNCH_DEVICES": "amd:0,amd:1"}
+    assert budgets(env, max_memory={1: 10**12}) == {0: 900, 1: 10**12}
 
 
 def test_outside_xpulaunch_it_says_so() -> None:

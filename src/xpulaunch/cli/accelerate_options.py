@@ -29,8 +29,9 @@ accelerate_options = option_group(
 _SET_BY_USER = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
 
 
-def apply_accelerate_config(options: dict[str, Any]) -> dict[str, str]:
-    """Fill ``options`` from ``--accelerate-config`` and return the workers' extra variables."""
+def apply_accelerate_config(options: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``options`` from ``--accelerate-config``; return the plan's extra arguments (the
+    workers' variables and a note)."""
     value = options.pop("accelerate_config", None)
     if value is None:
         return {}
@@ -46,7 +47,7 @@ def apply_accelerate_config(options: dict[str, Any]) -> dict[str, str]:
         )
     for line in launch.warnings:
         click.echo(f"xpulaunch: warning: {path}: {line}", err=True)
-    return launch.env
+    return {"extra_env": launch.env, "notes": [f"accelerate config {path}: {launch.summary}"]}
 
 
 def _fill(options: dict[str, Any], values: dict[str, object], source: str) -> None:

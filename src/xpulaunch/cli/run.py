@@ -55,9 +55,8 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     everything after --, is passed to PROGRAM.
     """
     leases = LeaseSettings.pop_from(options)
-    accelerate_env = apply_accelerate_config(options)
-    kwargs = _plan_kwargs(options)
-    kwargs["extra_env"] = accelerate_env
+    accelerate = apply_accelerate_config(options)
+    kwargs = {**_plan_kwargs(options), **accelerate}
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()

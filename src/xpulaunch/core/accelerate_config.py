@@ -109,13 +109,15 @@ class AccelerateLaunch:
     ``options``: values for ``run``'s own options, keyed by their Python names (``gpus``,
     ``nproc_per_node``, ``backend``, ``master_addr``, ``master_port``, ``nnodes``,
     ``node_rank``); ``env``: variables every worker gets; ``ignored``: ``key=value`` texts of
-    what is not honoured; ``warnings``: other things the user should know.
+    what is not honoured; ``warnings``: other things the user should know; ``summary``: what
+    the file asked for, for the plan's notes.
     """
 
     options: dict[str, object]
     env: dict[str, str]
     ignored: tuple[str, ...]
     warnings: tuple[str, ...]
+    summary: str
 
 
 def translate(
@@ -130,6 +132,18 @@ def translate(
         env=launch_env(args, launcher, parent_env),
         ignored=_ignored(config),
         warnings=warnings,
+        summary=_summary(args),
+    )
+
+
+def _summary(args: Mapping[str, Any]) -> str:
+    processes = int(args["num_processes"])
+    machines = int(args.get("num_machines") or 1)
+    where = f" on {machines} machines" if machines > 1 else ""
+    return (
+        f"{args['distributed_type']}, {processes} process{'es' if processes != 1 else ''}"
+        f"{where}, mixed precision {args['mixed_precision']}; the workers get the variables "
+        "accelerate launch would set"
     )
 
 
@@ -182,8 +196,9 @@ def _flatten_sections(args: dict[str, Any]) -> None:
 def _run_options(args: Mapping[str, Any], launcher: str) -> dict[str, object]:
     machines = int(args.get("num_machines") or 1)
     processes = int(args["num_processes"])
-    options: dict[str, object] = {"nproc_per_node": str(max(processes // machines, 1))}
-    options["gpus"] = _gpus(args, launcher, processes // machines)
+    per_node = max(processes // machines, 1)
+    options: dict[str, object] = {"nproc_per_node": str(per_node)}
+    options["gpus"] = _gpus(args, launcher, per_node)
     if args["distributed_type"] == "MULTI_XPU" and not args.get("use_cpu"):
         options["backend"] = "xpu"
     if args.get("main_process_ip") is not None:

@@ -63,21 +63,22 @@ def parse_max_memory(text: str) -> dict[int, int]:
 
 
 def fitted_budgets(
-    probed: Mapping[int, int], override: Mapping[int | str, int] | None
+    probed: Mapping[int, int], override: Mapping[int | str, int] | None, device_count: int
 ) -> dict[int | str, int]:
     """The budgets to pass on: ``override`` where given, each checked against what the probe
-    saw free on that device (``probed`` holds the budgets with headroom already taken off);
-    keys that are not devices (``"cpu"``, ``"disk"``) pass through for offloading."""
+    saw free on that device (``probed`` holds the budgets with headroom already taken off; a
+    device the probe had no figure for is not checked); keys that are not devices (``"cpu"``,
+    ``"disk"``) pass through for offloading."""
     budgets: dict[int | str, int] = {key: value for key, value in probed.items()}
     for key, value in (override or {}).items():
-        if isinstance(key, int) and key not in probed:
-            known = ", ".join(str(k) for k in sorted(probed)) or "none"
+        if isinstance(key, int) and not 0 <= key < device_count:
+            known = ", ".join(str(k) for k in range(device_count)) or "none"
             raise UsageError(
                 f"device {key} is not one of this process's devices ({known})",
                 option="max_memory",
                 value=dict(override or {}),
             )
-        if isinstance(key, int) and value > probed[key] / (1 - HEADROOM_FRACTION):
+        if isinstance(key, int) and key in probed and value > probed[key] / (1 - HEADROOM_FRACTION):
             seen = int(probed[key] / (1 - HEADROOM_FRACTION))
             raise UsageError(
                 f"device {key}: {value} bytes is more than the {seen} bytes the probe saw "

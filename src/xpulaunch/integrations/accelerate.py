@@ -44,7 +44,8 @@ def budgets(
     """accelerate's ``max_memory``: bytes per device ordinal, overrides checked."""
     env = _launched_env(env)
     planned = env.get("XPULAUNCH_MAX_MEMORY")
-    return fitted_budgets(parse_max_memory(planned) if planned else {}, max_memory)
+    devices = [key for key in env.get("XPULAUNCH_DEVICES", "").split(",") if key]
+    return fitted_budgets(parse_max_memory(planned) if planned else {}, max_memory, len(devices))
 
 
 def from_pretrained_kwargs(
