@@ -17,7 +17,7 @@ from xpulaunch.errors import UsageError
 
 # Set by our plan, not by the accelerate env: masks and the rendezvous address. accelerate's
 # NCCL_* for RTX 4000 cards come from its launcher, not from these functions.
-OURS = {"MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "PYTHONPATH"}
+OURS = {"MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}
 
 
 def accelerate_launch(path: Path) -> tuple[argparse.Namespace, dict[str, str]]:
@@ -51,9 +51,11 @@ def test_the_same_variables_as_accelerate_launch(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("PYTHONPATH", "/opt/lib")  # DeepSpeed jobs get the launch dir added
     path = write_config(tmp_path, name)
     _, expected = accelerate_launch(path)
-    ours = translate(yaml.safe_load(path.read_text()), dict(os.environ), source=str(path))
+    config = yaml.safe_load(path.read_text())
+    ours = translate(config, dict(os.environ), source=str(path), cwd=os.path.abspath("."))
     assert ours.env == expected
 
 

@@ -39,7 +39,8 @@ def apply_accelerate_config(options: dict[str, Any]) -> dict[str, Any]:
     from xpulaunch.integrations.accelerate_files import read_config, resolve_config_path
 
     path = resolve_config_path(value, os.environ)
-    launch = translate(read_config(path), os.environ, source=f"--accelerate-config {path}")
+    source = f"--accelerate-config {path}"
+    launch = translate(read_config(path), os.environ, source=source, cwd=os.getcwd())
     _fill(options, launch.options, str(path))
     if launch.ignored:
         click.echo(

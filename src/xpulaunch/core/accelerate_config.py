@@ -121,15 +121,16 @@ class AccelerateLaunch:
 
 
 def translate(
-    config: Mapping[str, Any], parent_env: Mapping[str, str], *, source: str
+    config: Mapping[str, Any], parent_env: Mapping[str, str], *, source: str, cwd: str = ""
 ) -> AccelerateLaunch:
-    """Map a parsed config file (``source`` names it in errors) onto ``run``."""
+    """Map a parsed config file (``source`` names it in errors) onto ``run``; ``cwd`` is the
+    directory DeepSpeed jobs get on their ``PYTHONPATH``, as under accelerate launch."""
     args = _launch_args(config, source)
     launcher = LAUNCHERS[args["distributed_type"]]
     warnings = _mask_clash(args, parent_env)
     return AccelerateLaunch(
         options=_run_options(args, launcher),
-        env=launch_env(args, launcher, parent_env),
+        env=launch_env(args, launcher, parent_env, cwd=cwd),
         ignored=_ignored(config),
         warnings=warnings,
         summary=_summary(args),

@@ -142,7 +142,7 @@ DEEPSPEED_OPTIONAL = {
 
 
 def launch_env(
-    config_args: Mapping[str, Any], launcher: str, parent_env: Mapping[str, str]
+    config_args: Mapping[str, Any], launcher: str, parent_env: Mapping[str, str], cwd: str = ""
 ) -> dict[str, str]:
     """The variables of ``launcher`` (simple, multi_gpu or deepspeed) for these arguments."""
     args = {**DEFAULTS, **{k: v for k, v in config_args.items() if v is not None}}
@@ -156,6 +156,9 @@ def launch_env(
     env.update(_precision_env(args))
     if launcher == "deepspeed":
         env.update(_deepspeed_env(config_args, args))
+        if cwd:  # accelerate adds the launch directory to the path of DeepSpeed jobs
+            paths = [p for p in parent_env.get("PYTHONPATH", "").split(":") if p]
+            env["PYTHONPATH"] = ":".join([*paths, cwd])
     else:
         env.update(_dynamo_env(args))
     if launcher == "multi_gpu":
