@@ -123,3 +123,15 @@ def test_the_plan_says_what_the_file_asked_for(multi_cpu: Path) -> None:
         f"accelerate config {multi_cpu}: MULTI_CPU, 2 processes, mixed precision bf16; "
         "the workers get the variables accelerate launch would set"
     )
+
+
+def test_the_file_wins_over_project_defaults(multi_cpu: Path, tmp_path: Path) -> None:
+    (tmp_path / "xpulaunch.toml").write_text("nproc-per-node = 3\nmax-restarts = 1\n")
+    done = subprocess.run(
+        [XPULAUNCH, "--accelerate-config", str(multi_cpu), "--dry-run", "--json", "/bin/true"],
+        cwd=tmp_path, check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    workers = json.loads(done.stdout)["workers"]
+    assert len(workers) == 2  # num_processes, not the project's 3
+    assert workers[0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == "1"  # what the file leaves alone
