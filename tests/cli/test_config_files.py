@@ -178,3 +178,9 @@ def test_keys_for_another_command_are_valid(project: Path) -> None:
     assert show(
         project,
     )["nproc-per-node"] == (2, str(project / "xpulaunch.toml"))
+
+
+def test_config_alone_shows_its_help(project: Path) -> None:
+    done = xpulaunch(project, "config")
+    assert done.returncode == 0, done.stderr
+    assert "show  Print each option's effective value" in done.stdout

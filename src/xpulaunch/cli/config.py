@@ -19,11 +19,14 @@ from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.core.config import Explained, OptionInfo, explain
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
-def config() -> None:
+@click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)
+@click.pass_context
+def config(ctx: click.Context) -> None:
     """Config files: xpulaunch.toml or [tool.xpulaunch] in pyproject.toml (the project's),
     ~/.config/xpulaunch/config.toml (yours). Keys are the long options; the command line and
     the environment win over them."""
+    if ctx.invoked_subcommand is None:  # `xpulaunch config` alone: its help, not an error
+        click.echo(ctx.get_help())
 
 
 @config.command(context_settings=CONTEXT_SETTINGS)
