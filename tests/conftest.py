@@ -37,7 +37,8 @@ GPU_ENV = (
 def _isolated_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Clear GPU visibility and XPULAUNCH_* variables; give each test its own lock dir."""
+    """Clear GPU visibility and XPULAUNCH_* variables; give each test its own lock dir and
+    an empty user config directory."""
     import os
 
     for name in GPU_ENV:
@@ -46,6 +47,8 @@ def _isolated_env(
         if name.startswith("XPULAUNCH_"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XPULAUNCH_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+    # No user config file of the host's: ~/.config/xpulaunch/config.toml would set defaults.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
 @pytest.fixture(autouse=True)

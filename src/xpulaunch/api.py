@@ -97,12 +97,15 @@ def plan(
     unavailable: Mapping[str, str] | None = None,
     must_exist: bool = True,
     max_restarts: int | None = 0,
+    extra_env: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
     ``max_restarts`` is what the workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they
     are not restarted, None for no limit (:attr:`RunOptions.restart_limit` of the options
-    the plan will run with).
+    the plan will run with). ``extra_env`` is given to every worker under the plan's own
+    variables (device masks, ranks), which win; ``notes`` are added to the plan's.
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -123,13 +126,15 @@ def plan(
         master_addr=master_addr,
         master_port=master_port if master_port is not None else free_port(master_addr),
         max_restarts=max_restarts,
+        extra_env=tuple(sorted((extra_env or {}).items())),
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
-    if resolved.note:
+    extra_notes = (*([resolved.note] if resolved.note else []), *notes)
+    if extra_notes:
         from dataclasses import replace
 
-        result = replace(result, notes=(*result.notes, resolved.note))
+        result = replace(result, notes=(*result.notes, *extra_notes))
     return result
 
 

@@ -107,7 +107,7 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "master_port": None, "restart": None, "max_restarts": None, "backoff": "1:30:2",
         "stable_window": 60.0, "gang": None, "grace": 10.0, "log_dir": None, "ranks": None,
         "no_color": False, "lock_dir": None, "shared": False, "wait": False,
-        "wait_timeout": None,
+        "wait_timeout": None, "accelerate_config": None,
     }  # fmt: skip
 
 

@@ -29,7 +29,10 @@ CONSOLE = str(Path(sys.executable).parent / "xpulaunch")
 
 # Python blocks that need more than a CPU host and xpulaunch, by their first line.
 # Python blocks that cannot run on a CPU host, by first line, with the reason.
-PYTHON_NOT_RUN = {"import json, os": "needs transformers, a model and XPULAUNCH_* variables"}
+PYTHON_NOT_RUN = {
+    "from transformers import AutoModelForCausalLM": "needs transformers and a model",
+    "from accelerate import Accelerator": "a training script, run by the commands around it",
+}
 # The commands whose inventory is not the README's own 2x H200 host.
 INVENTORY_FOR = (
     ("ZE_FLAT_DEVICE_HIERARCHY", "2x-max1550.json"),
@@ -72,7 +75,8 @@ def _argv(command: str) -> tuple[list[str], dict[str, str]]:
     assert match is not None
     env = dict(a.split("=", 1) for a in match[1].split())
     words = shlex.split(match[2])
-    if words[0] in ("devices", "status"):
+    first = words[2] if words[0] in ("-p", "--profile") else words[0]
+    if first in ("devices", "status", "config"):
         return [CONSOLE, *words], env
     extra = ["--dry-run"] if "--dry-run" not in words else []
     inventory = next((f for key, f in INVENTORY_FOR if key in command), "2x-h200.json")
@@ -85,9 +89,15 @@ def _argv(command: str) -> tuple[list[str], dict[str, str]]:
 
 @pytest.fixture
 def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A directory with the files the README's commands name, and a private lock directory."""
+    """A directory with the files the README's commands name, and a private lock directory.
+    A fenced block whose first line is ``# NAME`` (a file name, no directory) is that file."""
     for name in ("train.py", "sweep.py"):
         (tmp_path / name).write_text("print('hello')\n")
+    for language in ("toml", "yaml"):
+        for block in _fences(language):
+            name = block.splitlines()[0].removeprefix("# ").split()[0]
+            if block.startswith("# ") and "/" not in name:
+                (tmp_path / name).write_text(block)
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
     shutil.copy(inventory_path("2x-h200.json"), tmp_path / "host.json")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))

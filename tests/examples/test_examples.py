@@ -103,7 +103,8 @@ def test_supervisor_api_example(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
 def test_examples_import_only_the_public_package(example: str) -> None:
-    """Examples are what users copy: they use ``xpulaunch``'s public names, never internals."""
+    """Examples are what users copy: they use ``xpulaunch``'s public names, never internals
+    (``xpulaunch.integrations.*`` are public: optional glue, imported by its own path)."""
     import ast
 
     tree = ast.parse((EXAMPLES / example).read_text())
@@ -119,4 +120,4 @@ def test_examples_import_only_the_public_package(example: str) -> None:
         for alias in node.names
         if alias.name.startswith("xpulaunch.")
     ]
-    assert internal == []
+    assert [name for name in internal if not name.startswith("xpulaunch.integrations.")] == []

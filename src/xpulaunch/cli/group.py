@@ -22,6 +22,7 @@ COMMANDS = {
     "devices": "xpulaunch.cli.devices:devices",
     "llama": "xpulaunch.cli.llama:llama",
     "status": "xpulaunch.cli.status:status",
+    "config": "xpulaunch.cli.config:config",
 }
 DEFAULT_COMMAND = "run"
 
@@ -45,9 +46,10 @@ class DefaultRunGroup(click.Group):
         if not args:  # the whole help, as `--help` shows it, rather than a usage error
             click.echo(ctx.get_help())
             ctx.exit(0)
-        if args[0] not in COMMANDS and args[0] not in self._option_names(ctx):
-            refuse_mistyped_command(args[0])
-            args = [DEFAULT_COMMAND, *args]
+        first = _after_profile(args)  # `xpulaunch -p big train.py` runs train.py too
+        if first < len(args) and args[first] not in {*COMMANDS, *self._option_names(ctx)}:
+            refuse_mistyped_command(args[first])
+            args = [*args[:first], DEFAULT_COMMAND, *args[first:]]
         return super().parse_args(ctx, args)
 
     def _option_names(self, ctx: click.Context) -> set[str]:
@@ -76,9 +78,31 @@ def refuse_mistyped_command(word: str) -> None:
         )
 
 
+def _after_profile(args: list[str]) -> int:
+    """Index of the first argument after leading ``-p NAME`` / ``--profile[=]NAME``."""
+    i = 0
+    while i < len(args):
+        if args[i] in ("-p", "--profile"):
+            i += 2
+        elif args[i].startswith("--profile=") or (args[i].startswith("-p") and args[i] != "-p"):
+            i += 1
+        else:
+            break
+    return i
+
+
 @click.group(cls=DefaultRunGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="xpulaunch")
-def cli() -> None:
+@click.option(
+    "-p",
+    "--profile",
+    envvar="XPULAUNCH_PROFILE",
+    metavar="NAME",
+    help="Use the [profiles.NAME] table of the config files (xpulaunch.toml, "
+    "[tool.xpulaunch] in pyproject.toml, ~/.config/xpulaunch/config.toml).",
+)
+@click.pass_context
+def cli(ctx: click.Context, profile: str | None) -> None:
     """Launch and supervise multi-GPU jobs and llama.cpp servers.
 
     \b
@@ -86,3 +110,6 @@ def cli() -> None:
     xpulaunch devices                       list accelerators
     xpulaunch llama -m model.gguf --gpus 2  serve a model pinned to 2 GPUs
     """
+    from xpulaunch.cli.config_files import apply_config_files
+
+    apply_config_files(ctx, profile)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from xpulaunch import api
+from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerate_config
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
@@ -44,6 +45,7 @@ _run_only_options = option_group(
 @_run_only_options
 @supervision_options
 @lease_options
+@accelerate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Launch PROGRAM on selected accelerators and supervise it.
@@ -53,7 +55,8 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     everything after --, is passed to PROGRAM.
     """
     leases = LeaseSettings.pop_from(options)
-    kwargs = _plan_kwargs(options)
+    accelerate = apply_accelerate_config(options)
+    kwargs = {**_plan_kwargs(options), **accelerate}
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()

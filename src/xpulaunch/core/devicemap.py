@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Unit
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 HEADROOM_FRACTION = 0.10
 
@@ -45,3 +46,45 @@ def max_memory(units: Sequence[Unit]) -> dict[str, int]:
 
 def max_memory_json(units: Sequence[Unit]) -> str:
     return json.dumps(max_memory(units), separators=(",", ":"))
+
+
+def parse_max_memory(text: str) -> dict[int, int]:
+    """``XPULAUNCH_MAX_MEMORY`` (``{"0": bytes, ...}``) -> ``{0: bytes, ...}``, the int
+    device keys accelerate's ``max_memory`` takes."""
+    try:
+        raw = json.loads(text)
+        return {int(key): int(value) for key, value in raw.items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            "expected a JSON object of device ordinal to bytes, as xpulaunch writes it",
+            option="XPULAUNCH_MAX_MEMORY",
+            value=text,
+        ) from exc
+
+
+def fitted_budgets(
+    probed: Mapping[int, int], override: Mapping[int | str, int] | None, device_count: int
+) -> dict[int | str, int]:
+    """The budgets to pass on: ``override`` where given, each checked against what the probe
+    saw free on that device (``probed`` holds the budgets with headroom already taken off; a
+    device the probe had no figure for is not checked); keys that are not devices (``"cpu"``,
+    ``"disk"``) pass through for offloading."""
+    budgets: dict[int | str, int] = {key: value for key, value in probed.items()}
+    for key, value in (override or {}).items():
+        if isinstance(key, int) and not 0 <= key < device_count:
+            known = ", ".join(str(k) for k in range(device_count)) or "none"
+            raise UsageError(
+                f"device {key} is not one of this process's devices ({known})",
+                option="max_memory",
+                value=dict(override or {}),
+            )
+        if isinstance(key, int) and key in probed and value > probed[key] / (1 - HEADROOM_FRACTION):
+            seen = int(probed[key] / (1 - HEADROOM_FRACTION))
+            raise UsageError(
+                f"device {key}: {value} bytes is more than the {seen} bytes the probe saw "
+                "free on it",
+                option="max_memory",
+                value=dict(override or {}),
+            )
+        budgets[key] = value
+    return budgets

@@ -57,6 +57,9 @@ class LaunchRequest:
     # Restarts a worker may see (TORCHELASTIC_MAX_RESTARTS): 0 when restarts are off, None
     # for no limit ("-1", as torchrun's elastic agent writes it).
     max_restarts: int | None = 0
+    # Variables every worker gets on top (an accelerate config's ACCELERATE_* settings);
+    # device masks and rank variables are the plan's own and win over these.
+    extra_env: tuple[tuple[str, str], ...] = ()
 
 
 def make_plan(
@@ -167,7 +170,8 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
 def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerPlan:
     request, parent_env = job.request, job.parent_env
     mine = [job.units[i] for i in share]
-    env: dict[str, str | None] = dict(
+    env: dict[str, str | None] = dict(request.extra_env)
+    env.update(
         child_visibility_env(
             job.backend.vendor, mine, job.inventory, parent_env, hierarchy=job.hierarchy
         )

@@ -1,0 +1,142 @@
+"""Where config files are, how they are read, and how their values reach click.
+
+The project file is the nearest ``xpulaunch.toml``, or ``pyproject.toml`` with a
+``[tool.xpulaunch]`` table, in the working directory or a parent (the nearest directory that
+has either wins; ``xpulaunch.toml`` first, as ruff does with ``ruff.toml``). The user file is
+``$XDG_CONFIG_HOME/xpulaunch/config.toml`` (``~/.config/...``). Their merged values become
+click's ``default_map``, which click ranks below the command line and the environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from xpulaunch.core.config import Layer, Setting, merge, normalise_key
+from xpulaunch.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the backport, on 3.10
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PROJECT_FILE = "xpulaunch.toml"
+PYPROJECT = "pyproject.toml"
+# Commands whose options config files may set ("config" itself has none worth keeping).
+CONFIGURED_COMMANDS = ("run", "llama", "devices")
+# Options that say what to do this time, not how: never taken from a file.
+NOT_CONFIGURABLE = frozenset({"help", "dry-run", "json"})
+
+
+def user_config_path(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "~"), ".config")
+    return Path(os.path.expanduser(base)) / "xpulaunch" / "config.toml"
+
+
+def find_project_file(start: Path) -> Path | None:
+    for directory in (start, *start.parents):
+        candidate = directory / PROJECT_FILE
+        if candidate.is_file():
+            return candidate
+        pyproject = directory / PYPROJECT
+        if pyproject.is_file() and _has_tool_table(pyproject):
+            return pyproject
+    return None
+
+
+def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
+    """The user layer, then the project layer: the files that exist, lowest first."""
+    layers = []
+    user = user_config_path(env)
+    if user.is_file():
+        layers.append(Layer(str(user), read_toml(user)))
+    project = find_project_file(cwd)
+    if project is not None:
+        table = read_toml(project)
+        if project.name == PYPROJECT:
+            layers.append(Layer(f"{project} [tool.xpulaunch]", table["tool"]["xpulaunch"]))
+        else:
+            layers.append(Layer(str(project), table))
+    return layers
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as stream:
+            table: dict[str, Any] = tomllib.load(stream)
+            return table
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: {exc}") from exc
+
+
+def _has_tool_table(path: Path) -> bool:
+    """Cheap first look (the text has the table's header), then a real parse."""
+    try:
+        if "tool.xpulaunch" not in path.read_text(encoding="utf-8"):
+            return False
+    except (OSError, UnicodeDecodeError):
+        return False
+    return isinstance(read_toml(path).get("tool", {}).get("xpulaunch"), dict)
+
+
+def command_options(name: str) -> dict[str, click.Option]:
+    """A command's configurable options by key (long option without dashes)."""
+    from xpulaunch.cli.group import COMMANDS
+
+    module_name, attr = COMMANDS[name].split(":")
+    command = getattr(importlib.import_module(module_name), attr)
+    keys: dict[str, click.Option] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for opt in param.opts:
+                key = normalise_key(opt)
+                if opt.startswith("--") and key not in NOT_CONFIGURABLE:
+                    keys[key] = param
+    return keys
+
+
+def effective_settings(
+    profile: str | None, cwd: Path, env: Mapping[str, str]
+) -> dict[str, Setting]:
+    """Every key the files set, with its source; ``{}`` when there are no files."""
+    layers = load_layers(cwd, env)
+    if not layers and profile is None:
+        return {}
+    valid = {key for name in CONFIGURED_COMMANDS for key in command_options(name)}
+    return merge(layers, valid, profile)
+
+
+def default_map(settings: Mapping[str, Setting]) -> dict[str, dict[str, Any]]:
+    """click's ``default_map``: for each configured command, its parameters' values, each
+    checked by the option's own type so that a bad value names its file and key."""
+    defaults: dict[str, dict[str, Any]] = {}
+    for name in CONFIGURED_COMMANDS:
+        options = command_options(name)
+        mine = {key: s for key, s in settings.items() if key in options}
+        defaults[name] = {options[k].name or k: _checked(options[k], k, s) for k, s in mine.items()}
+    return defaults
+
+
+def _checked(option: click.Option, key: str, setting: Setting) -> Any:
+    try:
+        option.type.convert(setting.value, option, None)
+    except click.BadParameter as exc:
+        raise UsageError(f"{setting.source}: {key}: {exc.message}") from exc
+    return setting.value
+
+
+def apply_config_files(ctx: click.Context, profile: str | None) -> None:
+    """Give the group's context the files' values as ``default_map`` (no files: nothing)."""
+    settings = effective_settings(profile, Path.cwd(), os.environ)
+    if settings:
+        ctx.default_map = default_map(settings)

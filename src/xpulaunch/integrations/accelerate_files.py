@@ -1,0 +1,73 @@
+"""Finding and reading the file ``accelerate config`` writes (YAML, or JSON for old files).
+
+PyYAML is imported only here, and only when a YAML config is read: accelerate itself depends
+on it, so whoever has accelerate configs has it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from xpulaunch.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def default_config_path(env: Mapping[str, str]) -> Path:
+    """accelerate's default location (commands/config/config_args.py): under ``HF_HOME``,
+    else ``XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``; the YAML file unless
+    only the old JSON one exists."""
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME", "~"), ".cache")
+    home = Path(os.path.expanduser(env.get("HF_HOME") or os.path.join(cache, "huggingface")))
+    yaml_file = home / "accelerate" / "default_config.yaml"
+    json_file = home / "accelerate" / "default_config.json"
+    return json_file if json_file.is_file() and not yaml_file.is_file() else yaml_file
+
+
+def resolve_config_path(value: str, env: Mapping[str, str]) -> Path:
+    """``--accelerate-config FILE`` or ``default``."""
+    return default_config_path(env) if value == "default" else Path(value)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The file's mapping; a missing, unreadable or malformed file is a one-line UsageError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError(
+            f"--accelerate-config {path}: cannot read it ({why}); "
+            "run `accelerate config` or give the file it wrote"
+        ) from exc
+    data = _parse_json(text, path) if path.suffix == ".json" else _parse_yaml(text, path)
+    if not isinstance(data, dict):
+        raise UsageError(f"--accelerate-config {path}: expected a mapping of keys to values")
+    return data
+
+
+def _parse_json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--accelerate-config {path}: line {exc.lineno}: {exc.msg}") from exc
+
+
+def _parse_yaml(text: str, path: Path) -> Any:
+    try:
+        import yaml
+    except ImportError as exc:
+        raise UsageError(
+            f"--accelerate-config {path}: reading YAML needs PyYAML "
+            "(pip install 'xpulaunch[accelerate]')"
+        ) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise UsageError(f"--accelerate-config {path}: {where}{problem}") from exc

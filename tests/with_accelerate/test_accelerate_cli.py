@@ -1,0 +1,137 @@
+"""``xpulaunch --accelerate-config``: real accelerate programs, real `accelerate launch`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from accelerate_configs import config_text
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
+XPULAUNCH = str(BIN / "xpulaunch")
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(args),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def lines(stdout: str, tag: str) -> list[dict[str, object]]:
+    found = [line.split(tag + " ", 1)[1] for line in stdout.splitlines() if tag + " " in line]
+    return [json.loads(text) for text in found]
+
+
+@pytest.fixture
+def multi_cpu(tmp_path: Path) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(config_text("multi-cpu").replace("debug: true", "debug: false"))
+    return path
+
+
+@pytest.mark.slow
+def test_a_real_accelerator_sees_the_configured_job(multi_cpu: Path) -> None:
+    done = run(XPULAUNCH, "--accelerate-config", str(multi_cpu), str(HERE / "accelerate_script.py"))
+    assert done.returncode == 0, done.stderr
+    states = lines(done.stdout, "STATE")
+    assert sorted(s["process_index"] for s in states) == [0, 1]
+    assert {(s["num_processes"], s["mixed_precision"]) for s in states} == {(2, "bf16")}
+    assert {s["distributed_type"] for s in states} == {"DistributedType.MULTI_CPU"}
+
+
+@pytest.mark.slow
+def test_accelerate_launch_gives_the_same_variables(multi_cpu: Path) -> None:
+    script = str(HERE / "print_env.py")
+    theirs = run(str(BIN / "accelerate"), "launch", "--config_file", str(multi_cpu), script)
+    ours = run(XPULAUNCH, "--accelerate-config", str(multi_cpu), script)
+    assert theirs.returncode == 0 and ours.returncode == 0, theirs.stderr + ours.stderr
+    expected = lines(theirs.stdout, "ENV")
+    assert len(expected) == 1  # accelerate's simple launcher starts one process on the CPU
+    assert lines(ours.stdout, "ENV") == expected * 2  # we start the two it was asked for
+
+
+def dry_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run(XPULAUNCH, *args, "--gpus", "none", "--dry-run", "--json", "/bin/true", env=env)
+
+
+def test_the_command_line_wins_over_the_file(multi_cpu: Path) -> None:
+    done = dry_run("--accelerate-config", str(multi_cpu), "--nproc-per-node", "3")
+    assert done.returncode == 0, done.stderr
+    workers = json.loads(done.stdout)["workers"]
+    assert len(workers) == 3
+    assert workers[0]["env"]["ACCELERATE_MIXED_PRECISION"] == "bf16"
+
+
+def test_default_is_accelerates_default_file(multi_cpu: Path, tmp_path: Path) -> None:
+    home = tmp_path / "hf"
+    (home / "accelerate").mkdir(parents=True)
+    (home / "accelerate" / "default_config.yaml").write_text(multi_cpu.read_text())
+    done = dry_run("--accelerate-config", "default", env={"HF_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["workers"]) == 2
+
+
+def test_a_key_not_honoured_is_named_in_one_warning(multi_cpu: Path) -> None:
+    multi_cpu.write_text(multi_cpu.read_text() + "rdzv_backend: c10d\nenable_cpu_affinity: true\n")
+    done = dry_run("--accelerate-config", str(multi_cpu))
+    assert done.returncode == 0, done.stderr
+    warning = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warning == [
+        f"xpulaunch: warning: {multi_cpu}: not honoured: rdzv_backend='c10d', "
+        "enable_cpu_affinity=True"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("distributed_type: MULTI_CPU\nnum_procs: 2\n", "unknown key 'num_procs'; did you mean"),
+        ("distributed_type: [MULTI_CPU\n", "line 2: expected ',' or ']', but got '<stream end>'"),
+        ("- a list\n", "expected a mapping of keys to values"),
+    ],
+)
+def test_a_bad_file_is_one_line_with_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    done = dry_run("--accelerate-config", str(path))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"xpulaunch: error: --accelerate-config {path}: ")
+    assert message in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
+    done = dry_run("--accelerate-config", str(tmp_path / "nope.yaml"))
+    assert done.returncode == 2
+    assert "cannot read it (No such file or directory); run `accelerate config`" in done.stderr
+
+
+def test_the_plan_says_what_the_file_asked_for(multi_cpu: Path) -> None:
+    done = dry_run("--accelerate-config", str(multi_cpu))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["notes"][-1] == (
+        f"accelerate config {multi_cpu}: MULTI_CPU, 2 processes, mixed precision bf16; "
+        "the workers get the variables accelerate launch would set"
+    )
+
+
+def test_the_file_wins_over_project_defaults(multi_cpu: Path, tmp_path: Path) -> None:
+    (tmp_path / "xpulaunch.toml").write_text("nproc-per-node = 3\nmax-restarts = 1\n")
+    done = subprocess.run(
+        [XPULAUNCH, "--accelerate-config", str(multi_cpu), "--dry-run", "--json", "/bin/true"],
+        cwd=tmp_path, check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    workers = json.loads(done.stdout)["workers"]
+    assert len(workers) == 2  # num_processes, not the project's 3
+    assert workers[0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == "1"  # what the file leaves alone

@@ -1,0 +1,172 @@
+"""--accelerate-config gives what accelerate launch computes, checked with accelerate's own
+launch functions on the same files (not with a copy of our mapping)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from accelerate_configs import CONFIGS, config_text
+
+from xpulaunch.core.accelerate_config import translate
+from xpulaunch.errors import UsageError
+
+# Set by our plan, not by the accelerate env: masks and the rendezvous address. accelerate's
+# NCCL_* for RTX 4000 cards come from its launcher, not from these functions.
+OURS = {"MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}
+
+
+def accelerate_launch(path: Path) -> tuple[argparse.Namespace, dict[str, str]]:
+    """What `accelerate launch --config_file path train.py` computes, up to starting torchrun:
+    its launch arguments and the variables it adds to the children's environment."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import launch as accelerate_utils
+
+    parsed = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
+    args, defaults, precision_from_file = _validate_launch_command(parsed)
+    if args.use_deepspeed:
+        fields = [*defaults.deepspeed_config, *(["mixed_precision"] if precision_from_file else [])]
+        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+        _, env = accelerate_utils.prepare_deepspeed_cmd_env(args)
+    elif args.use_fsdp or args.use_megatron_lm or args.multi_gpu:
+        env = accelerate_utils.prepare_multi_gpu_env(args)
+    else:
+        _, env = accelerate_utils.prepare_simple_launcher_cmd_env(args)
+    added = {k: v for k, v in env.items() if os.environ.get(k) != v and k not in OURS}
+    return args, added
+
+
+def write_config(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(config_text(name))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_same_variables_as_accelerate_launch(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("PYTHONPATH", "/opt/lib")  # DeepSpeed jobs get the launch dir added
+    path = write_config(tmp_path, name)
+    _, expected = accelerate_launch(path)
+    config = yaml.safe_load(path.read_text())
+    ours = translate(config, dict(os.environ), source=str(path), cwd=os.path.abspath("."))
+    assert ours.env == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "processes"),
+    [("multi-gpu-dynamo", "2"), ("fsdp", "4"), ("megatron", "4"), ("deepspeed", "2")],
+)
+def test_processes_per_node_as_accelerate_gives_torchrun(
+    name: str, processes: str, tmp_path: Path
+) -> None:
+    path = write_config(tmp_path, name)
+    args, _ = accelerate_launch(path)
+    ours = translate(yaml.safe_load(path.read_text()), {}, source=str(path))
+    assert ours.options["nproc_per_node"] == args.nproc_per_node == processes
+
+
+def test_two_machines_become_the_multi_node_options(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "two-machines")
+    args, _ = accelerate_launch(path)
+    ours = translate(yaml.safe_load(path.read_text()), {}, source=str(path)).options
+    assert (ours["nproc_per_node"], ours["nnodes"], ours["node_rank"]) == (
+        args.nproc_per_node,
+        args.nnodes,
+        args.node_rank,
+    )
+    assert f"{ours['master_addr']}:{ours['master_port']}" == args.rdzv_endpoint
+    assert ours["gpus"] == "4"  # the 4 best free devices of this node
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "backend"),
+    [
+        ("single", "auto", None),
+        ("multi-cpu", "none", None),
+        ("multi-gpu-dynamo", "2", None),
+        ("multi-xpu-ids", "0,1", "xpu"),
+    ],
+)
+def test_devices(name: str, gpus: str, backend: str | None) -> None:
+    config: dict[str, Any] = yaml.safe_load(config_text(name))
+    options = translate(config, {}, source="c.yaml").options
+    assert (options["gpus"], options.get("backend")) == (gpus, backend)
+
+
+def test_one_gpu_id_is_an_explicit_device() -> None:
+    config = yaml.safe_load(config_text("single")) | {"gpu_ids": 3}
+    assert translate(config, {}, source="c.yaml").options["gpus"] == "device=3"
+
+
+def test_gpu_ids_under_a_parent_mask_are_named() -> None:
+    config = yaml.safe_load(config_text("multi-xpu-ids"))
+    launch = translate(config, {"ZE_AFFINITY_MASK": "2,3"}, source="c.yaml")
+    assert launch.warnings == (
+        "gpu_ids 0,1 are physical device ids, and ZE_AFFINITY_MASK=2,3 restricts them "
+        "(accelerate launch would replace that mask with gpu_ids)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"rdzv_backend": "c10d"}, "rdzv_backend='c10d'"),
+        ({"enable_cpu_affinity": True}, "enable_cpu_affinity=True"),
+        ({"downcast_bf16": "yes"}, "downcast_bf16='yes'"),
+        ({"mpirun_config": {"mpirun_hostfile": "/h"}}, "mpirun_config={'mpirun_hostfile': '/h'}"),
+    ],
+)
+def test_keys_not_honoured_are_named(extra: dict[str, object], named: str) -> None:
+    config = yaml.safe_load(config_text("multi-cpu")) | extra
+    assert translate(config, {}, source="c.yaml").ignored == (named,)
+
+
+def test_what_accelerate_config_writes_is_all_honoured() -> None:
+    for name in CONFIGS:
+        config = yaml.safe_load(config_text(name))
+        assert translate(config, {}, source="c.yaml").ignored == (), name
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"num_procesess": 2},
+            "c.yaml: unknown key 'num_procesess'; did you mean 'num_processes'?",
+        ),
+        ({"distributed_type": "TPU"}, "c.yaml: distributed_type 'TPU': expected one of NO, "),
+        (
+            {"compute_environment": "AMAZON_SAGEMAKER"},
+            "c.yaml: compute_environment 'AMAZON_SAGEMAKER': xpulaunch runs LOCAL_MACHINE",
+        ),
+        ({"mixed_precision": "fp4"}, "mixed_precision 'fp4': expected one of no, fp8, fp16, bf16"),
+    ],
+)
+def test_bad_configs_name_file_and_key(extra: dict[str, object], message: str) -> None:
+    config = yaml.safe_load(config_text("multi-cpu")) | extra
+    with pytest.raises(UsageError) as caught:
+        translate(config, {}, source="c.yaml")
+    assert str(caught.value).startswith(message)
+
+
+def test_num_processes_left_to_the_command_line_is_asked_for() -> None:
+    config = {"distributed_type": "MULTI_GPU"}
+    with pytest.raises(UsageError, match="num_processes is not set; give --nproc-per-node"):
+        translate(config, {}, source="c.yaml")
+
+
+def test_one_thread_per_process_without_omp_num_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    path = write_config(tmp_path, "multi-gpu-dynamo")
+    _, expected = accelerate_launch(path)
+    ours = translate(yaml.safe_load(path.read_text()), dict(os.environ), source=str(path))
+    assert ours.env["OMP_NUM_THREADS"] == expected["OMP_NUM_THREADS"] == "1"
