@@ -92,6 +92,7 @@ class Engine:
         self._gang_of = {w.name: gang for gang in self.gangs for w in gang.workers}
         self._to_reap: set[Worker] = set()
         self._stop_signal: int | None = None
+        self._stopped_by_signal = False
         self._stop_requests = 0
         self.launch_error: str | None = None
         self._status: int | None = None
@@ -104,8 +105,10 @@ class Engine:
         self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if release_leases else ()
 
     # -- called from any thread ----------------------------------------------------------
-    def request_stop(self, signum: int, grace_s: float | None) -> None:
-        self.loop.post(lambda: self._stop_all(signum, grace_s))
+    def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:
+        """``by_signal`` False: the caller asked (``Supervisor.stop()``), so a job that ends
+        without a failure ends with status 0, not 128 + ``signum``."""
+        self.loop.post(lambda: self._stop_all(signum, grace_s, by_signal))
 
     def wait_started(self) -> str | None:
         self.board.wait_started()
@@ -268,8 +271,10 @@ class Engine:
             self._start_gang(gang)
 
     # -- stopping ------------------------------------------------------------------------
-    def _stop_all(self, signum: int, grace_s: float | None) -> None:
+    def _stop_all(self, signum: int, grace_s: float | None, by_signal: bool = True) -> None:
         self._stop_requests += 1
+        if self._stop_requests == 1:
+            self._stopped_by_signal = by_signal
         now = self.clock()
         kill = self._stop_requests > 1
         if self._status is None:
@@ -387,8 +392,10 @@ class Engine:
             first = min(failed, key=lambda g: g.ended_at_s).first_failure
             code = first.exit_code if first and first.exit_code is not None else 1
             return code, f"worker {first.name if first else '?'} failed"
-        if self._stop_signal is not None:
+        if self._stop_signal is not None and self._stopped_by_signal:
             return 128 + self._stop_signal, f"stopped by {signal_name(self._stop_signal)}"
+        if self._stop_signal is not None:
+            return 0, "stopped on request"
         return 0, "finished"
 
     def release_leases(self) -> bool:

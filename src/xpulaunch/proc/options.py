@@ -26,6 +26,8 @@ def restart_settings(values: Mapping[str, Any]) -> tuple[RestartMode, int | None
     restart = values.get("restart")
     if restart is None:
         restart = "on-failure" if max_restarts not in (None, 0) else "no"
+    if restart == "always" and max_restarts is None:
+        return RestartMode.ALWAYS, None  # docker's meaning: always, unless a limit is given
     return RestartMode(restart), _max_restarts(max_restarts)
 
 

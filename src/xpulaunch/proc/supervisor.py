@@ -141,15 +141,18 @@ class Supervisor:
         engine, thread = self._engine, self._thread
         if engine is None or thread is None:
             raise UsageError("the supervisor was not started: call start() first")
-        if threading.current_thread() is thread:
-            raise UsageError(
-                "wait() and stop() cannot run inside on_event (the supervisor's own loop); "
-                "call send_stop_signal() there instead"
-            )
+        self._refuse_on_loop_thread()
         status = engine.wait(timeout)
         if status is not None:
             thread.join()
         return status
+
+    def _refuse_on_loop_thread(self) -> None:
+        if threading.current_thread() is self._thread:
+            raise UsageError(
+                "wait() and stop() cannot run inside on_event (the supervisor's own loop); "
+                "call send_stop_signal() there instead"
+            )
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """True once every worker is READY; False on timeout or when the job ended first."""
@@ -158,10 +161,12 @@ class Supervisor:
         return self._engine.board.wait_ready(timeout)
 
     def stop(self, grace_s: float | None = None) -> int:
-        """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status."""
+        """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status: 0
+        unless a worker had failed for good before (a requested stop is a success)."""
         if self._engine is None:
             return 0
-        self._engine.request_stop(signal.SIGTERM, grace_s)
+        self._refuse_on_loop_thread()  # before posting: a refused stop must not count
+        self._engine.request_stop(signal.SIGTERM, grace_s, by_signal=False)
         status = self.wait()
         return 0 if status is None else status
 
