@@ -226,7 +226,7 @@ class LlamaServer:
             return
         replica, tail = slot.replica, event.stderr_tail
         if event.signal in OUTSIDE_SIGNALS:
-            return  # killed from outside while loading (OOM killer, an operator): the policy decides
+            return  # killed from outside while loading (OOM killer, operator): policy decides
         if any(BIND_FAILURE in line for line in tail):
             if not replica.port_fixed:
                 return  # _prepare moves it to another port for the next attempt
