@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 FRAMES_KEPT = 3  # the innermost frames: where it failed, and what called it
+# The @record wrapper's own frame says nothing about the user's failure.
+_WRAPPER_FRAME = "torch/distributed/elastic/multiprocessing/errors/"
 # "ValueError: msg", "torch.distributed.DistBackendError: msg", "KeyboardInterrupt"
 _EXCEPTION_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))(?::\s?(?P<message>.*))?$"
@@ -81,7 +83,7 @@ def _frames(lines: Sequence[str]) -> tuple[str, ...]:
     """The innermost ``FRAMES_KEPT`` frames of a formatted traceback, one string each."""
     frames: list[str] = []
     for index, line in enumerate(lines):
-        if line.startswith('  File "'):
+        if line.startswith('  File "') and _WRAPPER_FRAME not in line:
             code = lines[index + 1].strip() if index + 1 < len(lines) else ""
             is_code = code and not code.startswith(("File ", "^", "~"))
             frames.append(line.strip() + (f": {code}" if is_code else ""))

@@ -123,6 +123,31 @@ class Stopping(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseWaited(Event):
+    """``xpulaunch run`` waits in line for devices (``--wait``); sent when its place or its
+    reason changes."""
+
+    waited_s: float
+    position: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAcquired(Event):
+    """The devices are leased (``devices``: their labels) after ``waited_s`` in line."""
+
+    job_id: str
+    devices: tuple[str, ...]
+    waited_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseReleased(Event):
+    job_id: str
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped(Event):
     """The supervisor has finished: every process of the job is gone."""
 
