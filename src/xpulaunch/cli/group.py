@@ -22,6 +22,7 @@ COMMANDS = {
     "devices": "xpulaunch.cli.devices:devices",
     "llama": "xpulaunch.cli.llama:llama",
     "status": "xpulaunch.cli.status:status",
+    "logs": "xpulaunch.cli.logs:logs",
 }
 DEFAULT_COMMAND = "run"
 
