@@ -124,3 +124,22 @@ class LeaseEvents:
         if self._stream is not None and self.acquired is not None:
             acquired = self.acquired
             self._stream.write(LeaseReleased(time.monotonic(), acquired.job_id, acquired.devices))
+
+
+llama_metrics_options = option_group(
+    click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        envvar="XPULAUNCH_METRICS_PORT",
+        metavar="PORT",
+        help="Serve Prometheus metrics on http://HOST:PORT/metrics: the supervisor's, and "
+        "each replica's own (llama-server --metrics) labelled with model and replica.",
+    ),
+    click.option(
+        "--metrics-host",
+        default="127.0.0.1",
+        show_default=True,
+        envvar="XPULAUNCH_METRICS_HOST",
+        help="Address the metrics endpoint listens on.",
+    ),
+)

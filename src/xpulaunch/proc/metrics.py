@@ -181,8 +181,9 @@ class MetricsServer:
         interval_s: float = 10.0,
         probe: Callable[[], list[dict[str, object]]] = probe_devices,
         extra: Callable[[], list[str]] | None = None,
+        counters: JobCounters | None = None,
     ) -> None:
-        self.counters = JobCounters()
+        self.counters = counters or JobCounters()
         self._supervisor, self._plan, self._probe, self._extra = supervisor, plan, probe, extra
         self._devices: list[dict[str, object]] = []
         self._closed = threading.Event()
