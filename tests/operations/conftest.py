@@ -85,10 +85,12 @@ def _private_runtime_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
 
 
-def xpulaunch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def xpulaunch(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [XPULAUNCH, "run", "--gpus", "none", *args], capture_output=True, text=True,
-        timeout=timeout, check=False, env=dict(os.environ),
+        timeout=timeout, check=False, env={**os.environ, **(env or {})},
     )  # fmt: skip
 
 

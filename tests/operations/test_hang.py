@@ -92,7 +92,9 @@ def test_the_cli_reports_the_hang_and_the_missing_py_spy(
     script: Callable[[str], str], tmp_path: Path
 ) -> None:
     logs = tmp_path / "logs"
-    done = xpulaunch("--hang-timeout", "1", "--log-dir", str(logs), script("silent.py"))
+    no_py_spy = {"PATH": "/usr/bin:/bin"}  # py-spy is a dev dependency, in the venv's bin
+    done = xpulaunch("--hang-timeout", "1", "--log-dir", str(logs), script("silent.py"),
+                     env=no_py_spy)  # fmt: skip
     assert done.returncode != 0
     assert "worker 0 silent for 1 s (no output): treating it as failed" in done.stderr
     assert "no stack dump (py-spy is not installed)" in done.stderr
@@ -121,3 +123,20 @@ def test_bad_values_are_one_line_errors(
     done = xpulaunch(*args, script("sleeps.py"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_with_py_spy_the_stacks_go_to_the_log_before_the_restart(
+    script: Callable[[str], str], tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    venv_bin = str(Path(sys.executable).parent)  # where the dev extra installed py-spy
+    path = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
+    done = xpulaunch("--hang-timeout", "1", "--log-dir", str(logs), "--max-restarts", "1",
+                     "--backoff", "0", script("silent.py"), env=path)  # fmt: skip
+    assert done.returncode != 0
+    assert "py-spy is not installed" not in done.stderr
+    for attempt in (0, 1):
+        log = (logs / f"attempt_{attempt}" / "0.log").read_text()
+        assert "xpulaunch: py-spy dump of the silent process:" in log
+        assert "<module> (silent.py:4)" in log  # where it sleeps: the stack, read for real
+    assert "restarting worker 0" in done.stderr
