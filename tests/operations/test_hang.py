@@ -17,7 +17,7 @@ from xpulaunch.proc.events import Event, Exited, HangDetected, Started, Stopped
 from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.supervisor import Supervisor, WorkerSpec
 
-from .conftest import xpulaunch
+from .conftest import read_events, xpulaunch
 
 TIMEOUT_S = 1.5
 
@@ -103,10 +103,18 @@ def test_the_cli_reports_the_hang_and_the_missing_py_spy(
     assert (cause["type"], cause["source"]) == ("HangDetected", "supervisor")
 
 
-def test_max_runtime_ends_the_job_with_124(script: Callable[[str], str]) -> None:
-    done = xpulaunch("--max-runtime", "1", script("sleeps.py"))
+def test_max_runtime_ends_the_job_with_124(script: Callable[[str], str], tmp_path: Path) -> None:
+    stream = tmp_path / "events.jsonl"
+    done = xpulaunch("--max-runtime", "1", "--events", str(stream), script("sleeps.py"))
     assert done.returncode == 124, done.stderr
     assert "ran for --max-runtime 1 s: stopping every worker" in done.stderr
+    assert "SIGTERM: stopping" not in done.stderr  # no signal came from the user
+    events = read_events(stream)
+    names = [e["event"] for e in events]
+    assert names[names.index("timed_out") :] == ["timed_out", "stopping", "exited", "stopped",
+                                                 "lease_released"]  # fmt: skip
+    assert events[names.index("stopping")]["cause"] == "max_runtime"
+    assert events[names.index("stopped")]["exit_code"] == 124
 
 
 @pytest.mark.parametrize(

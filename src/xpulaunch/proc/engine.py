@@ -120,7 +120,8 @@ class Engine:
     def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:
         """``by_signal`` False: the caller asked (``Supervisor.stop()``), so a job that ends
         without a failure ends with status 0, not 128 + ``signum``."""
-        self.loop.post(lambda: self._stop_all(signum, grace_s, by_signal))
+        cause = "signal" if by_signal else "stop"
+        self.loop.post(lambda: self._stop_all(signum, grace_s, cause))
 
     def wait_started(self) -> str | None:
         self.board.wait_started()
@@ -292,16 +293,16 @@ class Engine:
             return  # over, or being stopped already
         self._timed_out = True
         self.emit(TimedOut(self.clock(), self.watch.max_runtime_s or 0.0))
-        self._stop_all(signal.SIGTERM, None, by_signal=False)
+        self._stop_all(signal.SIGTERM, None, "max_runtime")
 
-    def _stop_all(self, signum: int, grace_s: float | None, by_signal: bool = True) -> None:
+    def _stop_all(self, signum: int, grace_s: float | None, cause: str = "signal") -> None:
         self._stop_requests += 1
         if self._stop_requests == 1:
-            self._stopped_by_signal = by_signal
+            self._stopped_by_signal = cause == "signal"
         now = self.clock()
         kill = self._stop_requests > 1
         if self._status is None:
-            self.emit(Stopping(now, signal_name(signum), kill))
+            self.emit(Stopping(now, signal_name(signum), kill, cause))
         if kill:  # a second Ctrl-C: kill everything at once
             for worker in self.workers:
                 worker.kill_at_s = now

@@ -116,10 +116,12 @@ class GaveUp(Event):
 
 @dataclass(frozen=True, slots=True)
 class Stopping(Event):
-    """A stop was requested (stop(), a signal); ``kill``: the second one, killing at once."""
+    """A stop was requested; ``kill``: the second one, killing at once. ``cause``: "signal"
+    (a signal to the supervisor), "stop" (``Supervisor.stop()``) or "max_runtime"."""
 
     signal: str
     kill: bool
+    cause: str = "signal"
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,7 +318,7 @@ class Reporter:
             self._restarting(event)
         elif isinstance(event, GaveUp):
             self._gave_up(event)
-        elif isinstance(event, Stopping):
+        elif isinstance(event, Stopping) and (event.cause == "signal" or event.kill):
             what = "killing every process now" if event.kill else "stopping every worker"
             again = "" if event.kill else " (again to kill at once)"
             self._say(f"{event.signal}: {what}{again}")
