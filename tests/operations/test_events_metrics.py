@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import inventory_path, wait_for
+from xpulaunch.core.prometheus import relabel, render
 from xpulaunch.proc.event_stream import SCHEMA
-from xpulaunch.proc.metrics import relabel, render
 
 from .conftest import read_events, xpulaunch
 

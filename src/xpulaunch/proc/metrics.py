@@ -6,8 +6,8 @@ utilisation, re-probed every ``interval_s`` by ``xpulaunch devices --json`` in a
 process (so no GPU library is ever loaded into the supervisor). Extra sources (a llama
 replica's own ``/metrics``) are fetched at scrape time and relabelled.
 
-No metrics library: the format is a few lines of text, and :func:`render` is short enough to
-read; the tests parse its output with ``prometheus_client``'s parser.
+No metrics library: the format is a few lines of text (:mod:`xpulaunch.core.prometheus`);
+the tests parse what is served with ``prometheus_client``'s parser.
 """
 
 from __future__ import annotations
@@ -19,63 +19,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.prometheus import CONTENT_TYPE, Family, Labels, Sample, render
 from xpulaunch.errors import UsageError
 from xpulaunch.proc.events import Event, Exited, HangDetected, LeaseAcquired
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from xpulaunch.model import Plan
     from xpulaunch.proc.supervisor import Supervisor
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PROBE_TIMEOUT_S = 60.0
-Labels = tuple[tuple[str, str], ...]
-Sample = tuple[Labels, float]
-Family = tuple[str, str, str, list[Sample]]  # name, type, help, samples
-
-
-def render(families: Iterable[Family]) -> str:
-    """Prometheus text for ``families``; a family without samples is left out."""
-    lines: list[str] = []
-    for name, kind, help_text, samples in families:
-        if not samples:
-            continue
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
-    return "\n".join(lines) + "\n"
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    escaped = (
-        (k, v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")) for k, v in labels
-    )
-    return "{" + ",".join(f'{k}="{v}"' for k, v in escaped) + "}"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def relabel(text: str, extra: Labels) -> list[str]:
-    """Another exporter's sample lines with ``extra`` labels added (comments dropped: the
-    same family from several replicas must be declared once, and we do not know its type)."""
-    out = []
-    added = _labels(extra)[1:-1]
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        head, sep, rest = line.partition("{")
-        if sep:
-            inner = rest.partition("}")
-            out.append(f"{head}{{{added},{inner[0]}}}{inner[2]}" if inner[0] else
-                       f"{head}{{{added}}}{inner[2]}")  # fmt: skip
-        else:
-            name, _, value = line.partition(" ")
-            out.append(f"{name}{{{added}}} {value}")
-    return out
 
 
 class JobCounters:
