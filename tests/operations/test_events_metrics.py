@@ -147,7 +147,16 @@ def test_rendered_and_relabelled_text_parses() -> None:
     assert "x_empty" not in text
 
 
-@pytest.mark.parametrize("port", ["-1", "70000"])
-def test_a_bad_metrics_port(script: Callable[[str], str], port: str) -> None:
-    done = xpulaunch("--metrics-port", port, script("sleeps.py"))
-    assert done.returncode == 2 and "--metrics-port" in done.stderr
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--metrics-port", "-1"], "--metrics-port"),
+        (["--metrics-port", "70000"], "--metrics-port"),
+        (["--metrics-port", "0", "--metrics-interval", "0"], "--metrics-interval 0"),
+        (["--events", "/no/such/dir/events.jsonl"], "cannot write it (No such file"),
+    ],
+)
+def test_bad_operations_options(script: Callable[[str], str], args: list[str], message: str):
+    done = xpulaunch(*args, script("sleeps.py"))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

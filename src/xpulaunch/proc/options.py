@@ -127,7 +127,8 @@ def operations_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         settings["metrics_port"] = int(values["metrics_port"])
         settings["metrics_host"] = str(values.get("metrics_host") or "127.0.0.1")
         interval = values.get("metrics_interval")
-        settings["metrics_interval_s"] = _positive_seconds(interval or 10.0, "--metrics-interval")
+        interval = 10.0 if interval is None else interval
+        settings["metrics_interval_s"] = _positive_seconds(interval, "--metrics-interval")
     return settings
 
 
