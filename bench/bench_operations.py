@@ -83,7 +83,8 @@ def supervisor_cpu_share(extra: list[str], count: int, window_s: float, work: Pa
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
             time.sleep(min(5.0, window_s))
         after, wall = supervisor.cpu_times(), time.perf_counter() - began
-        return (after.user + after.system - before.user - before.system) / wall
+        used_s = after.user + after.system - before.user - before.system
+        return max(used_s, 0.0) / wall  # never "-0.000 %"
     finally:
         proc.terminate()
         proc.wait(timeout=120)
