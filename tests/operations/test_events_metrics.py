@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import signal
 import socket
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import inventory_path, wait_for
 from xpulaunch.core.prometheus import relabel, render
-from xpulaunch.proc.event_stream import SCHEMA
+from xpulaunch.core.restart import RestartPolicy
+from xpulaunch.proc.event_stream import SCHEMA, EventStream, event_name
+from xpulaunch.proc.events import Event
+from xpulaunch.proc.logs import LogConfig
+from xpulaunch.proc.supervisor import Supervisor, WorkerSpec
 
 from .conftest import read_events, xpulaunch
 
@@ -160,3 +167,31 @@ def test_bad_operations_options(script: Callable[[str], str], args: list[str], m
     done = xpulaunch(*args, script("sleeps.py"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_stream_holds_the_api_objects_field_for_field(
+    script: Callable[[str], str], tmp_path: Path
+) -> None:
+    path = tmp_path / "api.jsonl"
+    stream = EventStream(str(path))
+    seen: list[Event] = []
+
+    def both(event: Event) -> None:
+        seen.append(event)
+        stream.write(event)
+
+    spec = WorkerSpec("0", [sys.executable, script("crash_once.py")], dict(os.environ))
+    sup = Supervisor([spec], RestartPolicy(max_restarts=1, backoff_initial_s=0.0),
+                     logs=LogConfig(console=False), on_event=both,
+                     record_dir=tmp_path / "records")  # fmt: skip
+    sup.start()
+    assert sup.wait(60) == 0
+    stream.close()
+    written = read_events(path)
+    assert [e["event"] for e in written] == [event_name(e) for e in seen]
+    for line, event in zip(written, seen, strict=True):
+        for field in dataclasses.fields(event):
+            value = getattr(event, field.name)
+            plain = value.as_dict() if hasattr(value, "as_dict") else value
+            expected = list(plain) if isinstance(plain, tuple) else plain
+            assert line[field.name] == expected, (event, field.name)
