@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from xpulaunch.errors import (
         XpulaunchError as XpulaunchError,
     )
+    from xpulaunch.in_worker import heartbeat as heartbeat
     from xpulaunch.llamacpp import LlamaServer as LlamaServer
     from xpulaunch.llamacpp import plan_llama as plan_llama
     from xpulaunch.llamacpp import serve_llama as serve_llama
@@ -127,6 +128,9 @@ if TYPE_CHECKING:
         GaveUp as GaveUp,
     )
     from xpulaunch.proc.events import (
+        HangDetected as HangDetected,
+    )
+    from xpulaunch.proc.events import (
         Ready as Ready,
     )
     from xpulaunch.proc.events import (
@@ -140,6 +144,9 @@ if TYPE_CHECKING:
     )
     from xpulaunch.proc.events import (
         Stopping as Stopping,
+    )
+    from xpulaunch.proc.events import (
+        TimedOut as TimedOut,
     )
     from xpulaunch.proc.events import (
         Unhealthy as Unhealthy,
@@ -172,14 +179,15 @@ _EXPORTS = {
         "ProbeError", "SelectionError", "ServerStartError", "UsageError", "WaitTimeoutError",
         "WorkerFailedError", "XpulaunchError",
     ),
+    "xpulaunch.in_worker": ("heartbeat",),
     "xpulaunch.llamacpp": ("LlamaServer", "plan_llama", "serve_llama"),
     "xpulaunch.model": (
         "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice", "Plan",
         "Problem", "Unit", "Vendor", "WorkerPlan",
     ),
     "xpulaunch.proc.events": (
-        "Event", "Exited", "GaveUp", "Ready", "Restarting", "Started", "Stopped", "Stopping",
-        "Unhealthy", "WorkerState", "WorkerStatus",
+        "Event", "Exited", "GaveUp", "HangDetected", "Ready", "Restarting", "Started",
+        "Stopped", "Stopping", "TimedOut", "Unhealthy", "WorkerState", "WorkerStatus",
     ),
     "xpulaunch.proc.launch": ("RunOptions", "run_plan"),
     "xpulaunch.proc.leases": ("Lease", "LeaseManager"),

@@ -18,13 +18,14 @@ from helpers import inventory_path
 
 EXPECTED = {
     "Backend", "Device", "DeviceBusyError", "DeviceMap", "Event", "Exited", "GaveUp",
-    "Hierarchy", "Inventory", "InventoryError", "LaunchError", "LaunchRequest", "Lease",
+    "HangDetected", "Hierarchy", "Inventory", "InventoryError", "LaunchError", "LaunchRequest",
+    "Lease",
     "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice", "Plan",
     "Probe", "ProbeError", "Problem", "Ready", "RestartMode", "RestartPolicy", "Restarting",
     "RunOptions", "SelectionError", "ServerStartError", "Started", "Stopped", "Stopping",
-    "Supervisor", "Unhealthy", "Unit", "UsageError", "Vendor", "WaitTimeoutError",
+    "Supervisor", "TimedOut", "Unhealthy", "Unit", "UsageError", "Vendor", "WaitTimeoutError",
     "WorkerFailedError", "WorkerPlan", "WorkerSpec", "WorkerState", "WorkerStatus",
-    "XpulaunchError", "inventory_document", "load_inventory", "make_plan", "plan",
+    "XpulaunchError", "heartbeat", "inventory_document", "load_inventory", "make_plan", "plan",
     "plan_document", "plan_llama", "probe", "run_plan", "serve_llama", "worker_specs",
 }  # fmt: skip
 
@@ -148,6 +149,7 @@ def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:
         "plan_llama": lambda: xpulaunch.plan_llama(llama, inventory, env, dry_run=True),
         "worker_specs": lambda: xpulaunch.worker_specs(cpu_plan, env),
         "run_plan": lambda: xpulaunch.run_plan(cpu_plan, env, xpulaunch.RunOptions()),
+        "heartbeat": xpulaunch.heartbeat,  # outside a run: does nothing
     }
 
 

@@ -71,6 +71,7 @@ def test_json_plan_document_for_the_contract_example() -> None:
     assert plan["workers"][0]["argv"][1:] == ["train.py"]
     assert plan["set_at_start"] == [
         "XPULAUNCH_JOB_ID", "XPULAUNCH_WORKER", "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_ERROR_FILE",
     ]  # fmt: skip
     assert plan["device_map"] == "sequential" and plan["notes"]
 
@@ -91,7 +92,8 @@ def test_the_plan_shows_the_restart_limit_workers_will_see(options: list[str], v
     assert json.loads(done.stdout)["workers"][0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == value
     text = xpulaunch(*args, "--", "python", "x.py").stdout
     assert f"TORCHELASTIC_MAX_RESTARTS={value}" in text
-    assert "set at start: XPULAUNCH_JOB_ID, XPULAUNCH_WORKER, TORCHELASTIC_RESTART_COUNT" in text
+    assert "set at start: XPULAUNCH_JOB_ID, XPULAUNCH_WORKER, TORCHELASTIC_RESTART_COUNT, " \
+        "TORCHELASTIC_ERROR_FILE" in text
 
 
 def test_default_command_is_run_and_options_may_follow_program(tmp_path: Path) -> None:

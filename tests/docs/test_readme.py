@@ -76,7 +76,7 @@ def _argv(command: str) -> tuple[list[str], dict[str, str]]:
     env = dict(a.split("=", 1) for a in match[1].split())
     words = shlex.split(match[2])
     first = words[2] if words[0] in ("-p", "--profile") else words[0]
-    if first in ("devices", "status", "config"):
+    if first in ("devices", "status", "config", "logs"):
         return [CONSOLE, *words], env
     extra = ["--dry-run"] if "--dry-run" not in words else []
     inventory = next((f for key, f in INVENTORY_FOR if key in command), "2x-h200.json")
@@ -100,6 +100,11 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                 (tmp_path / name).write_text(block)
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
     shutil.copy(inventory_path("2x-h200.json"), tmp_path / "host.json")
+    for rank in ("0", "1"):  # a finished run's --log-dir, for `xpulaunch logs`
+        log = tmp_path / "logs" / "attempt_0" / f"{rank}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"2026-11-23T23:00:00.000Z hello from {rank}\n")
+    (tmp_path / "logs" / "summary.json").write_text("{}\n")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin")
     monkeypatch.delenv("XPULAUNCH_INVENTORY", raising=False)

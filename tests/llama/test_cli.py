@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -351,3 +352,39 @@ def wait_ready_draining(
                 else:
                     err += drain(err_fd)
     pytest.fail(f"not ready after {timeout_s} s: {err.decode()[-2000:]}")
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_metrics_relabel_each_replicas_own_metrics(llama_server: str, model_link: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [XPULAUNCH, "llama", "-m", str(model_link), "--binary", llama_server, "--replicas", "2",
+         "--metrics-port", str(port), "--", "-c", "256", "-t", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        read_ready_urls(proc, 2, timeout_s=30)
+        url = f"http://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        replicas = {s.labels["replica"] for s in samples if s.name.startswith("llamacpp:")}
+        assert replicas == {"0", "1"}
+        models = {s.labels["model"] for s in samples if s.name.startswith("llamacpp:")}
+        assert models == {model_link.name}
+        up = {s.labels["worker"]: s.value for s in samples if s.name == "xpulaunch_worker_up"}
+        assert up == {"0": 1, "1": 1}
+        scraped = [s.value for s in samples if s.name == "xpulaunch_replica_scrape_ok"]
+        assert scraped == [1, 1]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 128 + signal.SIGINT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -237,6 +237,25 @@ def test_without_restarts_a_lost_port_race_is_a_clear_error(
         holder.listen()
         taken = holder.getsockname()[1]
         no_restarts = RestartPolicy(mode=RestartMode.NO, gang=False)
-        with pytest.raises(ServerStartError, match=r"couldn't bind.*restart policy is 'no'"):
+        with pytest.raises(ServerStartError, match=r"couldn't bind.*no restarts were requested"):
             start_server(cpu_plan(llama_server, tiny_model, [taken]), policy=no_restarts)
     assert not _llama_children()
+
+
+def test_a_server_killed_while_loading_is_restarted_under_the_policy(
+    llama_server: str, tiny_model: Path, start_server: Start, tmp_path: Path
+) -> None:
+    # The first attempt is killed from outside before it ever answers (as the OOM killer
+    # would); the second loads the model. A crash of its own would still fail the start.
+    wrapper = tmp_path / "llama-server-killed-once"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then kill -KILL $$; fi\n'
+        f'exec {llama_server} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    server, recorder = start_server(_free_plan(str(wrapper), tiny_model))
+    (ready,) = recorder.wait_ready(1)
+    assert health_status(ready.host, ready.port, 2.0) == 200
+    killed = [e for e in server.supervisor.events() if isinstance(e, Exited)]
+    assert [e.signal for e in killed] == ["SIGKILL"]

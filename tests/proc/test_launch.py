@@ -86,7 +86,7 @@ def test_failure_summary_names_the_first_failure(
     assert run_plan(plan, dict(os.environ), options) == 3
     err = capfd.readouterr().err
     assert "xpulaunch: worker 1 failed first: it exited with code 3" in err
-    assert "xpulaunch: gave up: restart policy is 'no'" in err
+    assert "xpulaunch: gave up: no restarts were requested" in err
     assert "xpulaunch:   error: going to exit 3" in err
     assert f"full log: {tmp_path / 'logs' / 'attempt_0' / '1.log'}" in err
     assert "worker 0 failed" not in err  # the stopped sleeper is not a failure

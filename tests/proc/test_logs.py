@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from xpulaunch.proc.logs import MAX_LINE_BYTES, LineBuffer, LogConfig, LogSink
+from xpulaunch.proc.logs import MAX_LINE_BYTES, LineBuffer, LogConfig, LogSink, log_stamp
+
+STAMP = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", re.MULTILINE)
+
+
+def unstamped(path: Path) -> bytes:
+    """A log file's bytes without the time stamp each of its lines starts with."""
+    data = path.read_bytes()
+    assert len(STAMP.findall(data)) == data.count(b"\n")
+    return STAMP.sub(b"", data)
 
 
 def test_line_buffer_keeps_partial_lines() -> None:
@@ -82,6 +92,18 @@ def test_console_filter_and_tails() -> None:
     assert logs.tail("0", 0) == []
 
 
+def test_log_file_lines_carry_the_time_they_were_read(tmp_path: Path) -> None:
+    logs = LogSink(
+        LogConfig(log_dir=tmp_path, console=False), ["w"], wall_clock=lambda: 1.5e9 + 0.25
+    )
+    logs.open_attempt("w", 0)
+    logs.write("w", False, [b"one", b"two"])
+    logs.close()
+    written = (tmp_path / "attempt_0" / "w.log").read_bytes()
+    assert written == b"2017-07-14T02:40:00.250Z one\n2017-07-14T02:40:00.250Z two\n"
+    assert log_stamp(0.0) == b"1970-01-01T00:00:00.000Z "
+
+
 def test_files_per_attempt(tmp_path: Path) -> None:
     logs, _, _ = sink(LogConfig(log_dir=tmp_path, console=False), ["w"])
     first = logs.open_attempt("w", 0)
@@ -91,8 +113,8 @@ def test_files_per_attempt(tmp_path: Path) -> None:
     logs.close()
     assert first == tmp_path / "attempt_0" / "w.log"
     assert second == tmp_path / "attempt_1" / "w.log"
-    assert first.read_bytes() == b"one\n"
-    assert second.read_bytes() == b"two\n"
+    assert unstamped(first) == b"one\n"
+    assert unstamped(second) == b"two\n"
 
 
 def test_a_closed_console_does_not_stop_logging(tmp_path: Path) -> None:
@@ -106,7 +128,7 @@ def test_a_closed_console_does_not_stop_logging(tmp_path: Path) -> None:
     logs.write("w", False, [b"and again"])
     logs.message("summary")
     logs.close()
-    assert (tmp_path / "attempt_0" / "w.log").read_bytes() == b"still logged\nand again\n"
+    assert unstamped(tmp_path / "attempt_0" / "w.log") == b"still logged\nand again\n"
 
 
 def test_message_goes_to_stderr() -> None:

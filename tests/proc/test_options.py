@@ -67,7 +67,9 @@ def test_every_option(tmp_path: Path) -> None:
         ({}, 0),
         ({"max_restarts": 3}, 3),
         ({"max_restarts": -1}, None),
-        ({"restart": "always"}, 3),
+        ({"restart": "always"}, None),  # always means without a limit, as in docker
+        ({"restart": "on-failure"}, 3),
+        ({"restart": "always", "max_restarts": 2}, 2),
         ({"restart": "no", "max_restarts": 5}, 0),
     ],
 )

@@ -23,6 +23,7 @@ COMMANDS = {
     "llama": "xpulaunch.cli.llama:llama",
     "status": "xpulaunch.cli.status:status",
     "config": "xpulaunch.cli.config:config",
+    "logs": "xpulaunch.cli.logs:logs",
 }
 DEFAULT_COMMAND = "run"
 

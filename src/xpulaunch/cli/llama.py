@@ -10,6 +10,7 @@ import click
 
 from xpulaunch import api
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
+from xpulaunch.cli.operations_options import llama_metrics_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.cli.render import print_plan
@@ -133,6 +134,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
     help="Write DIR/attempt_N/REPLICA.log for every replica and attempt.",
 )
 @click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
+@llama_metrics_options
 @lease_options
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
@@ -199,7 +201,7 @@ def _request(server_args: tuple[str, ...], options: dict[str, Any]) -> LlamaRequ
         port=options["port"],
         binary=options["binary"] or "llama-server",
         llama_backend=parse_llama_backend(options["llama_backend"]),
-        passthrough=server_args,
+        passthrough=server_args if options["metrics_port"] is None else (*server_args, "--metrics"),
         gpus=options["gpus"],
         backend=options["backend"],
         min_free_memory_bytes=size_option(options["min_free_memory"], "--min-free-memory"),
@@ -223,12 +225,17 @@ def _serve(
         failure_threshold=options["health_failures"],
     )
     logs = LogConfig(log_dir=options["log_dir"], color=False if options["no_color"] else None)
+    from xpulaunch.llamacpp.metrics import JobCounters, serving_metrics  # only for a server
+
+    counters = JobCounters()
     server = LlamaServer(
         plan, parent_env, health=health, policy=policy, grace_s=options["grace"],
         logs=logs, on_ready=_ready_printer(plan), settle=cuda_settle(plan), lease_fds=lease.fds,
-        job_id=lease.job_id,
+        job_id=lease.job_id, on_event=counters.on_event,
     )  # fmt: skip
-    with forwarding(server.send_stop_signal):
+    metrics = serving_metrics(server, plan, str(options["model"]), host=options["metrics_host"],
+                              port=options["metrics_port"], counters=counters)  # fmt: skip
+    with metrics, forwarding(server.send_stop_signal):
         server.start()
         status = server.wait()
     return 1 if status is None else status

@@ -11,6 +11,7 @@ import click
 from xpulaunch import api
 from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerate_config
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
+from xpulaunch.cli.operations_options import LeaseEvents, open_events, operations_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.cli.program import ProgramCommand
@@ -44,6 +45,7 @@ _run_only_options = option_group(
 @plan_options
 @_run_only_options
 @supervision_options
+@operations_options
 @lease_options
 @accelerate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -86,13 +88,18 @@ def _execute(
         run_options = RunOptions.from_cli(options)  # validate before anything is reserved
         if probing is not None:
             kwargs["inventory"] = probing.result()
+    events = open_events(run_options.events)
     with WaitReporter() as reporter:
+        lease_events = LeaseEvents(events, reporter)
         plan, lease = leases.allocate(
             lambda unavailable: api.plan(program, **kwargs, unavailable=unavailable),
-            on_wait=reporter,
+            on_wait=lease_events.on_wait,
             command=["xpulaunch", *program],
         )
-    with lease:
+    with contextlib.ExitStack() as done, lease:
+        if events is not None:
+            done.callback(events.close)
+        done.callback(lease_events.released)  # after the lease is released, before close
         # Checked before the summary line: a mistake prints one line, not a start and an error.
         check_ranks(run_options.console_ranks, [w.name for w in plan.workers])
         click.echo(f"xpulaunch: {_summary(plan)}", err=True)
@@ -100,7 +107,7 @@ def _execute(
         # unlocks a device that a surviving process of the job still holds.
         return run_plan(
             plan, kwargs["parent_env"], run_options, lease_fds=lease.fds, release_leases=True,
-            job_id=lease.job_id,
+            job_id=lease.job_id, events=events, earlier_events=lease_events.got(plan, lease),
         )  # fmt: skip
 
 

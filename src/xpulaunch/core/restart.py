@@ -115,7 +115,9 @@ def decide(state: RestartState, event: Outcome, policy: RestartPolicy, now: floa
     if not wants_restart:
         if event is Outcome.SUCCEEDED:
             return Decision(Action.DONE, state, reason="finished")
-        return Decision(Action.GIVE_UP, state, reason=f"restart policy is '{policy.mode.value}'")
+        # Only mode NO gets here with a failure: the user asked for nothing, so do not quote
+        # a policy back at them as if they had chosen it.
+        return Decision(Action.GIVE_UP, state, reason="no restarts were requested")
     restarts = state.restarts
     ran_s = None if state.started_at_s is None else now - state.started_at_s
     if ran_s is not None and ran_s >= policy.stable_window_s:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -19,15 +20,22 @@ HEALTH_PATH = "/health"
 
 
 def health_status(host: str, port: int, timeout_s: float) -> int:
-    """The HTTP status of ``GET /health``; raises ``OSError`` when there is no answer."""
+    """The HTTP status of ``GET /health``; raises ``OSError`` when there is no answer, or
+    when the whole answer took longer than ``timeout_s``."""
     # Imported here: http.client pulls in ssl and email, which only a llama run needs.
     import http.client
 
+    began = time.monotonic()
     connection = http.client.HTTPConnection(url_host(host).strip("[]"), port, timeout=timeout_s)
     try:
         connection.request("GET", HEALTH_PATH)
         response = connection.getresponse()
         response.read()
+        took_s = time.monotonic() - began
+        if took_s > timeout_s:
+            # The socket timeout bounds each read, not the answer: a server too busy to
+            # serve /health promptly trickles it out. Slow is unhealthy too.
+            raise TimeoutError(f"/health answered in {took_s:.1f} s, over {timeout_s:g} s")
         return response.status
     except http.client.HTTPException as exc:
         # A malformed or cut-off answer is no answer; OSError is what the supervisor's
@@ -61,6 +69,25 @@ def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30
     if response.status != 200:
         raise ConnectionError(f"{url}/completion: HTTP {response.status}: {data[:200]!r}")
     return json.loads(data)
+
+
+def fetch_metrics(url: str, timeout_s: float) -> str:
+    """``GET /metrics`` of a llama-server started with ``--metrics`` (raises ``OSError``)."""
+    import http.client
+
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        data = response.read()
+    except http.client.HTTPException as exc:
+        raise ConnectionError(f"bad HTTP answer from {url}/metrics: {exc!r}") from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise ConnectionError(f"{url}/metrics: HTTP {response.status}")
+    return data.decode(errors="replace")
 
 
 def free_port(host: str, exclude: Collection[int] = ()) -> int:

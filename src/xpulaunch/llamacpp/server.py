@@ -6,7 +6,8 @@ and cleanup. This module adds what is llama-specific:
 * readiness and liveness probes on ``GET /health`` (reference 3.4, 7.4), with a deadline;
 * start-up failures are final: a replica that exits or misses its deadline before it was
   ever ready stops the whole start with its log's error line (no point restarting a wrong
-  model path five times), except a lost port race (below);
+  model path five times), except a lost port race (below) and a kill from outside
+  (:data:`OUTSIDE_SIGNALS`), which the restart policy answers;
 * after a replica was ready once it is restarted, with backoff, whenever it exits or stops
   answering (llama-swap only notices exits; landscape 1.4 and (c) 18);
 * ports: a free port is found by bind-and-close, which races with other programs (landscape
@@ -47,6 +48,12 @@ from xpulaunch.proc.supervisor import Supervisor
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
 # llama.cpp log lines: "0.00.006.413 E srv  load_model: failed ..." (time, level, text).
 _LOG_LINE = re.compile(r"^\s*[\d.]+\s+(?P<level>[DIWE])\s+(?P<text>.*)$")
+
+# Signals that come from outside the server (the OOM killer's SIGKILL, an operator's TERM):
+# a start they cut short may well succeed the next time, so the restart policy applies. A
+# server that crashes by itself (SIGSEGV, SIGABRT from a GGML_ASSERT on a bad model) fails
+# the same way every time, and still fails the start at once.
+OUTSIDE_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"})
 
 DEFAULT_POLICY = RestartPolicy(mode=RestartMode.ALWAYS, max_restarts=5, gang=False)
 
@@ -218,6 +225,8 @@ class LlamaServer:
             self._say(f"replica {event.name} {how}" + (f": {why}" if why else ""))
             return
         replica, tail = slot.replica, event.stderr_tail
+        if event.signal in OUTSIDE_SIGNALS:
+            return  # killed from outside while loading (OOM killer, operator): policy decides
         if any(BIND_FAILURE in line for line in tail):
             if not replica.port_fixed:
                 return  # _prepare moves it to another port for the next attempt

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 from typing import TYPE_CHECKING
 
@@ -33,9 +34,11 @@ from xpulaunch.proc.events import (
     Restarting,
     Stopped,
     Stopping,
+    TimedOut,
     WorkerState,
 )
 from xpulaunch.proc.gang import FINAL_PHASES, Gang, GangEvent, Phase
+from xpulaunch.proc.hang import HangWatch, Watch
 from xpulaunch.proc.loop import Loop
 from xpulaunch.proc.processes import find_job
 from xpulaunch.proc.status_board import StatusBoard
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from xpulaunch.proc.records import JobRecord
     from xpulaunch.proc.spec import WorkerSpec
 
+TIMED_OUT_STATUS = 124  # GNU timeout's status for a command that ran out of time
 RECHECK_S = 0.05  # how often a dying tree is looked at again (only while one is dying)
 
 _DOWN_EVENT = {
@@ -78,20 +82,29 @@ class Engine:
         record: JobRecord,
         lease_fds: tuple[int, ...] = (),
         release_leases: bool = False,
+        watch: Watch = Watch(),  # noqa: B008 (frozen value)
     ) -> None:
         self.policy, self.grace_s, self.clock = policy, grace_s, clock
+        self.watch = watch
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
         self.guardian, self.record = guardian, record
         self.loop = Loop(clock)
         self.workers = [
-            Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id) for spec in specs
-        ]
+            Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id,
+                   run_dir=watch.run_dir, heartbeat=watch.heartbeat) for spec in specs
+        ]  # fmt: skip
+        timeout_s = watch.hang_timeout_s
+        self.hangs = (
+            None if timeout_s is None else HangWatch(self, timeout_s, heartbeat=watch.heartbeat)
+        )
+        self._timed_out = False
         groups = [self.workers] if policy.gang else [[w] for w in self.workers]
         self.gangs = [Gang(workers) for workers in groups]
         self._gang_of = {w.name: gang for gang in self.gangs for w in gang.workers}
         self._to_reap: set[Worker] = set()
         self._stop_signal: int | None = None
+        self._stopped_by_signal = False
         self._stop_requests = 0
         self.launch_error: str | None = None
         self._status: int | None = None
@@ -104,8 +117,11 @@ class Engine:
         self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if release_leases else ()
 
     # -- called from any thread ----------------------------------------------------------
-    def request_stop(self, signum: int, grace_s: float | None) -> None:
-        self.loop.post(lambda: self._stop_all(signum, grace_s))
+    def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:
+        """``by_signal`` False: the caller asked (``Supervisor.stop()``), so a job that ends
+        without a failure ends with status 0, not 128 + ``signum``."""
+        cause = "signal" if by_signal else "stop"
+        self.loop.post(lambda: self._stop_all(signum, grace_s, cause))
 
     def wait_started(self) -> str | None:
         self.board.wait_started()
@@ -151,6 +167,8 @@ class Engine:
         if self.guardian is not None:
             self.guardian.add_worker(worker.pid, worker.start_ticks)
         self.record.add_worker(worker.pid, worker.start_ticks)
+        if self.hangs is not None:
+            self.hangs.started(worker)
 
     def on_exit(self, worker: Worker, returncode: int) -> None:
         """The worker's main process was reaped: its tree is checked; its gang may end."""
@@ -179,6 +197,8 @@ class Engine:
 
     # -- starting ----------------------------------------------------------------------
     def _initial_start(self) -> None:
+        if self.watch.max_runtime_s is not None:
+            self.loop.call_at(self.clock() + self.watch.max_runtime_s, self._out_of_time)
         try:
             for gang in self.gangs:
                 self._start_gang(gang, first=True)
@@ -268,12 +288,21 @@ class Engine:
             self._start_gang(gang)
 
     # -- stopping ------------------------------------------------------------------------
-    def _stop_all(self, signum: int, grace_s: float | None) -> None:
+    def _out_of_time(self) -> None:
+        if self._status is not None or self._stop_requests:
+            return  # over, or being stopped already
+        self._timed_out = True
+        self.emit(TimedOut(self.clock(), self.watch.max_runtime_s or 0.0))
+        self._stop_all(signal.SIGTERM, None, "max_runtime")
+
+    def _stop_all(self, signum: int, grace_s: float | None, cause: str = "signal") -> None:
         self._stop_requests += 1
+        if self._stop_requests == 1:
+            self._stopped_by_signal = cause == "signal"
         now = self.clock()
         kill = self._stop_requests > 1
         if self._status is None:
-            self.emit(Stopping(now, signal_name(signum), kill))
+            self.emit(Stopping(now, signal_name(signum), kill, cause))
         if kill:  # a second Ctrl-C: kill everything at once
             for worker in self.workers:
                 worker.kill_at_s = now
@@ -387,8 +416,12 @@ class Engine:
             first = min(failed, key=lambda g: g.ended_at_s).first_failure
             code = first.exit_code if first and first.exit_code is not None else 1
             return code, f"worker {first.name if first else '?'} failed"
-        if self._stop_signal is not None:
+        if self._timed_out:
+            return TIMED_OUT_STATUS, f"ran for --max-runtime {self.watch.max_runtime_s:g} s"
+        if self._stop_signal is not None and self._stopped_by_signal:
             return 128 + self._stop_signal, f"stopped by {signal_name(self._stop_signal)}"
+        if self._stop_signal is not None:
+            return 0, "stopped on request"
         return 0, "finished"
 
     def release_leases(self) -> bool:
@@ -434,5 +467,7 @@ class Engine:
             self.record.close()
         self.loop.close()
         self.sink.close()
+        if self.watch.remove_run_dir and self.watch.run_dir is not None:
+            shutil.rmtree(self.watch.run_dir, ignore_errors=True)  # private: ours to remove
         self._publish()
         self.board.mark_done()

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from xpulaunch.core.root_cause import RootCause
+
 
 class WorkerState(str, Enum):
     PENDING = "pending"  # not started yet
@@ -70,12 +72,31 @@ class Exited(Event):
     signal: str | None  # "SIGSEGV" when it died by a signal
     expected: bool
     stderr_tail: tuple[str, ...] = ()
+    root_cause: RootCause | None = None  # a failed run's exception (error file or stderr)
 
 
 @dataclass(frozen=True, slots=True)
 class Unhealthy(Event):
     name: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HangDetected(Event):
+    """A worker wrote nothing (``watched`` "output") or did not beat ("heartbeat") for
+    ``silent_s`` seconds; it is failed next (after a stack dump when py-spy is there)."""
+
+    name: str
+    pid: int
+    silent_s: float
+    watched: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut(Event):
+    """The job ran for ``max_runtime_s``: every worker is stopped; exit status 124."""
+
+    max_runtime_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +116,37 @@ class GaveUp(Event):
 
 @dataclass(frozen=True, slots=True)
 class Stopping(Event):
-    """A stop was requested (stop(), a signal); ``kill``: the second one, killing at once."""
+    """A stop was requested; ``kill``: the second one, killing at once. ``cause``: "signal"
+    (a signal to the supervisor), "stop" (``Supervisor.stop()``) or "max_runtime"."""
 
     signal: str
     kill: bool
+    cause: str = "signal"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseWaited(Event):
+    """``xpulaunch run`` waits in line for devices (``--wait``); sent when its place or its
+    reason changes."""
+
+    waited_s: float
+    position: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAcquired(Event):
+    """The devices are leased (``devices``: their labels) after ``waited_s`` in line."""
+
+    job_id: str
+    devices: tuple[str, ...]
+    waited_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseReleased(Event):
+    job_id: str
+    devices: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

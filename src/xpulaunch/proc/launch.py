@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +20,22 @@ from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.model import Backend, Plan
 from xpulaunch.proc import records
-from xpulaunch.proc.events import Event, Exited, GaveUp, Restarting, Stopping, Unhealthy
+from xpulaunch.proc.event_stream import EventStream
+from xpulaunch.proc.events import (
+    Event,
+    Exited,
+    GaveUp,
+    HangDetected,
+    Restarting,
+    Stopping,
+    TimedOut,
+    Unhealthy,
+)
 from xpulaunch.proc.gpu import NvmlSettle
 from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.options import (
     make_log_dir,
+    operations_settings,
     parse_backoff,
     parse_ranks,
     parse_seconds,
@@ -32,6 +43,7 @@ from xpulaunch.proc.options import (
     restart_settings,
 )
 from xpulaunch.proc.program import resolve_program
+from xpulaunch.proc.run_summary import RunSummary
 from xpulaunch.proc.signals import forwarding
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
@@ -57,6 +69,13 @@ class RunOptions:
     console_ranks: frozenset[str] | None = None
     color: bool | None = None
     cwd: str | None = None
+    hang_timeout_s: float | None = None
+    heartbeat: bool = False
+    max_runtime_s: float | None = None
+    events: str | None = None  # a file, or "-" for standard output
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_interval_s: float = 10.0
 
     @classmethod
     def from_cli(cls, values: Mapping[str, Any]) -> RunOptions:
@@ -75,6 +94,7 @@ class RunOptions:
             log_dir=make_log_dir(values.get("log_dir")),
             console_ranks=parse_ranks(values.get("ranks")),
             color=False if values.get("no_color") else None,
+            **operations_settings(values),
         )
 
     @property
@@ -103,12 +123,17 @@ def run_plan(
     *,
     release_leases: bool = False,
     job_id: str | None = None,
+    events: EventStream | None = None,
+    earlier_events: Sequence[Event] = (),
 ) -> int:
     """Run every worker of ``plan``; block until the job is over; return its exit status.
 
     ``lease_fds`` go to every worker and the guardian; with ``release_leases`` they are
     unlocked as soon as every process of the job is gone; ``job_id`` (the lease's) becomes the
-    workers' ``XPULAUNCH_JOB_ID`` (see :class:`Supervisor`)."""
+    workers' ``XPULAUNCH_JOB_ID`` (see :class:`Supervisor`). ``events``: an open stream for
+    the supervisor's events (the caller's, left open), else ``options.events`` is opened;
+    ``earlier_events`` (the lease's, already written there) reach the summary and metrics.
+    With ``options.log_dir``, ``summary.json`` is written there at the end."""
     policy = options.policy(plan)
     specs = specs_for_plan(plan, parent_env, cwd=options.cwd, lease_fds=lease_fds)
     check_ranks(options.console_ranks, [s.name for s in specs])
@@ -120,18 +145,85 @@ def run_plan(
         color=_colour(options.color, parent_env),
     )
     reporter = Reporter(len(specs))
+    listeners: list[Callable[[Event], None]] = [reporter.on_event]
     supervisor = Supervisor(
-        specs, policy, grace_s=options.grace_s, logs=logs, on_event=reporter.on_event,
+        specs, policy, grace_s=options.grace_s, logs=logs,
+        on_event=_fan_out(listeners),
         lease_fds=lease_fds, release_leases=release_leases, settle=settle,
         record_dir=records.runtime_dir(parent_env), job_id=job_id,
+        hang_timeout_s=options.hang_timeout_s, heartbeat=options.heartbeat,
+        max_runtime_s=options.max_runtime_s,
     )  # fmt: skip
     reporter.supervisor = supervisor
-    with forwarding(reporter.on_signal):
-        supervisor.start()
-        status = supervisor.wait()
+    with Operations(plan, options, supervisor, events) as operations:
+        listeners.extend(operations.listeners)
+        for event in earlier_events:
+            operations.replay(event)
+        with forwarding(reporter.on_signal):
+            supervisor.start()
+            status = supervisor.wait()
     for note in settle.notes if settle is not None else ():
         supervisor.message(note)
     return 1 if status is None else status
+
+
+def _fan_out(listeners: list[Callable[[Event], None]]) -> Callable[[Event], None]:
+    """One ``on_event`` that calls every listener (the list may grow before the start)."""
+
+    def on_event(event: Event) -> None:
+        for listen in listeners:
+            listen(event)
+
+    return on_event
+
+
+class Operations:
+    """What a run offers an operator besides its console: the event stream, ``summary.json``
+    and the metrics endpoint; each only when its option asks for it."""
+
+    def __init__(
+        self, plan: Plan, options: RunOptions, supervisor: Supervisor, events: EventStream | None
+    ) -> None:
+        self._options = options
+        self._own_events = events is None and options.events is not None
+        self.events = EventStream(options.events) if self._own_events and options.events else events
+        devices = [u.label() for u in plan.devices]
+        argv = plan.workers[0].argv if plan.workers else ()
+        self.summary = RunSummary(supervisor.job_id, argv, devices) if options.log_dir else None
+        self.metrics = None
+        if options.metrics_port is not None:
+            from xpulaunch.proc.metrics import MetricsServer
+
+            self.metrics = MetricsServer(
+                supervisor, plan, host=options.metrics_host, port=options.metrics_port,
+                interval_s=options.metrics_interval_s,
+            )  # fmt: skip
+            url = f"http://{options.metrics_host}:{self.metrics.port}/metrics"
+            supervisor.message(f"metrics on {url}")
+
+    @property
+    def listeners(self) -> list[Callable[[Event], None]]:
+        found = [self.events.write if self.events else None,
+                 self.summary.on_event if self.summary else None,
+                 self.metrics.on_event if self.metrics else None]  # fmt: skip
+        return [f for f in found if f is not None]
+
+    def replay(self, event: Event) -> None:
+        """An event from before the supervisor (the lease's): not for the stream again."""
+        for listen in (self.summary, self.metrics):
+            if listen is not None:
+                listen.on_event(event)
+
+    def __enter__(self) -> Operations:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.summary is not None and self._options.log_dir is not None:
+            self.summary.write(self._options.log_dir)
+        if self.events is not None and self._own_events:
+            self.events.close()
 
 
 def specs_for_plan(
@@ -187,13 +279,16 @@ def _device_id(plan: Plan, index: int) -> str | None:
     return device.pci_bus_id or device.uuid
 
 
+Failure = Exited | Unhealthy | HangDetected
+
+
 class Reporter:
     """Turns supervisor events into the few lines a user needs, and the failure summary."""
 
     def __init__(self, workers: int) -> None:
         self.supervisor: Supervisor | None = None
         self._workers = workers
-        self._failures: dict[str, Exited | Unhealthy] = {}
+        self._failures: dict[str, Failure] = {}
         self._exits: dict[str, Exited] = {}
 
     def _say(self, text: str) -> None:
@@ -213,22 +308,32 @@ class Reporter:
                 self._failures.setdefault(event.name, event)
         elif isinstance(event, Unhealthy):
             self._failures.setdefault(event.name, event)
+        elif isinstance(event, HangDetected):
+            self._failures.setdefault(event.name, event)
+            silent = f"silent for {event.silent_s:.0f} s (no {event.watched})"
+            self._say(f"worker {event.name} {silent}: treating it as failed")
+        elif isinstance(event, TimedOut):
+            self._say(f"ran for --max-runtime {event.max_runtime_s:g} s: stopping every worker")
         elif isinstance(event, Restarting):
             self._restarting(event)
         elif isinstance(event, GaveUp):
             self._gave_up(event)
-        elif isinstance(event, Stopping):
+        elif isinstance(event, Stopping) and (event.cause == "signal" or event.kill):
             what = "killing every process now" if event.kill else "stopping every worker"
             again = "" if event.kill else " (again to kill at once)"
             self._say(f"{event.signal}: {what}{again}")
 
-    def _first_failure(self, names: Sequence[str]) -> Exited | Unhealthy | None:
+    def _first_failure(self, names: Sequence[str]) -> Failure | None:
         failures = [self._failures[n] for n in names if n in self._failures]
         return min(failures, key=lambda e: e.time_s, default=None)
 
-    def _what(self, failure: Exited | Unhealthy) -> str:
+    def _what(self, failure: Failure) -> str:
         if isinstance(failure, Unhealthy):
             return f"was unhealthy ({failure.reason})"
+        if isinstance(failure, HangDetected):
+            return f"was silent for {failure.silent_s:.0f} s (no {failure.watched})"
+        if failure.root_cause is not None:
+            return f"raised {failure.root_cause.headline()} (exit status {failure.exit_code})"
         if failure.signal is not None:
             return f"was killed by {failure.signal} (exit status {failure.exit_code})"
         return f"exited with code {failure.exit_code}"
@@ -250,7 +355,12 @@ class Reporter:
         self._say(f"gave up: {event.reason}")
         exited = self._exits.get(failure.name)
         tail = exited.stderr_tail if exited is not None else ()
-        if tail:
+        cause = exited.root_cause if exited is not None else None
+        if cause is not None and cause.frames:
+            self._say(f"where worker {failure.name} raised it (innermost last):")
+            for frame in cause.frames:
+                self._say(f"  {frame}")
+        elif tail:
             self._say(f"last lines of worker {failure.name}'s stderr:")
             for line in tail[-10:]:
                 self._say(f"  {line}")

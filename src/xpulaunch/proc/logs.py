@@ -7,7 +7,10 @@ lines fast. A line longer than ``MAX_LINE_BYTES`` without a newline is emitted i
 that a runaway writer cannot make the supervisor grow without bound.
 
 Layout with ``log_dir``: ``<log_dir>/attempt_<n>/<name>.log`` holding the worker's stdout and
-stderr as written (unprefixed), ``n`` counting from 0 like torchrun's ``attempt_<n>``.
+stderr as written, ``n`` counting from 0 like torchrun's ``attempt_<n>``. Each line of a log
+file starts with the time it was read, ``2026-11-23T23:32:13.123Z`` (UTC) and a space, so that
+a hang or a slow step can be placed in time afterwards; the console keeps the plain
+``[name]`` prefix.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import BinaryIO
 
 MAX_LINE_BYTES = 64 * 1024
@@ -74,6 +78,13 @@ def _wants_colour(config: LogConfig, stream: BinaryIO) -> bool:
     return not os.environ.get("NO_COLOR") and stream.isatty()
 
 
+def log_stamp(wall_s: float) -> bytes:
+    """``2026-11-23T23:32:13.123Z `` for a log file line read at ``wall_s``."""
+    seconds = int(wall_s)
+    millis = int((wall_s - seconds) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)).encode() + b".%03dZ " % millis
+
+
 class LogSink:
     """Thread-safe writer for every worker's lines, plus a tail of each worker's output."""
 
@@ -84,8 +95,10 @@ class LogSink:
         *,
         out: BinaryIO | None = None,
         err: BinaryIO | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
+        self._wall_clock = wall_clock
         self._out: BinaryIO | None = out or sys.stdout.buffer
         self._err: BinaryIO | None = err or sys.stderr.buffer
         self._lock = threading.Lock()
@@ -138,7 +151,8 @@ class LogSink:
             self._tails[name].extend((first + i, is_err, text) for i, text in enumerate(texts))
             handle = self._files.get(name)
             if handle is not None:
-                handle.write(b"".join(line + b"\n" for line in lines))
+                stamp = log_stamp(self._wall_clock())
+                handle.write(b"".join(stamp + line + b"\n" for line in lines))
             if shown:
                 prefix = self._prefix[name]
                 self._console(is_err, b"".join(prefix + line + b"\n" for line in lines))

@@ -26,6 +26,8 @@ def restart_settings(values: Mapping[str, Any]) -> tuple[RestartMode, int | None
     restart = values.get("restart")
     if restart is None:
         restart = "on-failure" if max_restarts not in (None, 0) else "no"
+    if restart == "always" and max_restarts is None:
+        return RestartMode.ALWAYS, None  # docker's meaning: always, unless a limit is given
     return RestartMode(restart), _max_restarts(max_restarts)
 
 
@@ -105,3 +107,33 @@ def parse_ranks(text: str | None) -> frozenset[str] | None:
     if any(not n for n in names):
         raise UsageError(f"--ranks {text!r}: expected a comma-separated list such as 0,2")
     return frozenset(names)
+
+
+def operations_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--hang-timeout``, ``--heartbeat``, ``--max-runtime``, ``--events`` and the
+    ``--metrics-*`` options -> the matching :class:`~xpulaunch.proc.launch.RunOptions` fields
+    (only those given)."""
+    settings: dict[str, Any] = {}
+    for option, field in (("hang_timeout", "hang_timeout_s"), ("max_runtime", "max_runtime_s")):
+        if values.get(option) is not None:
+            settings[field] = _positive_seconds(values[option], "--" + option.replace("_", "-"))
+    if values.get("heartbeat"):
+        if "hang_timeout_s" not in settings:
+            raise UsageError("--heartbeat needs --hang-timeout SECONDS (how long without a beat)")
+        settings["heartbeat"] = True
+    if values.get("events"):
+        settings["events"] = str(values["events"])
+    if values.get("metrics_port") is not None:
+        settings["metrics_port"] = int(values["metrics_port"])
+        settings["metrics_host"] = str(values.get("metrics_host") or "127.0.0.1")
+        interval = values.get("metrics_interval")
+        interval = 10.0 if interval is None else interval
+        settings["metrics_interval_s"] = _positive_seconds(interval, "--metrics-interval")
+    return settings
+
+
+def _positive_seconds(value: float, option: str) -> float:
+    seconds = float(value)
+    if not 0 < seconds < float("inf"):
+        raise UsageError(f"{option} {value}: expected a number of seconds > 0")
+    return seconds

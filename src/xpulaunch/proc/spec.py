@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.model import JOB_ID_VAR, RESTART_COUNT_VAR, WORKER_VAR
+from xpulaunch.model import ERROR_FILE_VAR, JOB_ID_VAR, RESTART_COUNT_VAR, WORKER_VAR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -41,11 +41,18 @@ class WorkerSpec:
     prepare: Callable[[int], WorkerSpec] | None = None
 
 
-def start_env(env: Mapping[str, str], *, job_id: str, worker: str, attempt: int) -> dict[str, str]:
+def start_env(
+    env: Mapping[str, str], *, job_id: str, worker: str, attempt: int, error_file: str = ""
+) -> dict[str, str]:
     """``env`` plus the variables known only when a worker starts (``model.SET_AT_START``).
 
     ``XPULAUNCH_JOB_ID`` and ``XPULAUNCH_WORKER`` mark every descendant of the worker, so the
     supervisor, the guardian and the record sweep find them (:mod:`xpulaunch.proc.processes`);
-    ``TORCHELASTIC_RESTART_COUNT`` is the attempt number, as torchrun sets it.
+    ``TORCHELASTIC_RESTART_COUNT`` is the attempt number and ``TORCHELASTIC_ERROR_FILE``
+    this attempt's own error file, as torchrun sets them (the inherited one, if any, is
+    replaced: every rank writing one file would leave only the last rank's error).
     """
-    return {**env, JOB_ID_VAR: job_id, WORKER_VAR: worker, RESTART_COUNT_VAR: str(attempt)}
+    started = {JOB_ID_VAR: job_id, WORKER_VAR: worker, RESTART_COUNT_VAR: str(attempt)}
+    if error_file:
+        started[ERROR_FILE_VAR] = error_file
+    return {**env, **started}

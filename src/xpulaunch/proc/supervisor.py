@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import RestartPolicy
@@ -32,13 +34,13 @@ from xpulaunch.proc import records
 from xpulaunch.proc.engine import Engine
 from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
 from xpulaunch.proc.guardian import start_guardian
+from xpulaunch.proc.hang import Watch
 from xpulaunch.proc.logs import LogConfig, LogSink
 from xpulaunch.proc.processes import now_ticks, start_ticks
 from xpulaunch.proc.spec import Probe, WorkerSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from pathlib import Path
     from types import TracebackType
 
 __all__ = ["LogConfig", "Probe", "RestartPolicy", "Supervisor", "WorkerSpec", "WorkerState"]
@@ -77,6 +79,9 @@ class Supervisor:
         settle: Callable[[Sequence[str]], None] | None = None,
         record_dir: str | os.PathLike[str] | None = None,
         job_id: str | None = None,
+        hang_timeout_s: float | None = None,
+        heartbeat: bool = False,
+        max_runtime_s: float | None = None,
     ) -> None:
         """``lease_fds`` (flock'd device leases) are held by the workers and the guardian until
         every process of the job is gone, and by the caller's own descriptors until it
@@ -86,8 +91,21 @@ class Supervisor:
         ``settle(names)`` blocks (on a helper thread) until those workers' devices can be
         reused; ``record_dir`` defaults to the user's runtime dir. ``job_id`` (default: a
         random one) is the ``XPULAUNCH_JOB_ID`` every process of the job carries; pass the
-        lease's, so that ``xpulaunch status`` and the workers name the job alike."""
+        lease's, so that ``xpulaunch status`` and the workers name the job alike.
+
+        Each worker's attempt gets its own ``TORCHELASTIC_ERROR_FILE`` (under
+        ``logs.log_dir``, else a private directory removed at the end), so the
+        :class:`~xpulaunch.proc.events.Exited` of a failed run carries its ``root_cause``.
+        ``hang_timeout_s``: a worker silent that long (no output; with ``heartbeat``, no
+        :func:`xpulaunch.heartbeat`) is failed (see :mod:`xpulaunch.proc.hang`).
+        ``max_runtime_s``: the job is stopped after that long, with exit status 124."""
         _validate(workers, grace_s)
+        _validate_durations(hang_timeout_s=hang_timeout_s, max_runtime_s=max_runtime_s)
+        if heartbeat and hang_timeout_s is None:
+            raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
+        self._log_dir = logs.log_dir
+        self._hang_timeout_s, self._heartbeat = hang_timeout_s, heartbeat
+        self._max_runtime_s = max_runtime_s
         self._specs = tuple(workers)
         self._policy, self._grace_s = policy, grace_s
         self._sink = LogSink(logs, [w.name for w in workers])
@@ -133,7 +151,15 @@ class Supervisor:
             self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
             on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
             settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
-            release_leases=self._release_leases,
+            release_leases=self._release_leases, watch=self._watch(),
+        )  # fmt: skip
+
+    def _watch(self) -> Watch:
+        private = self._log_dir is None
+        run_dir = self._log_dir or tempfile.mkdtemp(prefix="xpulaunch-run-")
+        return Watch(
+            run_dir=Path(run_dir), remove_run_dir=private, hang_timeout_s=self._hang_timeout_s,
+            heartbeat=self._heartbeat, max_runtime_s=self._max_runtime_s,
         )  # fmt: skip
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -141,15 +167,18 @@ class Supervisor:
         engine, thread = self._engine, self._thread
         if engine is None or thread is None:
             raise UsageError("the supervisor was not started: call start() first")
-        if threading.current_thread() is thread:
-            raise UsageError(
-                "wait() and stop() cannot run inside on_event (the supervisor's own loop); "
-                "call send_stop_signal() there instead"
-            )
+        self._refuse_on_loop_thread()
         status = engine.wait(timeout)
         if status is not None:
             thread.join()
         return status
+
+    def _refuse_on_loop_thread(self) -> None:
+        if threading.current_thread() is self._thread:
+            raise UsageError(
+                "wait() and stop() cannot run inside on_event (the supervisor's own loop); "
+                "call send_stop_signal() there instead"
+            )
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """True once every worker is READY; False on timeout or when the job ended first."""
@@ -158,10 +187,12 @@ class Supervisor:
         return self._engine.board.wait_ready(timeout)
 
     def stop(self, grace_s: float | None = None) -> int:
-        """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status."""
+        """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status: 0
+        unless a worker had failed for good before (a requested stop is a success)."""
         if self._engine is None:
             return 0
-        self._engine.request_stop(signal.SIGTERM, grace_s)
+        self._refuse_on_loop_thread()  # before posting: a refused stop must not count
+        self._engine.request_stop(signal.SIGTERM, grace_s, by_signal=False)
         status = self.wait()
         return 0 if status is None else status
 
@@ -218,6 +249,12 @@ def _job_id(given: str | None) -> str:
     if not given or not all(c.isascii() and (c.isalnum() or c in "-_") for c in given):
         raise UsageError(f"job id {given!r}: expected letters, digits, '-' or '_'")
     return given
+
+
+def _validate_durations(**seconds: float | None) -> None:
+    for name, value in seconds.items():
+        if value is not None and not (0 < value < float("inf")):
+            raise UsageError(f"{name} {value}: expected a number of seconds > 0")
 
 
 def _pending(name: str) -> WorkerStatus:

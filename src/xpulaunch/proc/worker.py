@@ -23,8 +23,11 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING, Protocol
 
+from xpulaunch.core.root_cause import RootCause, from_error_file, from_stderr
 from xpulaunch.errors import XpulaunchError
+from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
 from xpulaunch.proc.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
+from xpulaunch.proc.hang import heartbeat_path
 from xpulaunch.proc.health import HealthCheckRun, Verdict, run_check
 from xpulaunch.proc.logs import LineBuffer
 from xpulaunch.proc.processes import process_info
@@ -33,7 +36,9 @@ from xpulaunch.proc.spec import start_env
 from xpulaunch.proc.tree import exit_status, signal_group, signal_name, signal_processes, with_cont
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from concurrent.futures import Future
+    from pathlib import Path
     from typing import IO
 
     from xpulaunch.proc.events import Event
@@ -75,10 +80,24 @@ def describe_start_error(argv0: str, exc: BaseException) -> str:
 
 class Worker:
     def __init__(
-        self, spec: WorkerSpec, owner: WorkerOwner, *, loop: Loop, sink: LogSink, job_id: str
+        self,
+        spec: WorkerSpec,
+        owner: WorkerOwner,
+        *,
+        loop: Loop,
+        sink: LogSink,
+        job_id: str,
+        run_dir: Path | None = None,
+        heartbeat: bool = False,
     ) -> None:
         self.name, self.spec = spec.name, spec
         self._owner, self._loop, self._sink, self._job_id = owner, loop, sink, job_id
+        self._run_dir = run_dir  # TORCHELASTIC_ERROR_FILE (and heartbeat) go under it
+        self._heartbeat = heartbeat
+        self._error_file: Path | None = None
+        self.heartbeat_file: Path | None = None
+        self.started_at_s: float | None = None
+        self.last_output_s = 0.0  # when it last wrote a line (or started): hang detection
         self.state = WorkerState.PENDING
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
@@ -112,7 +131,14 @@ class Worker:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
             return self._start_failed(f"cannot prepare worker {self.name}: {exc}")
-        env = start_env(spec.env, job_id=self._job_id, worker=self.name, attempt=attempt)
+        error_file = self._fresh_error_file(attempt)
+        env = start_env(spec.env, job_id=self._job_id, worker=self.name, attempt=attempt,
+                        error_file=str(error_file or ""))  # fmt: skip
+        if self._heartbeat and self._run_dir is not None:
+            self.heartbeat_file = heartbeat_path(self._run_dir, attempt, self.name)
+            with contextlib.suppress(OSError):  # then only its start counts as a beat
+                self.heartbeat_file.touch()  # a fresh mtime: the run has just begun
+            env[HEARTBEAT_FILE_VAR] = str(self.heartbeat_file)
         self._sink.open_attempt(self.name, attempt)
         self._first_line = self._sink.mark(self.name)
         try:
@@ -122,6 +148,30 @@ class Worker:
             return self._start_failed(f"cannot start worker {self.name}: {why}")
         self._started(proc, spec, attempt)
         return None
+
+    def _fresh_error_file(self, attempt: int) -> Path | None:
+        """This attempt's error file path, with no file left there by an earlier run."""
+        if self._run_dir is None:
+            return None
+        path = self._run_dir / f"attempt_{attempt}" / f"{self.name}.error.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+        except OSError:
+            return None  # no root cause from a file then; the stderr tail still serves
+        self._error_file = path
+        return path
+
+    def root_cause(self, tail: Sequence[str]) -> RootCause | None:
+        """The exception this run died of: torch's error file first, else its stderr."""
+        if self._error_file is not None:
+            try:
+                found = from_error_file(self._error_file.read_text(errors="replace"))
+            except OSError:
+                found = None
+            if found is not None:
+                return found
+        return from_stderr(tail)
 
     def _start_failed(self, reason: str) -> str:
         self.exit_code, self.failure_reason = START_FAILED_STATUS, reason
@@ -136,6 +186,7 @@ class Worker:
         self.run_id += 1
         self.alive, self.down, self.expected, self.kill_at_s = True, False, False, None
         self.exit_code, self.failure_reason = None, ""
+        self.started_at_s = self.last_output_s = now
         self._owner.on_spawned(self)
         self._watch(proc)
         self._health = HealthCheckRun(spec.readiness, spec.liveness, now)
@@ -175,6 +226,7 @@ class Worker:
             data = os.read(stream.fileno(), _READ_BYTES)
         except BlockingIOError:
             return False
+        self.last_output_s = self._loop.clock()
         if not data:
             self._sink.write(self.name, is_err, buffer.flush())
             self._loop.selector.unregister(stream)
@@ -207,8 +259,10 @@ class Worker:
         self.state = WorkerState.EXITED if finished else WorkerState.STOPPING
         sig = signal_name(-returncode) if returncode < 0 else None
         tail = self._sink.tail(self.name, 20, stderr_only=True, since=self._first_line)
+        failed = returncode != 0 and not self.expected
+        cause = self.root_cause(tail) if failed else None
         event = Exited(self._loop.clock(), self.name, self.proc.pid, self.exit_code, sig,
-                       self.expected, tuple(tail))  # fmt: skip
+                       self.expected, tuple(tail), cause)  # fmt: skip
         self._owner.emit(event)
         self._owner.on_exit(self, returncode)
 

@@ -1,0 +1,31 @@
+"""What a worker process calls: ``xpulaunch.heartbeat()``, one line in a training loop.
+
+Under ``xpulaunch run --hang-timeout S --heartbeat`` each worker gets
+``XPULAUNCH_HEARTBEAT_FILE``; touching it tells the supervisor the worker still makes
+progress, even when it prints nothing for a long time. Without that variable (the script runs
+on its own, or without ``--heartbeat``) the call does nothing, so it can stay in the code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+HEARTBEAT_FILE_VAR = "XPULAUNCH_HEARTBEAT_FILE"
+_MIN_INTERVAL_S = 1.0  # a loop calling it every step touches the file at most once a second
+_last_beat_s = float("-inf")
+
+
+def heartbeat() -> None:
+    """Tell xpulaunch this worker is alive and making progress (cheap; call it often)."""
+    global _last_beat_s  # noqa: PLW0603 (one timestamp per process, on purpose)
+    path = os.environ.get(HEARTBEAT_FILE_VAR)
+    now = time.monotonic()
+    if not path or now - _last_beat_s < _MIN_INTERVAL_S:
+        return
+    _last_beat_s = now
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        with open(path, "a"):  # removed meanwhile: create it, which sets its time too
+            pass
