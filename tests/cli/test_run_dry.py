@@ -92,8 +92,10 @@ def test_the_plan_shows_the_restart_limit_workers_will_see(options: list[str], v
     assert json.loads(done.stdout)["workers"][0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == value
     text = xpulaunch(*args, "--", "python", "x.py").stdout
     assert f"TORCHELASTIC_MAX_RESTARTS={value}" in text
-    assert "set at start: XPULAUNCH_JOB_ID, XPULAUNCH_WORKER, TORCHELASTIC_RESTART_COUNT, " \
+    assert (
+        "set at start: XPULAUNCH_JOB_ID, XPULAUNCH_WORKER, TORCHELASTIC_RESTART_COUNT, "
         "TORCHELASTIC_ERROR_FILE" in text
+    )
 
 
 def test_default_command_is_run_and_options_may_follow_program(tmp_path: Path) -> None:

@@ -107,7 +107,8 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "master_port": None, "restart": None, "max_restarts": None, "backoff": "1:30:2",
         "stable_window": 60.0, "gang": None, "grace": 10.0, "log_dir": None, "ranks": None,
         "no_color": False, "lock_dir": None, "shared": False, "wait": False,
-        "wait_timeout": None, "accelerate_config": None, "hang_timeout": None, "heartbeat": False, "max_runtime": None,
+        "wait_timeout": None, "accelerate_config": None, "hang_timeout": None,
+        "heartbeat": False, "max_runtime": None,
         "events": None, "metrics_port": None, "metrics_host": "127.0.0.1",
         "metrics_interval": 10.0,
     }  # fmt: skip
