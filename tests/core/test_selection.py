@@ -45,7 +45,7 @@ def test_parse_gpus(text: str, expected: GpuRequest) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("0", "a count must be at least 1"),
+        ("0", r"a count \(as in docker run --gpus\) must be at least 1; .*write device=0"),
         ("two", "expected auto, all, none"),
         ("", "expected auto, all, none"),
         ("0,,1", "empty device id"),
@@ -200,11 +200,12 @@ def test_intel_card_id_hands_out_all_its_tiles_and_card_dot_tile_one() -> None:
         select(GpuRequest(GpuMode.EXPLICIT, ids=("1.1",)), cards, devices)
 
 
-def test_mig_uuid_names_its_gpu() -> None:
-    units, devices = _units("a100-mig.json")
-    mig = devices[0].mig_devices[1].uuid
-    chosen = select(GpuRequest(GpuMode.EXPLICIT, ids=(mig,)), units, devices)
-    assert chosen.units[0].device.index == 0
+def test_mig_uuid_names_that_instance_of_its_gpu() -> None:
+    devices = load_inventory("a100-mig.json").of(Vendor.NVIDIA)
+    units = [Unit(devices[0], mig=m) for m in devices[0].mig_devices] + [Unit(devices[1])]
+    mig = devices[0].mig_devices[1]
+    chosen = select(GpuRequest(GpuMode.EXPLICIT, ids=(mig.uuid,)), units, devices)
+    assert chosen.units == (Unit(devices[0], mig=mig),)
 
 
 def test_none_selects_nothing() -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
-from xpulaunch.model import Device, Unit
+from xpulaunch.model import Device, MigDevice, Unit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -87,7 +87,10 @@ def parse_gpus(text: str) -> GpuRequest:
         count = int(value)
         if count == 0:
             raise UsageError(
-                "a count must be at least 1; use none for the CPU", option="gpus", value=text
+                "a count (as in docker run --gpus) must be at least 1; for the device with index 0 "
+                "write device=0, for the CPU none",
+                option="gpus",
+                value=text,
             )
         return GpuRequest(GpuMode.COUNT, count=count)
     if normalize_bus_id(value) is not None or re.match(_UUIDISH, value) or re.match(_TILE, value):
@@ -112,19 +115,20 @@ def _split_ids(body: str, text: str) -> tuple[str, ...]:
 def resolve_ids(
     ids: Sequence[str], units: Sequence[Unit], devices: Sequence[Device]
 ) -> tuple[Unit, ...]:
-    """Explicit ids -> visible units. Ids are physical indices, UUIDs, PCI addresses, or
-    ``CARD.TILE`` for one tile of an Intel card; a card id hands out all of its visible units.
+    """Explicit ids -> visible units. Ids are physical indices, UUIDs (or a unique prefix),
+    PCI addresses, ``CARD.TILE`` for one tile of an Intel card, or a MIG UUID for one MIG
+    instance; a card id hands out all of its visible units (tiles or MIG instances).
 
     ``devices`` are all devices of the chosen vendor (to tell "hidden" from "no such device").
     """
     chosen: list[Unit] = []
     for ident in ids:
-        device, tile = _find_device(ident, devices)
-        matches = [u for u in units if u.device == device and (tile is None or u.tile == tile)]
+        device, part = _find_device(ident, devices)
+        matches = [u for u in units if u.device == device and _part_of(u, part)]
         if (
-            tile is not None
+            isinstance(part, int)
             and not matches
-            and any(u.device == device and u.tile is None for u in units)
+            and any(_part_of(u, None) for u in units if u.device == device)
         ):
             raise SelectionError(
                 "tiles are not handed out under the COMPOSITE hierarchy; "
@@ -134,7 +138,7 @@ def resolve_ids(
             )
         if not matches:
             raise SelectionError(
-                f"{device.label()} is hidden by the parent's visibility "
+                f"{_part_label(device, part)} is hidden by the parent's visibility "
                 f"variables; visible: {_labels(units)}",
                 option="gpus",
                 value=ident,
@@ -146,7 +150,23 @@ def resolve_ids(
     return tuple(chosen)
 
 
-def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | None]:
+def _part_of(unit: Unit, part: int | MigDevice | None) -> bool:
+    if part is None:
+        return True
+    if isinstance(part, MigDevice):
+        return unit.mig == part
+    return unit.tile == part
+
+
+def _part_label(device: Device, part: int | MigDevice | None) -> str:
+    if isinstance(part, MigDevice):
+        return f"{device.label()} MIG {part.uuid}"
+    return device.label() if part is None else f"{device.label()} tile {part}"
+
+
+def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | MigDevice | None]:
+    if ident.lower().startswith("mig-"):
+        return _mig_named(ident, devices)
     card, tile = ident, None
     tile_match = re.fullmatch(r"(\d+)\.(\d+)", ident)
     if tile_match:
@@ -159,6 +179,22 @@ def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | N
             value=ident,
         )
     return device, tile
+
+
+def _mig_named(ident: str, devices: Sequence[Device]) -> tuple[Device, MigDevice]:
+    """The MIG instance a MIG UUID (or a unique prefix of one, as CUDA accepts) names."""
+    lowered = ident.lower()
+    hits = [(d, m) for d in devices for m in d.mig_devices if m.uuid.lower() == lowered]
+    hits = hits or [
+        (d, m) for d in devices for m in d.mig_devices if m.uuid.lower().startswith(lowered)
+    ]
+    if len(hits) == 1:
+        return hits[0]
+    every = [m.uuid for d in devices for m in d.mig_devices]
+    what = f"fits {len(hits)} MIG instances" if hits else "names no MIG instance"
+    raise SelectionError(
+        f"{what}; MIG instances here: {', '.join(every) or 'none'}", option="gpus", value=ident
+    )
 
 
 def _device_named(card: str, ident: str, devices: Sequence[Device]) -> Device:
@@ -192,9 +228,7 @@ def _matches(ident: str, device: Device) -> bool:
     bus = normalize_bus_id(ident)
     if bus is not None and bus == device.pci_bus_id:
         return True
-    lowered = ident.lower()
-    uuids = [device.uuid or ""] + [m.uuid for m in device.mig_devices]
-    return any(u and u.lower() == lowered for u in uuids)
+    return bool(device.uuid) and ident.lower() == (device.uuid or "").lower()
 
 
 def uuid_prefix_names(ident: str, device: Device) -> bool:
@@ -287,11 +321,10 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
 
 
 def _busy(unit: Unit) -> str | None:
-    device = unit.device
-    total, used = device.memory_total_bytes, device.memory_used_bytes
+    total, used = unit.memory_total_bytes, unit.memory_used_bytes
     if total and used is not None and used > BUSY_MEMORY_FRACTION * total:
         return f"busy, {format_bytes(used)} of {format_bytes(total)} in use"
-    util = device.utilization_percent
+    util = unit.device.utilization_percent
     if util is not None and util > BUSY_UTILIZATION_PERCENT:
         return f"busy, {util:.0f}% utilisation"
     return None
@@ -323,12 +356,12 @@ def _describe_free(unit: Unit) -> str:
 
 
 def holder_of(unit: Unit, held: Mapping[str, str]) -> str | None:
-    """Who holds ``unit``: its own key, its whole card, or (for a card) any of its tiles."""
+    """Who holds ``unit``: its own key, its whole card, or (for a card) any of its parts."""
     card = unit.device.key
     for key in (unit.key, card):
         if key in held:
             return held[key]
-    if unit.tile is None:
+    if unit.tile is None and unit.mig is None:
         for key, holder in held.items():
             if key.startswith(card + "/"):
                 return holder

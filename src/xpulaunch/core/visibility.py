@@ -4,12 +4,10 @@ Pure: inventory and parent env in; units, notes and an env dict out. Devices are
 physical identity; mask syntax only appears in the env written for a child, computed from
 that identity, and it replaces the parent's mask (contract section 2; reference 7.3).
 
-MIG decision: a GPU in MIG mode stays one :class:`~xpulaunch.model.Unit` (its key is the
-card's PCI address), because a CUDA process enumerates a single MIG instance anyway (the MIG
-user guide, as quoted in pytorch #130181; not verified on MIG hardware here) and
-:mod:`xpulaunch.model` has no MIG unit. Its child gets the MIG UUID of the instance the
-parent's ``CUDA_VISIBLE_DEVICES`` named, else of the card's first instance, so the mask stays
-physical; a note says so.
+MIG: a GPU in MIG mode is handed out as its MIG instances, one
+:class:`~xpulaunch.model.Unit` each (key ``<card>/MIG-...``), because a CUDA process
+enumerates a single MIG instance (the MIG user guide, as quoted in pytorch #130181; not
+verified on MIG hardware here). A child is given at most one instance, by its MIG UUID.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from xpulaunch.core.masks import (
     ZE_MASK_VAR,
 )
 from xpulaunch.errors import MaskError, SelectionError
-from xpulaunch.model import Device, Hierarchy, Inventory, MigDevice, Unit, Vendor
+from xpulaunch.model import Device, Hierarchy, Inventory, Unit, Vendor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -89,13 +87,12 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
         if any(u.device.key == entry.device.key for u in units):
             notes.append(f"{CUDA_VAR} names {entry.device.label()} and a MIG instance of it")
             continue
-        units.append(Unit(entry.device))
-        mig = _mig_instance(entry.device, parsed)
-        if mig is not None:
+        units.extend(_nvidia_units(entry))
+        if entry.device.mig_devices and entry.mig is None:
             notes.append(
-                f"{entry.device.label()} is in MIG mode: it is handed out whole and its child "
-                f"sees MIG instance {mig.uuid} only (the driver documents one MIG instance per "
-                "CUDA process)"
+                f"{entry.device.label()} is in MIG mode: its {len(entry.device.mig_devices)} "
+                "MIG instance(s) are handed out one by one (a CUDA process uses one instance, "
+                "NVIDIA's MIG user guide)"
             )
     numeric = value is not None and any(e.strip()[:1].isdigit() for e in value.split(","))
     if numeric and env.get(CUDA_ORDER_VAR) != "PCI_BUS_ID" and len({d.name for d in devices}) > 1:
@@ -106,12 +103,13 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
     return Visible(tuple(units), bool(devices) and not units, tuple(notes))
 
 
-def _mig_instance(device: Device, parsed: masks.CudaVisible) -> MigDevice | None:
-    """The MIG instance a child of ``device`` gets: the parent's pick, else the first."""
-    if not device.mig_devices:
-        return None
-    named = (e.mig for e in parsed.entries if e.device.key == device.key and e.mig is not None)
-    return next(named, device.mig_devices[0])
+def _nvidia_units(entry: masks.CudaEntry) -> list[Unit]:
+    """A GPU in MIG mode is its instances (the one the parent named, else every one)."""
+    if entry.mig is not None:
+        return [Unit(entry.device, mig=entry.mig)]
+    if entry.device.mig_devices:
+        return [Unit(entry.device, mig=m) for m in entry.device.mig_devices]
+    return [Unit(entry.device)]
 
 
 def _intel_visible(
@@ -207,7 +205,7 @@ def child_visibility_env(
 
     Vendors other than ``vendor`` (all of them for a CPU child, ``vendor`` None) are hidden,
     when they have devices on this host or the parent set one of their variables.
-    Raises :class:`SelectionError` for two MIG-mode GPUs (one MIG instance per process).
+    Raises :class:`SelectionError` for two MIG instances (one MIG instance per process).
     """
     _check_units(vendor, units)
     present = {d.vendor for d in inventory.devices}
@@ -216,7 +214,7 @@ def child_visibility_env(
         present.add(vendor)
     env: dict[str, str | None] = {}
     if Vendor.NVIDIA in present:
-        env.update(_nvidia_env(units if vendor is Vendor.NVIDIA else (), inventory, parent_env))
+        env.update(_nvidia_env(units if vendor is Vendor.NVIDIA else ()))
     if Vendor.INTEL in present:
         mine = units if vendor is Vendor.INTEL else ()
         env.update(_intel_env(mine, inventory, parent_env, hierarchy))
@@ -235,22 +233,16 @@ def _check_units(vendor: Vendor | None, units: Sequence[Unit]) -> None:
         raise MaskError(f"a child cannot be given the same unit twice ({', '.join(keys)})")
 
 
-def _nvidia_env(
-    units: Sequence[Unit], inventory: Inventory, parent_env: Mapping[str, str]
-) -> dict[str, str | None]:
+def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     if not units:  # "" hides every CUDA device (CUDA Programming Guide; reference 4.1)
         return {CUDA_VAR: ""}
-    mig_cards = [u.label() for u in units if u.device.mig_devices]
-    if len(mig_cards) > 1:
+    migs = [u.label() for u in units if u.mig is not None]
+    if len(migs) > 1:
         raise SelectionError(
-            f"{', '.join(mig_cards)} are in MIG mode and a CUDA process uses one MIG instance "
-            "(NVIDIA's MIG user guide); give each to its own isolated worker or pick one"
+            f"{', '.join(migs)}: a CUDA process uses one MIG instance (NVIDIA's MIG user "
+            "guide); give each instance its own worker with --isolate, or pick one"
         )
-    parsed = masks.CudaVisible(())
-    if mig_cards:
-        nvidia = inventory.of(Vendor.NVIDIA)
-        parsed = masks.parse_cuda_visible_devices(parent_env.get(CUDA_VAR), nvidia)
-    entries = [masks.CudaEntry(u.device, _mig_instance(u.device, parsed)) for u in units]
+    entries = [masks.CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
     return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: masks.format_cuda_visible_devices(entries)}
 
