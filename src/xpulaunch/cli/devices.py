@@ -69,7 +69,9 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
     lines = []
     if inventory.devices:
         header = ("IDX", "VENDOR", "NAME", "PCI", "MEMORY USED / TOTAL", "UTIL", "TILES")
-        rows = [header] + [_row(d) for d in inventory.devices]
+        # Every vendor numbers its GPUs from 0: on a mixed host the id names the vendor too.
+        qualify = len({d.vendor for d in inventory.devices}) > 1
+        rows = [header] + [_row(d, qualify=qualify) for d in inventory.devices]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         for device, row in zip((None, *inventory.devices), rows, strict=True):
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
@@ -82,12 +84,13 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _row(d: Device) -> tuple[str, str, str, str, str, str, str]:
+def _row(d: Device, *, qualify: bool) -> tuple[str, str, str, str, str, str, str]:
     name = d.name or _fallback_name(d)
     if d.integrated:
         name += " (integrated)"
     util = "-" if d.utilization_percent is None else f"{d.utilization_percent:.0f}%"
-    return (str(d.index), d.vendor.value, name, d.pci_bus_id or "-",
+    ident = f"{d.vendor.value}:{d.index}" if qualify else str(d.index)
+    return (ident, d.vendor.value, name, d.pci_bus_id or "-",
             _memory(d.memory_used_bytes, d.memory_total_bytes), util, str(d.tiles))  # fmt: skip
 
 

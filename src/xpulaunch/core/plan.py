@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap, masks
-from xpulaunch.core.backend import choose_backend, parse_backend
+from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
-from xpulaunch.core.visibility import child_visibility_env, parent_visible
+from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
     MAX_RESTARTS_VAR,
@@ -128,7 +128,12 @@ def _select_units(
     request = job.request
     filters = Filters(request.min_free_memory_bytes, request.max_utilization_percent)
     selection = select(
-        gpus, visible[vendor], job.inventory.of(vendor), filters=filters, unavailable=unavailable
+        gpus,
+        visible[vendor],
+        job.inventory.of(vendor),
+        filters=filters,
+        unavailable=unavailable,
+        elsewhere=elsewhere_hint(vendor, visible),
     )
     if not selection.units and gpus.mode is GpuMode.AUTO:
         raise SelectionError(
@@ -161,6 +166,7 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
     elif units:
         notes.append("visibility: every worker sees all selected devices, LOCAL_RANK picks one")
     workers = tuple(_worker(job, share, rank, count) for rank, share in enumerate(shares))
+    notes += hiding_notes(workers[0].child_env(env), job.backend.vendor) if workers else []
     return workers, tuple(notes)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
-from xpulaunch.model import Device, MigDevice, Unit
+from xpulaunch.model import Device, MigDevice, Unit, Vendor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 BUSY_MEMORY_FRACTION = 0.10
 BUSY_UTILIZATION_PERCENT = 50.0
 
-_VALID = "auto, all, none, a count like 2, or device ids like 0,2 / device=GPU-... / 0000:29:00.0"
+_VALID = (
+    "auto, all, none, a count like 2, or device ids like 0,2 / device=GPU-... / 0000:29:00.0 "
+    "/ nvidia:0 / intel:0.1"
+)
 # Patterns that re compiles on first use (and caches): only --gpus with device ids needs them.
 _TILE = r"^\d+\.\d+$"
 _UUIDISH = r"^(GPU-|MIG-)?[0-9a-fA-F]{8}(-?[0-9a-fA-F]{4,})*$"
@@ -93,9 +96,27 @@ def parse_gpus(text: str) -> GpuRequest:
                 value=text,
             )
         return GpuRequest(GpuMode.COUNT, count=count)
-    if normalize_bus_id(value) is not None or re.match(_UUIDISH, value) or re.match(_TILE, value):
+    _, bare = split_vendor(value)
+    if normalize_bus_id(bare) is not None or re.match(_UUIDISH, bare) or re.match(_TILE, bare):
+        return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
+    if bare != value and bare.isascii() and bare.isdigit():  # nvidia:0 is an id, not a count
         return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
     raise UsageError(f"expected {_VALID}", option="gpus", value=text, malformed=True)
+
+
+def split_vendor(ident: str) -> tuple[Vendor | None, str]:
+    """``nvidia:0`` -> (NVIDIA, ``0``); an id without a vendor prefix -> (None, id).
+
+    The vendor-qualified form is how ids stay unambiguous on hosts with GPUs of several
+    vendors, where every vendor numbers its devices from 0.
+    """
+    head, sep, tail = ident.partition(":")
+    if sep and head.strip().lower() in _VENDOR_NAMES:
+        return Vendor(head.strip().lower()), tail.strip()
+    return None, ident
+
+
+_VENDOR_NAMES = frozenset(v.value for v in Vendor)
 
 
 def _split_ids(body: str, text: str) -> tuple[str, ...]:
@@ -123,7 +144,7 @@ def resolve_ids(
     """
     chosen: list[Unit] = []
     for ident in ids:
-        device, part = _find_device(ident, devices)
+        device, part = _find_device(_own_vendor_id(ident, devices), devices, ident)
         matches = [u for u in units if u.device == device and _part_of(u, part)]
         if (
             isinstance(part, int)
@@ -164,11 +185,27 @@ def _part_label(device: Device, part: int | MigDevice | None) -> str:
     return device.label() if part is None else f"{device.label()} tile {part}"
 
 
-def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | MigDevice | None]:
-    if ident.lower().startswith("mig-"):
-        return _mig_named(ident, devices)
-    card, tile = ident, None
-    tile_match = re.fullmatch(r"(\d+)\.(\d+)", ident)
+def _own_vendor_id(ident: str, devices: Sequence[Device]) -> str:
+    """``ident`` without its vendor prefix; a prefix naming another vendor is an error."""
+    vendor, bare = split_vendor(ident)
+    others = {d.vendor for d in devices} - {vendor}
+    if vendor is not None and others:
+        raise SelectionError(
+            f"a job runs on one vendor's GPUs and this one uses {others.pop().value}; "
+            f"to use {vendor.value} GPUs, name only those (or pass the matching --backend)",
+            option="gpus",
+            value=ident,
+        )
+    return bare
+
+
+def _find_device(
+    bare: str, devices: Sequence[Device], ident: str
+) -> tuple[Device, int | MigDevice | None]:
+    if bare.lower().startswith("mig-"):
+        return _mig_named(bare, devices, ident)
+    card, tile = bare, None
+    tile_match = re.fullmatch(r"(\d+)\.(\d+)", bare)
     if tile_match:
         card, tile = tile_match[1], int(tile_match[2])
     device = _device_named(card, ident, devices)
@@ -181,9 +218,9 @@ def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | M
     return device, tile
 
 
-def _mig_named(ident: str, devices: Sequence[Device]) -> tuple[Device, MigDevice]:
+def _mig_named(bare: str, devices: Sequence[Device], ident: str) -> tuple[Device, MigDevice]:
     """The MIG instance a MIG UUID (or a unique prefix of one, as CUDA accepts) names."""
-    lowered = ident.lower()
+    lowered = bare.lower()
     hits = [(d, m) for d in devices for m in d.mig_devices if m.uuid.lower() == lowered]
     hits = hits or [
         (d, m) for d in devices for m in d.mig_devices if m.uuid.lower().startswith(lowered)
@@ -247,8 +284,12 @@ def select(
     *,
     filters: Filters = Filters(),
     unavailable: Mapping[str, str] | None = None,
+    elsewhere: str = "",
 ) -> Selection:
-    """Choose units for ``request`` among the parent's visible ``units``."""
+    """Choose units for ``request`` among the parent's visible ``units``.
+
+    ``elsewhere`` tells a user whose count cannot be met about other vendors' GPUs.
+    """
     held = unavailable or {}
     if request.mode is GpuMode.NONE:
         return Selection((), ("--gpus none: running on the CPU",))
@@ -268,11 +309,15 @@ def select(
             if u.device.integrated
         ]
         return Selection(chosen, tuple(notes))
-    return _select_free(request, units, filters, held)
+    return _select_free(request, units, filters, held, elsewhere)
 
 
 def _select_free(
-    request: GpuRequest, units: Sequence[Unit], filters: Filters, held: Mapping[str, str]
+    request: GpuRequest,
+    units: Sequence[Unit],
+    filters: Filters,
+    held: Mapping[str, str],
+    elsewhere: str,
 ) -> Selection:
     notes: list[str] = []
     eligible: list[Unit] = []
@@ -285,7 +330,8 @@ def _select_free(
     eligible.sort(key=_rank)
     if request.mode is GpuMode.COUNT:
         if len(eligible) < request.count:
-            why = "; ".join(notes) or "no accelerator is visible"
+            why = "; ".join(notes) or ("all of them free" if units else "none is visible")
+            why += f"; {elsewhere}" if elsewhere else ""
             raise SelectionError(
                 f"only {len(eligible)} free device(s) of {len(units)} visible ({why})",
                 option="gpus",

@@ -190,6 +190,23 @@ def _hip_source(env: Mapping[str, str]) -> tuple[str, str | None]:
     return HIP_VAR, hip
 
 
+def hiding_notes(env: Mapping[str, str | None], vendor: Vendor | None) -> list[str]:
+    """Why a child's env holds a value that hides another vendor's GPUs (for the plan)."""
+    hiders = (
+        (Vendor.NVIDIA, CUDA_VAR, "", 'CUDA_VISIBLE_DEVICES="" hides every NVIDIA GPU', ""),
+        (Vendor.INTEL, ZE_MASK_VAR, masks.ZE_HIDE_ALL,
+         f"{ZE_MASK_VAR}={masks.ZE_HIDE_ALL} hides every Intel GPU",
+         f" ({masks.ZE_HIDE_ALL} is an index no host has; an empty mask would hide nothing)"),
+        (Vendor.AMD, ROCR_VAR, "", 'ROCR_VISIBLE_DEVICES="" hides every AMD GPU', ""),
+    )  # fmt: skip
+    who = "this CPU job" if vendor is None else f"this {vendor.value} job"
+    return [
+        f"{text} from the children of {who}{why}"
+        for owner, name, value, text, why in hiders
+        if owner is not vendor and env.get(name) == value
+    ]
+
+
 # --- One child's visibility variables -------------------------------------------------------
 
 
