@@ -181,6 +181,26 @@ def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
     return Visible(units, bool(devices) and not units, tuple(notes))
 
 
+def _refuse_unknown_partitions(units: Sequence[Unit], devices: Sequence[Device], mask: str) -> None:
+    """A partitioned card whose partitions the probe could not list (no KFD topology) is
+    several ROCr agents under one PCI address: neither it nor, by index, any card after it can
+    be named in ROCR_VISIBLE_DEVICES."""
+    unknown = [d for d in devices if d.extra.get("partitions_unknown")]
+    if not unknown:
+        return
+    given = [u.device for u in units if u.device.extra.get("partitions_unknown")]
+    by_index = not mask.startswith("GPU-")
+    if given or by_index:
+        card = (given or unknown)[0]
+        raise SelectionError(
+            f"{card.label()} is in {card.extra.get('partition_mode')} partition mode and its "
+            "partitions cannot be told apart (the KFD topology in /sys/class/kfd was not "
+            f"readable), so {ROCR_VAR} cannot name "
+            + ("it" if given else "devices by index here")
+            + "; switch the card to SPX or make /sys/class/kfd readable"
+        )
+
+
 def _hip_source(env: Mapping[str, str]) -> tuple[str, str | None]:
     """Which variable HIP reads: HIP_VISIBLE_DEVICES unless it is unset or empty, then
     CUDA_VISIBLE_DEVICES (ROCclr rocdevice.cpp: ``HIP_VISIBLE_DEVICES[0] != '\\0'``)."""
@@ -293,6 +313,7 @@ def _amd_env(
         env[ROCR_VAR] = ""
         return env
     env[ROCR_VAR] = masks.format_rocr_visible_devices([u.device for u in units])
+    _refuse_unknown_partitions(units, inventory.of(Vendor.AMD), env[ROCR_VAR] or "")
     if inventory.of(Vendor.NVIDIA):
         # HIP falls back to CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is empty, so hiding
         # the NVIDIA GPUs with CUDA_VISIBLE_DEVICES="" needs HIP pinned to all that ROCR
