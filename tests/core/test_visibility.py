@@ -239,6 +239,7 @@ def test_intel_child_flat_tiles() -> None:
     assert env == {
         "ZE_FLAT_DEVICE_HIERARCHY": "FLAT",
         "ZE_AFFINITY_MASK": "2,3",
+        "ZE_ENABLE_PCI_ID_DEVICE_ORDER": "0",
         "ONEAPI_DEVICE_SELECTOR": "level_zero:gpu",
     }
 

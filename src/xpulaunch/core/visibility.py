@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import masks
+from xpulaunch.core.intel_family import needs_legacy_driver
 from xpulaunch.core.masks import (
     CUDA_VAR,
     HIP_VAR,
@@ -119,15 +120,22 @@ def _intel_visible(
     child_h = hierarchy or parent_h
     if not devices:
         return Visible((), hierarchy=child_h)
-    pci_order = env.get(PCI_ORDER_VAR) == "1"
+    pci_order = masks.pci_id_order(env.get(PCI_ORDER_VAR))
+    if env.get(ZE_MASK_VAR) not in (None, "", "default"):
+        masks.refuse_doubtful_tiles(devices, parent_h, f"the parent's {ZE_MASK_VAR}")
     # ZE_AFFINITY_MASK acts inside the driver, under the parent's hierarchy; SYCL's selector
     # then numbers the surviving root devices from 0 (reference 2.2 "Composition").
     ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
     roots = _root_devices(ze.units, parent_h)
     ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
-    kept = [unit for position in ods.positions for unit in roots[position]]
+    kept = [
+        unit
+        for position in ods.positions
+        for unit in _sub_devices(roots[position], ods.sub_devices.get(position), parent_h)
+    ]
     units = masks.regroup_units(kept, devices, child_h, pci_order=pci_order)
     notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
+    notes += _two_driver_note(devices)
     return Visible(units, not units, tuple(notes), child_h)
 
 
@@ -143,6 +151,32 @@ def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit
         else:
             roots.append([unit])
     return roots
+
+
+def _sub_devices(
+    root: list[Unit], wanted: tuple[int, ...] | None, hierarchy: Hierarchy
+) -> list[Unit]:
+    """What ``level_zero:N.M`` keeps of root device N: under COMPOSITE its sub-devices are its
+    visible tiles in order, and M narrows the child to those (DPC++ device_filter); under FLAT
+    a root device has no sub-devices, so the whole root stays (with a note from the parser)."""
+    if wanted is None or hierarchy.hands_out_tiles:
+        return root
+    tiles = root
+    if len(root) == 1 and root[0].tile is None and root[0].device.tiles > 1:
+        tiles = [Unit(root[0].device, t) for t in range(root[0].device.tiles)]
+    return [tiles[m] for m in wanted if m < len(tiles)]
+
+
+def _two_driver_note(devices: Sequence[Device]) -> list[str]:
+    legacy = [d for d in devices if needs_legacy_driver(d)]
+    if not legacy or len(legacy) == len(devices):
+        return []
+    return [
+        f"{legacy[0].label()} is a Gen9/Gen11 iGPU, served by compute-runtime's legacy1 "
+        f"driver where it is installed; each Level Zero driver applies {ZE_MASK_VAR} to its "
+        "own devices, so a child may see that iGPU as well (uninstall intel-level-zero-gpu-"
+        "legacy1, or check torch.xpu.device_count() in the child)"
+    ]
 
 
 def _intel_notes(
@@ -298,8 +332,11 @@ def _intel_env(
         return env
     intel = inventory.of(Vendor.INTEL)
     chosen = hierarchy or masks.resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
-    pci_order = parent_env.get(PCI_ORDER_VAR) == "1"  # the child inherits this variable
+    pci_order = masks.pci_id_order(parent_env.get(PCI_ORDER_VAR))
+    masks.refuse_doubtful_tiles(intel, chosen, f"the child's {ZE_MASK_VAR}")
     env[ZE_HIERARCHY_VAR] = chosen.value  # explicit: the default differs per GPU family
+    # explicit too: the mask below is written in this order, whatever the parent's spelling
+    env[PCI_ORDER_VAR] = "1" if pci_order else "0"
     env[ZE_MASK_VAR] = masks.format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
     env[ODS_VAR] = "level_zero:gpu"  # no OpenCL duplicates; SYCL device 0 = first unit
     return env

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
+from xpulaunch.core.intel_family import reports_one_tile
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult
 from xpulaunch.probing.levelzero import import_pyzes, probe_pyzes
@@ -63,6 +64,9 @@ def _from_sysfs(ctx: ProbeContext, gpu: PciGpu, result: VendorResult) -> Observa
     name, table_tiles = PRODUCTS.get(gpu.device_id or -1, (None, None))
     integrated = not is_discrete(gpu.device_id, gpu.bus_id, has_vram=total is not None)
     tiles = count_tiles(gpu) if gpu.driver == "xe" else None
+    if total is not None and reports_one_tile(total, name, tiles or table_tiles):
+        result.problems.append(_one_tile_lmem(gpu, total, tiles or table_tiles or 2))
+        total, used = total * (tiles or table_tiles or 2), None
     return Observation(
         vendor=Vendor.INTEL,
         sources=(source,),
@@ -73,6 +77,15 @@ def _from_sysfs(ctx: ProbeContext, gpu: PciGpu, result: VendorResult) -> Observa
         memory_total_bytes=total,
         memory_used_bytes=used,
         extra=gpu.facts(),
+    )
+
+
+def _one_tile_lmem(gpu: PciGpu, lmem_total_bytes: int, tiles: int) -> Problem:
+    return Problem(
+        "sysfs-lmem",
+        f"lmem_total_bytes ({lmem_total_bytes}) covers tile 0 only (the 2023 i915 ubuntu/main "
+        f"backport): total taken as {tiles} x that, memory in use unknown",
+        gpu.bus_id,
     )
 
 
