@@ -112,3 +112,18 @@ def test_a_gen9_igpu_beside_a_dgpu_warns_that_two_drivers_apply_the_mask() -> No
                     integrated=True, extra={"pci_device_id": "0x3e92"})  # fmt: skip
     notes = parent_visible(Inventory(devices=(arc, uhd630)), Vendor.INTEL, {}, hierarchy=None)
     assert any("legacy1" in n and "each Level Zero driver" in n for n in notes.notes)
+
+
+def test_auto_and_min_free_memory_agree_on_an_arc_whose_usage_is_unknown() -> None:
+    host = load_inventory("arc-b580-igpu.json")
+    b580 = host.of(Vendor.INTEL)[0]
+    for minimum in (None, 4 * 1024**3):
+        request = LaunchRequest(argv=("x",), gpus="auto", min_free_memory_bytes=minimum)
+        plan = make_plan(request, host, {})
+        assert plan.devices == (Unit(b580),)
+        assert any(
+            n.startswith("policy: a device whose free memory is unknown") for n in plan.notes
+        )
+    too_much = LaunchRequest(argv=("x",), gpus="1", min_free_memory_bytes=13 * 1024**3)
+    with pytest.raises(Exception, match=r"only 12.0 GiB in all"):
+        make_plan(too_much, host, {})

@@ -119,21 +119,22 @@ def test_unknown_memory_ranks_after_known_free_and_says_so() -> None:
     assert any("free memory unknown" in n for n in chosen.notes)
 
 
-def test_min_free_memory_rejects_unknown_and_small() -> None:
+def test_min_free_memory_rejects_small_and_reads_unknown_as_auto_does() -> None:
     small = Device(Vendor.AMD, 0, memory_total_bytes=8 * GiB, memory_used_bytes=4 * GiB)
     big = Device(Vendor.AMD, 1, memory_total_bytes=64 * GiB, memory_used_bytes=0)
     unknown = Device(Vendor.AMD, 2, memory_total_bytes=64 * GiB)
-    units = [Unit(small), Unit(big), Unit(unknown)]
-    chosen = select(
-        GpuRequest(GpuMode.AUTO),
-        units,
-        [small, big, unknown],
-        filters=Filters(min_free_memory_bytes=8 * GiB),
-    )
-    assert [u.device.index for u in chosen.units] == [1]
+    tiny_unknown = Device(Vendor.AMD, 3, memory_total_bytes=4 * GiB)
+    units = [Unit(small), Unit(big), Unit(unknown), Unit(tiny_unknown)]
+    devices = [small, big, unknown, tiny_unknown]
+    filters = Filters(min_free_memory_bytes=8 * GiB)
+    chosen = select(GpuRequest(GpuMode.AUTO), units, devices, filters=filters)
+    assert [u.device.index for u in chosen.units] == [1, 2]  # unknown after known-free
     notes = " ".join(chosen.notes)
     assert "4.0 GiB free < the 8.0 GiB minimum asked for" in notes
-    assert "free memory unknown, cannot verify" in notes
+    assert "only 4.0 GiB in all < the 8.0 GiB minimum" in notes
+    assert "policy: a device whose free memory is unknown" in notes
+    plain = select(GpuRequest(GpuMode.AUTO), units, devices)
+    assert Unit(unknown) in plain.units  # auto reads unknown the same way
 
 
 def test_max_utilization_filter() -> None:

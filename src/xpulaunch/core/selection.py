@@ -340,6 +340,8 @@ def _select_free(
         eligible = eligible[: request.count]
     for unit in eligible:
         notes.append(f"{unit.label()}: chosen, {_describe_free(unit)}")
+    if any(u.memory_free_bytes is None for u in eligible):
+        notes.append(UNKNOWN_FREE_POLICY)
     return Selection(tuple(eligible), tuple(notes))
 
 
@@ -351,9 +353,11 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
         return "integrated GPUs are only used when named explicitly"
     free = unit.memory_free_bytes
     if filters.min_free_memory_bytes is not None:
-        if free is None:
-            return "free memory unknown, cannot verify the minimum free memory asked for"
-        if free < filters.min_free_memory_bytes:
+        total = unit.memory_total_bytes
+        if free is None and total is not None and total < filters.min_free_memory_bytes:
+            need = format_bytes(filters.min_free_memory_bytes)
+            return f"only {format_bytes(total)} in all < the {need} minimum asked for"
+        if free is not None and free < filters.min_free_memory_bytes:
             need = format_bytes(filters.min_free_memory_bytes)
             return f"{format_bytes(free)} free < the {need} minimum asked for"
     util = unit.device.utilization_percent
@@ -394,10 +398,22 @@ def _rank(unit: Unit) -> tuple[int, int, float, int, int]:
     )
 
 
+# One reading of "free memory unknown" for auto, N and --min-free-memory alike: the device is
+# not known to be busy, so it may be chosen, after every device known to be free; a minimum
+# is checked against its total, the most it could have free. Rejecting it instead would make
+# --min-free-memory refuse every card whose driver hides its usage (i915/xe without
+# CAP_PERFMON), while auto took them: the two must not disagree.
+UNKNOWN_FREE_POLICY = (
+    "policy: a device whose free memory is unknown is not known to be busy; auto, counts and "
+    "--min-free-memory may choose it (after devices known to be free), and a minimum is "
+    "checked against its total memory only"
+)
+
+
 def _describe_free(unit: Unit) -> str:
     free = unit.memory_free_bytes
     if free is None:
-        return "free memory unknown (ranked after devices known to be free)"
+        return "free memory unknown (ranked after devices known to be free; not verified)"
     return f"{format_bytes(free)} free of {format_bytes(unit.memory_total_bytes)}"
 
 
