@@ -14,7 +14,7 @@ from xpulaunch.core.masks import (
 )
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.visibility import child_visibility_env, parent_visible
-from xpulaunch.errors import MaskError
+from xpulaunch.errors import MaskError, SelectionError
 from xpulaunch.model import Device, Hierarchy, Inventory, Unit, Vendor
 from xpulaunch.probing.parsers.intel import PRODUCTS
 
@@ -125,5 +125,5 @@ def test_auto_and_min_free_memory_agree_on_an_arc_whose_usage_is_unknown() -> No
             n.startswith("policy: a device whose free memory is unknown") for n in plan.notes
         )
     too_much = LaunchRequest(argv=("x",), gpus="1", min_free_memory_bytes=13 * 1024**3)
-    with pytest.raises(Exception, match=r"only 12.0 GiB in all"):
+    with pytest.raises(SelectionError, match=r"only 12.0 GiB in all"):
         make_plan(too_much, host, {})

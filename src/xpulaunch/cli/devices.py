@@ -44,7 +44,16 @@ _FOOTER_WIDTH = 160
     is_flag=True,
     help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
 )
-def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool) -> None:
+@click.option(
+    "--processes",
+    "show_processes",
+    is_flag=True,
+    help="Also list, per device, the processes using it (NVML on NVIDIA, DRM fdinfo on "
+    "Intel and AMD; other users' processes need root) and whether a lease covers each.",
+)
+def devices(
+    as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool, show_processes: bool
+) -> None:
     """Probe and list accelerators (index, name, PCI address, memory, utilisation, tiles)."""
     if inventory_file is not None:
         from xpulaunch.api import load_inventory
@@ -56,12 +65,20 @@ def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: b
         from xpulaunch.probing import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
+    if show_processes:
+        from xpulaunch.cli.device_processes import with_processes
+
+        inventory = with_processes(inventory, probed=inventory_file is None)
     if as_json:
         click.echo(dumps(inventory))
         return
     if inventory_file is not None:
         click.echo(f"inventory: {inventory_file} (not probed)")
     click.echo(render_table(inventory, debug=debug))
+    if show_processes:
+        from xpulaunch.cli.device_processes import render_processes
+
+        click.echo(render_processes(inventory))
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from xpulaunch.core.intel_family import reports_one_tile
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult
+from xpulaunch.probing.gpu_processes import drm_memory_in_use
 from xpulaunch.probing.levelzero import import_pyzes, probe_pyzes
 from xpulaunch.probing.observe import Observation, merge
 from xpulaunch.probing.parsers.intel import PRODUCTS, is_discrete
@@ -47,6 +48,7 @@ def probe_intel(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
         cards = _absorb(ctx, cards, found or [], result, tried, sysfs_ok=listed is not None)
     if ctx.use_torch:
         cards = _torch(ctx, cards, result, tried)
+    cards = _from_fdinfo(ctx, cards, tried)
     result.problems += _unknown_memory(cards, tried)
     result.observations = cards
     return result
@@ -87,6 +89,29 @@ def _one_tile_lmem(gpu: PciGpu, lmem_total_bytes: int, tiles: int) -> Problem:
         f"backport): total taken as {tiles} x that, memory in use unknown",
         gpu.bus_id,
     )
+
+
+def _from_fdinfo(
+    ctx: ProbeContext, cards: list[Observation], tried: list[Problem]
+) -> list[Observation]:
+    """Memory in use from DRM fdinfo, where i915/xe hide it from sysfs: a complete reading
+    needs every process's fdinfo, so only a privileged probe (root) tries, once."""
+    lacking = [c.pci_bus_id for c in cards if c.pci_bus_id and c.memory_used_bytes is None
+               and not c.integrated]  # fmt: skip
+    if not lacking:
+        return cards
+    if not ctx.perfmon:
+        tried.append(Problem("fdinfo", "not summed: other users' processes need root"))
+        return cards
+    used = drm_memory_in_use(ctx.proc_root, lacking)
+    if used is None:
+        tried.append(Problem("fdinfo", "some process's fdinfo was unreadable"))
+        return cards
+    return [
+        replace(c, memory_used_bytes=used[c.pci_bus_id], sources=(*c.sources, "fdinfo"))
+        if c.pci_bus_id in used else c
+        for c in cards
+    ]  # fmt: skip
 
 
 def _lmem(ctx: ProbeContext, gpu: PciGpu, problems: list[Problem]) -> tuple[int | None, int | None]:
