@@ -12,6 +12,7 @@ import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.core.inventory import dumps
+from xpulaunch.core.known_issues import issues_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -95,6 +96,8 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
             lines += _mig_lines(device)
     else:
         lines.append("No accelerators found.")
+    warnings = [w for d in inventory.devices for w in issues_of(d)]
+    lines += ["", "warnings:", *(f"  - {w}" for w in warnings)] if warnings else []
     if debug:
         lines += _source_lines(inventory.devices)
     lines += _problem_lines(inventory.problems, debug=debug)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
+from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
@@ -83,6 +84,8 @@ def make_plan(
     units, selection_notes = _select_units(job, gpus, visible, unavailable)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
     workers, worker_notes = _workers(job)
+    cards = dict.fromkeys(u.device for u in units)
+    selection_notes = (*selection_notes, *(f"warning: {w}" for d in cards for w in issues_of(d)))
     return Plan(
         backend=backend,
         devices=units,
