@@ -12,6 +12,7 @@ from probe_fakes import (
     GIB,
     ROOT_CAPS,
     FakeMachine,
+    FakeNvml,
     b580_uhd_host,
     by_bus,
     mi300x_host,
@@ -20,6 +21,8 @@ from probe_fakes import (
 from test_probe_cli_devices import fake_host_env, xpulaunch
 
 from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.model import Device, Vendor
+from xpulaunch.probing.gpu_processes import gpu_processes
 from xpulaunch.probing.parsers.fdinfo import parse_fdinfo
 from xpulaunch.proc.leases import LeaseManager
 
@@ -114,3 +117,22 @@ def test_a_root_probe_knows_an_intel_cards_memory_in_use_from_fdinfo(tmp_path: P
     b580_uhd_host(user)
     _process(user, 4242, {5: XE}, {})
     assert by_bus(probe_fake(user))["0000:03:00.0"].memory_used_bytes is None  # not complete
+
+
+def test_nvml_compute_processes_are_joined_on_the_pci_address() -> None:
+    """This test process stands in for a CUDA process: its /proc entries are real."""
+    gpus = [
+        {"bus": "00000000:00:06.0", "processes": [{"pid": os.getpid(), "used": 2 * GIB}]},
+        {"bus": "00000000:00:07.0", "processes": [{"pid": os.getpid(), "used": None}]},
+    ]
+    devices = [Device(Vendor.NVIDIA, i, pci_bus_id=f"0000:00:0{6 + i}.0") for i in range(2)]
+    found, problems = gpu_processes(devices, nvml_module=FakeNvml(gpus))
+    assert problems == []
+    first, second = found
+    assert (first.pid, first.device_key, first.memory_bytes) == (
+        os.getpid(),
+        "0000:00:06.0",
+        2 * GIB,
+    )
+    assert second.memory_bytes is None  # NVML had no value: unknown, not 0
+    assert first.user and first.command and "pytest" in first.command
