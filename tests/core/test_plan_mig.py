@@ -80,3 +80,13 @@ def test_a_lease_on_one_instance_leaves_the_other_free() -> None:
     )
     assert set(result.devices) == {Unit(A100, mig=A100.mig_devices[1]), Unit(PLAIN)}
     assert first.key.startswith(A100.key + "/MIG-")
+
+
+def test_the_plan_document_names_each_mig_instance() -> None:
+    from xpulaunch.core.plan import to_dict
+
+    doc = to_dict(plan(gpus="all", nproc_per_node=None, isolate=True))
+    assert [d.get("mig_uuid") for d in doc["devices"]] == [
+        *(m.uuid for m in A100.mig_devices),
+        None,
+    ]

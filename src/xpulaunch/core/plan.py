@@ -241,12 +241,12 @@ def to_dict(plan: Plan) -> dict[str, Any]:
                 "vendor": u.device.vendor.value,
                 "index": u.device.index,
                 "tile": u.tile,
-                "mig_uuid": u.mig.uuid if u.mig is not None else None,
                 "pci_bus_id": u.device.pci_bus_id,
                 "uuid": u.device.uuid,
                 "name": u.device.name,
                 "memory_total_bytes": u.memory_total_bytes,
                 "memory_free_bytes": u.memory_free_bytes,
+                **({"mig_uuid": u.mig.uuid} if u.mig is not None else {}),
             }
             for u in plan.devices
         ],
