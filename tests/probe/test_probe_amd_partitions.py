@@ -13,10 +13,11 @@ import pytest
 from kfd_fakes import CPX_BANK_BYTES, FIXTURES, kfd_node, partitioned_card
 from probe_fakes import FakeMachine, messages, probe_fake
 
+from xpulaunch.core.masks import format_rocr_visible_devices
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.visibility import parent_visible
 from xpulaunch.errors import SelectionError
-from xpulaunch.model import Inventory, Unit, Vendor
+from xpulaunch.model import Device, Inventory, Unit, Vendor
 from xpulaunch.probing.parsers.kfd import KfdNode, parse_properties
 
 CARD, OTHER = "0000:0c:00.0", "0000:22:00.0"
@@ -99,7 +100,9 @@ def test_partitions_sharing_a_uuid_are_named_by_rocr_index(tmp_path: Path) -> No
     assert plan.workers[0].env["ROCR_VISIBLE_DEVICES"] == "5"  # agent 5 = partition 5
     assert seen == (Unit(amd[5]),)
     parent = {"ROCR_VISIBLE_DEVICES": f"GPU-{UNIQUE:016x}"}
-    assert parent_visible(inv, Vendor.AMD, parent, hierarchy=None).units == ()
+    seen = parent_visible(inv, Vendor.AMD, parent, hierarchy=None)
+    assert seen.units == ()
+    assert any("8 partitions (CPX/NPS4)" in n and "ambiguous" in n for n in seen.notes)
 
 
 def test_a_partitioned_card_without_a_kfd_topology_is_refused_naming_the_mode(
@@ -114,3 +117,13 @@ def test_a_partitioned_card_without_a_kfd_topology_is_refused_naming_the_mode(
     # the other card is named by its own UUID, which no partition count can shift
     plan, _ = _child_sees(inv, "amd:1")
     assert plan.workers[0].env["ROCR_VISIBLE_DEVICES"] == "GPU-7700000000000001"
+
+
+def test_amd_smi_uuids_are_never_written_as_rocr_masks() -> None:
+    """amd-smi's uuid form (fixture: two DPX partitions sharing abff74a1-0000-1000-...) is not
+    ROCr's GPU-<16 hex>: a device carrying one is named by index."""
+    choices = (FIXTURES / "amd" / "amd-smi-gpu-choices-dpx.txt").read_text()
+    uuid = choices.split("UUID: ")[1].split()[0]
+    assert uuid.startswith("abff74a1-0000-1000")
+    device = Device(Vendor.AMD, 1, "MI300X", "0000:05:00.1", uuid)
+    assert format_rocr_visible_devices([device]) == "1"

@@ -211,8 +211,24 @@ def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
     if GPU_ORDINAL_VAR in env:
         # ROCclr reads GPU_DEVICE_ORDINAL only for OpenCL, HIP and CUDA_VISIBLE_DEVICES for HIP.
         notes.append(f"{GPU_ORDINAL_VAR} applies to OpenCL only; children lose it")
+    notes += _shared_uuid_notes(devices, env.get(ROCR_VAR))
     units = tuple(Unit(d) for d in seen.devices)
     return Visible(units, bool(devices) and not units, tuple(notes))
+
+
+def _shared_uuid_notes(devices: Sequence[Device], rocr: str | None) -> list[str]:
+    """A parent mask naming a UUID that several partitions of one card share (ROCm before
+    7.0.1): ROCr refuses the ambiguous token, so the parent's own processes see no GPU."""
+    tokens = {t.strip().upper() for t in (rocr or "").split(",")}
+    sharing = [d for d in devices if str(d.extra.get("rocr_uuid_shared", "")).upper() in tokens]
+    if not sharing:
+        return []
+    mode = sharing[0].extra.get("partition_mode") or "partitioned"
+    return [
+        f"{ROCR_VAR} names {sharing[0].extra.get('rocr_uuid_shared')}, which the "
+        f"{len(sharing)} partitions ({mode}) of card {sharing[0].extra.get('card_pci_bus_id')} "
+        "share: ROCr refuses an ambiguous UUID and shows no GPU; name partitions by index"
+    ]
 
 
 def _refuse_unknown_partitions(units: Sequence[Unit], devices: Sequence[Device], mask: str) -> None:

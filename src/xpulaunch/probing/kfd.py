@@ -86,6 +86,8 @@ def _partition(
 ) -> Observation:
     base = (card.pci_bus_id or "0000:00:00.0")[:-1]
     extra = {**card.extra, **facts, "partition": number, "kfd_node": node.node}
+    if not distinct and node.rocr_uuid:
+        extra["rocr_uuid_shared"] = node.rocr_uuid  # what ROCr refuses as ambiguous
     return replace(
         card,
         pci_bus_id=f"{base}{number}",
