@@ -11,13 +11,31 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.device_ids import resolve_ids, split_vendor, uuid_prefix_names
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
-from xpulaunch.model import Device, MigDevice, Unit, Vendor
+from xpulaunch.model import Device, Unit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+# Re-exported: callers ask selection for the id helpers they used to find here.
+__all__ = [
+    "BUSY_MEMORY_FRACTION",
+    "BUSY_UTILIZATION_PERCENT",
+    "UNKNOWN_FREE_POLICY",
+    "Filters",
+    "GpuMode",
+    "GpuRequest",
+    "Selection",
+    "holder_of",
+    "parse_gpus",
+    "resolve_ids",
+    "select",
+    "split_vendor",
+    "uuid_prefix_names",
+]
 
 # A device is "busy" (not free for auto/N) above these readings. A CUDA context alone costs
 # ~0.5 GiB, so 10% of an 8 GiB card still counts as idle.
@@ -104,21 +122,6 @@ def parse_gpus(text: str) -> GpuRequest:
     raise UsageError(f"expected {_VALID}", option="gpus", value=text, malformed=True)
 
 
-def split_vendor(ident: str) -> tuple[Vendor | None, str]:
-    """``nvidia:0`` -> (NVIDIA, ``0``); an id without a vendor prefix -> (None, id).
-
-    The vendor-qualified form is how ids stay unambiguous on hosts with GPUs of several
-    vendors, where every vendor numbers its devices from 0.
-    """
-    head, sep, tail = ident.partition(":")
-    if sep and head.strip().lower() in _VENDOR_NAMES:
-        return Vendor(head.strip().lower()), tail.strip()
-    return None, ident
-
-
-_VENDOR_NAMES = frozenset(v.value for v in Vendor)
-
-
 def _split_ids(body: str, text: str) -> tuple[str, ...]:
     ids = tuple(part.strip() for part in body.split(","))
     if not ids or any(not part for part in ids):
@@ -131,150 +134,6 @@ def _split_ids(body: str, text: str) -> tuple[str, ...]:
     if len(set(ids)) != len(ids):
         raise UsageError("a device is listed twice", option="gpus", value=text, malformed=True)
     return ids
-
-
-def resolve_ids(
-    ids: Sequence[str], units: Sequence[Unit], devices: Sequence[Device]
-) -> tuple[Unit, ...]:
-    """Explicit ids -> visible units. Ids are physical indices, UUIDs (or a unique prefix),
-    PCI addresses, ``CARD.TILE`` for one tile of an Intel card, or a MIG UUID for one MIG
-    instance; a card id hands out all of its visible units (tiles or MIG instances).
-
-    ``devices`` are all devices of the chosen vendor (to tell "hidden" from "no such device").
-    """
-    chosen: list[Unit] = []
-    for ident in ids:
-        device, part = _find_device(_own_vendor_id(ident, devices), devices, ident)
-        matches = [u for u in units if u.device == device and _part_of(u, part)]
-        if (
-            isinstance(part, int)
-            and not matches
-            and any(_part_of(u, None) for u in units if u.device == device)
-        ):
-            raise SelectionError(
-                "tiles are not handed out under the COMPOSITE hierarchy; "
-                f"name the card ({device.index}) or set ZE_FLAT_DEVICE_HIERARCHY=FLAT",
-                option="gpus",
-                value=ident,
-            )
-        if not matches:
-            raise SelectionError(
-                f"{_part_label(device, part)} is hidden by the parent's visibility "
-                f"variables; visible: {_labels(units)}",
-                option="gpus",
-                value=ident,
-            )
-        for unit in matches:
-            if unit in chosen:
-                raise SelectionError(f"{unit.label()} is named twice", option="gpus", value=ident)
-            chosen.append(unit)
-    return tuple(chosen)
-
-
-def _part_of(unit: Unit, part: int | MigDevice | None) -> bool:
-    if part is None:
-        return True
-    if isinstance(part, MigDevice):
-        return unit.mig == part
-    return unit.tile == part
-
-
-def _part_label(device: Device, part: int | MigDevice | None) -> str:
-    if isinstance(part, MigDevice):
-        return f"{device.label()} MIG {part.uuid}"
-    return device.label() if part is None else f"{device.label()} tile {part}"
-
-
-def _own_vendor_id(ident: str, devices: Sequence[Device]) -> str:
-    """``ident`` without its vendor prefix; a prefix naming another vendor is an error."""
-    vendor, bare = split_vendor(ident)
-    others = {d.vendor for d in devices} - {vendor}
-    if vendor is not None and others:
-        raise SelectionError(
-            f"a job runs on one vendor's GPUs and this one uses {others.pop().value}; "
-            f"to use {vendor.value} GPUs, name only those (or pass the matching --backend)",
-            option="gpus",
-            value=ident,
-        )
-    return bare
-
-
-def _find_device(
-    bare: str, devices: Sequence[Device], ident: str
-) -> tuple[Device, int | MigDevice | None]:
-    if bare.lower().startswith("mig-"):
-        return _mig_named(bare, devices, ident)
-    card, tile = bare, None
-    tile_match = re.fullmatch(r"(\d+)\.(\d+)", bare)
-    if tile_match:
-        card, tile = tile_match[1], int(tile_match[2])
-    device = _device_named(card, ident, devices)
-    if tile is not None and tile >= device.tiles:
-        raise SelectionError(
-            f"{device.label()} has {device.tiles} tile(s); valid tiles are 0..{device.tiles - 1}",
-            option="gpus",
-            value=ident,
-        )
-    return device, tile
-
-
-def _mig_named(bare: str, devices: Sequence[Device], ident: str) -> tuple[Device, MigDevice]:
-    """The MIG instance a MIG UUID (or a unique prefix of one, as CUDA accepts) names."""
-    lowered = bare.lower()
-    hits = [(d, m) for d in devices for m in d.mig_devices if m.uuid.lower() == lowered]
-    hits = hits or [
-        (d, m) for d in devices for m in d.mig_devices if m.uuid.lower().startswith(lowered)
-    ]
-    if len(hits) == 1:
-        return hits[0]
-    every = [m.uuid for d in devices for m in d.mig_devices]
-    what = f"fits {len(hits)} MIG instances" if hits else "names no MIG instance"
-    raise SelectionError(
-        f"{what}; MIG instances here: {', '.join(every) or 'none'}", option="gpus", value=ident
-    )
-
-
-def _device_named(card: str, ident: str, devices: Sequence[Device]) -> Device:
-    """The device ``card`` names: exactly, or by a unique UUID prefix (``GPU-e436550d``), which
-    CUDA_VISIBLE_DEVICES accepts too (CUDA C Programming Guide, "CUDA Environment Variables")."""
-    for device in devices:
-        if _matches(card, device):
-            return device
-    by_prefix = [d for d in devices if uuid_prefix_names(card, d)]
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    if by_prefix:
-        raise SelectionError(
-            f"the UUID prefix fits {len(by_prefix)} devices ({_device_list(by_prefix)}); "
-            "give more of it",
-            option="gpus",
-            value=ident,
-        )
-    raise SelectionError(
-        f"no such device; devices here: {_device_list(devices)}", option="gpus", value=ident
-    )
-
-
-def _device_list(devices: Sequence[Device]) -> str:
-    return ", ".join(f"{d.index} ({d.pci_bus_id or d.uuid or d.name})" for d in devices) or "none"
-
-
-def _matches(ident: str, device: Device) -> bool:
-    if ident.isascii() and ident.isdigit():
-        return int(ident) == device.index
-    bus = normalize_bus_id(ident)
-    if bus is not None and bus == device.pci_bus_id:
-        return True
-    return bool(device.uuid) and ident.lower() == (device.uuid or "").lower()
-
-
-def uuid_prefix_names(ident: str, device: Device) -> bool:
-    """Whether ``ident`` (``GPU-...`` or ``MIG-...``) is the start of one of the device's UUIDs."""
-    lowered = ident.lower()
-    if not lowered.startswith(("gpu-", "mig-")):
-        return False
-    uuids = [device.uuid or ""] + [m.uuid for m in device.mig_devices]
-    return any(u and u.lower().startswith(lowered) for u in uuids)
 
 
 def select(
@@ -438,7 +297,3 @@ def _refuse_held(units: Sequence[Unit], held: Mapping[str, str]) -> None:
                 f"{unit.label()} is leased by {holder}; pick another device, wait with --wait, "
                 "or share it on purpose with --shared"
             )
-
-
-def _labels(units: Sequence[Unit]) -> str:
-    return ", ".join(u.label() for u in units) or "none"
