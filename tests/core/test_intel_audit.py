@@ -127,3 +127,13 @@ def test_auto_and_min_free_memory_agree_on_an_arc_whose_usage_is_unknown() -> No
     too_much = LaunchRequest(argv=("x",), gpus="1", min_free_memory_bytes=13 * 1024**3)
     with pytest.raises(SelectionError, match=r"only 12.0 GiB in all"):
         make_plan(too_much, host, {})
+
+
+def test_no_two_driver_warning_when_the_legacy_driver_is_known_absent() -> None:
+    arc = Device(Vendor.INTEL, 0, "Intel(R) Arc(TM) A770 Graphics", "0000:03:00.0",
+                 extra={"pci_device_id": "0x56a0", "level_zero_legacy1": False})  # fmt: skip
+    uhd630 = Device(Vendor.INTEL, 1, "Intel(R) UHD Graphics 630", "0000:00:02.0",
+                    integrated=True,
+                    extra={"pci_device_id": "0x3e92", "level_zero_legacy1": False})  # fmt: skip
+    seen = parent_visible(Inventory(devices=(arc, uhd630)), Vendor.INTEL, {}, hierarchy=None)
+    assert not any("legacy1" in n for n in seen.notes)

@@ -20,6 +20,10 @@ Version: {version}
 Description: Intel(R) Graphics Compute Runtime for oneAPI Level Zero.
  Level Zero is the primary low-level interface for language and runtime
 
+Package: libze-intel-gpu1-legacy1
+Status: install ok installed
+Version: 24.35.30872.32-1
+
 Package: zlib1g
 Status: install ok installed
 Version: 1:1.3.dfsg-3.1ubuntu2
@@ -74,6 +78,7 @@ def test_the_probe_records_kernel_and_level_zero_driver_versions(tmp_path: Path)
     assert b580.extra["driver"] == "xe"
     assert b580.extra["driver_version"] == "in-tree (kernel 6.14.0-29-generic)"
     assert b580.extra["level_zero_version"] == "25.18.33578.6"
+    assert b580.extra["level_zero_legacy1"] is True
 
 
 def test_without_a_package_record_the_library_name_gives_the_build(tmp_path: Path) -> None:

@@ -169,13 +169,15 @@ def _sub_devices(
 
 def _two_driver_note(devices: Sequence[Device]) -> list[str]:
     legacy = [d for d in devices if needs_legacy_driver(d)]
-    if not legacy or len(legacy) == len(devices):
+    installed = {d.extra.get("level_zero_legacy1") for d in devices}
+    if not legacy or len(legacy) == len(devices) or installed == {False}:
         return []
+    where = "which is installed" if True in installed else "where it is installed"
     return [
         f"{legacy[0].label()} is a Gen9/Gen11 iGPU, served by compute-runtime's legacy1 "
-        f"driver where it is installed; each Level Zero driver applies {ZE_MASK_VAR} to its "
-        "own devices, so a child may see that iGPU as well (uninstall intel-level-zero-gpu-"
-        "legacy1, or check torch.xpu.device_count() in the child)"
+        f"driver, {where}; each Level Zero driver applies {ZE_MASK_VAR} to its own devices, "
+        "so a child may see that iGPU as well (remove the legacy1 driver, or check "
+        "torch.xpu.device_count() in the child)"
     ]
 
 

@@ -16,6 +16,8 @@ from xpulaunch.probing.sysfs import read_text
 
 DPKG_STATUS = os.path.join("var", "lib", "dpkg", "status")
 LEVEL_ZERO_PACKAGES = ("libze-intel-gpu1", "intel-level-zero-gpu")
+# compute-runtime's separate build for Gen9-Gen11 iGPUs (since 24.35), under either name.
+LEGACY_PACKAGES = ("libze-intel-gpu1-legacy1", "intel-level-zero-gpu-legacy1")
 LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib")
 
 
@@ -59,3 +61,11 @@ def _library_build(root: str) -> str | None:
             if match:
                 return f"build {match[1]}"  # no release number: ranges cannot match it
     return None
+
+
+def legacy_level_zero_installed(root: str) -> bool | None:
+    """Whether the legacy1 Level Zero driver is installed; None without a dpkg record."""
+    status = read_text(os.path.join(root, DPKG_STATUS), [])
+    if not status:
+        return None
+    return any(dpkg_version(status, package) for package in LEGACY_PACKAGES)

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.model import Device, Inventory, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult, parallel
-from xpulaunch.probing.drivers import kernel_driver_version, level_zero_version
+from xpulaunch.probing.drivers import (
+    kernel_driver_version,
+    legacy_level_zero_installed,
+    level_zero_version,
+)
 from xpulaunch.probing.observe import to_devices
 from xpulaunch.probing.runner import SubprocessRunner
 from xpulaunch.probing.sysfs import list_pci_gpus, perfmon_capable
@@ -131,7 +135,9 @@ def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> l
     Packages are looked up under the directory that holds ``sys_root`` ("/" on a real host,
     the fake machine's root in tests)."""
     root = os.path.dirname(os.path.abspath(sys_root))
-    l0 = level_zero_version(root) if any(d.vendor is Vendor.INTEL for d in devices) else None
+    intel = any(d.vendor is Vendor.INTEL for d in devices)
+    l0 = level_zero_version(root) if intel else None
+    legacy = legacy_level_zero_installed(root) if intel else None
     enriched = []
     for device in devices:
         facts: dict[str, object] = {}
@@ -143,6 +149,8 @@ def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> l
             facts["driver_version"] = version
         if device.vendor is Vendor.INTEL and l0:
             facts["level_zero_version"] = l0
+        if device.vendor is Vendor.INTEL and legacy is not None:
+            facts["level_zero_legacy1"] = legacy
         enriched.append(replace(device, extra={**device.extra, **facts}) if facts else device)
     return enriched
 
