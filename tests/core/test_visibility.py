@@ -113,7 +113,7 @@ def test_mig_gpu_is_its_instances_and_a_parent_mig_mask_keeps_only_that_one() ->
     assert env["CUDA_VISIBLE_DEVICES"] == MIG[1].uuid
     second = child_visibility_env(Vendor.NVIDIA, unmasked.units[1:], host, {}, hierarchy=None)
     assert second["CUDA_VISIBLE_DEVICES"] == MIG[1].uuid
-    with pytest.raises(SelectionError, match="one MIG instance"):
+    with pytest.raises(SelectionError, match="a CUDA process uses one"):
         child_visibility_env(Vendor.NVIDIA, unmasked.units, host, {}, hierarchy=None)
 
 
@@ -374,7 +374,7 @@ def test_child_env_shows_exactly_its_units(
         offered = parent_visible(host, vendor, parent, hierarchy=hierarchy).units
         units = tuple(data.draw(st.lists(st.sampled_from(offered), unique=True, max_size=4)))
     if sum(1 for u in units if u.mig is not None) > 1:
-        with pytest.raises(SelectionError, match="one MIG instance"):
+        with pytest.raises(SelectionError, match="a CUDA process uses one"):
             child_visibility_env(vendor, units, host, parent, hierarchy=hierarchy)
         return
     child = apply(parent, child_visibility_env(vendor, units, host, parent, hierarchy=hierarchy))

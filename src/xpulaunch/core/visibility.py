@@ -328,8 +328,9 @@ def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     migs = [u.label() for u in units if u.mig is not None]
     if len(migs) > 1:
         raise SelectionError(
-            f"{', '.join(migs)}: a CUDA process uses one MIG instance (NVIDIA's MIG user "
-            "guide); give each instance its own worker with --isolate, or pick one"
+            f"one worker would get {len(migs)} MIG instances ({', '.join(migs)}), but a CUDA "
+            "process uses one (NVIDIA's MIG user guide): run one worker per instance with "
+            "--nproc-per-node auto --isolate, or select one with --gpus 1 or --gpus MIG-..."
         )
     entries = [masks.CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
