@@ -66,7 +66,9 @@ def test_the_card_id_of_a_mig_gpu_hands_out_its_instances() -> None:
 
 
 def test_one_process_given_two_instances_is_refused_with_the_fix() -> None:
-    with pytest.raises(SelectionError, match=r"2 MIG instances.*a CUDA process uses one.*--isolate.*--gpus 1"):
+    with pytest.raises(
+        SelectionError, match=r"2 MIG instances.*a CUDA process uses one.*--isolate.*--gpus 1"
+    ):
         plan(gpus="device=0")
 
 
