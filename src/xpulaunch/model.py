@@ -139,25 +139,44 @@ class Inventory:
 
 @dataclass(frozen=True, slots=True)
 class Unit:
-    """What is handed out: a whole card, or one tile of an Intel card under FLAT/COMBINED."""
+    """What is handed out: a whole card, one tile of an Intel card under FLAT/COMBINED, or one
+    MIG instance of an NVIDIA GPU in MIG mode (what a CUDA process can use)."""
 
     device: Device
     tile: int | None = None
+    mig: MigDevice | None = None
 
     @property
     def key(self) -> str:
-        """Lease key: the card's key, with ``/tileN`` when a tile is handed out."""
+        """Lease key: the card's key, with ``/tileN`` for a tile or ``/MIG-...`` for an
+        instance, so that a lease on the card covers its parts."""
+        if self.mig is not None:
+            return f"{self.device.key}/{self.mig.uuid}"
         return self.device.key if self.tile is None else f"{self.device.key}/tile{self.tile}"
 
     @property
     def memory_total_bytes(self) -> int | None:
+        if self.mig is not None:
+            return self.mig.memory_total_bytes
         total = self.device.memory_total_bytes
         if total is None or self.tile is None:
             return total
         return total // max(self.device.tiles, 1)
 
     @property
+    def memory_used_bytes(self) -> int | None:
+        if self.mig is not None:
+            return self.mig.memory_used_bytes
+        used = self.device.memory_used_bytes
+        if used is None or self.tile is None:
+            return used
+        return used // max(self.device.tiles, 1)
+
+    @property
     def memory_free_bytes(self) -> int | None:
+        if self.mig is not None:
+            total, used = self.mig.memory_total_bytes, self.mig.memory_used_bytes
+            return None if total is None or used is None else max(total - used, 0)
         free = self.device.memory_free_bytes
         if free is None or self.tile is None:
             return free
@@ -165,6 +184,8 @@ class Unit:
 
     def label(self) -> str:
         base = self.device.label()
+        if self.mig is not None:
+            return f"{base} MIG {self.mig.uuid}"
         return base if self.tile is None else f"{base} tile {self.tile}"
 
 

@@ -320,7 +320,7 @@ def test_ze_composite_all_tiles_listed_one_by_one_is_the_whole_card() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["foo", "0,foo", "0.x", "0.1.2", "1.0.0", "0,,1", ",0", " ", "."],
+    ["foo", "0,foo", "0.x", "0,,1", ",0", " ", "."],
 )
 @pytest.mark.parametrize("hierarchy", list(Hierarchy))
 def test_ze_values_that_crash_the_driver_are_mask_errors(value: str, hierarchy: Hierarchy) -> None:

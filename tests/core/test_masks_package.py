@@ -48,6 +48,9 @@ OLD_PUBLIC = frozenset(
         "parse_hip_visible_devices",
         "amd_visible",
         "format_rocr_visible_devices",
+        # added since: Level Zero's atoll reading and the refusal of tile counts in doubt
+        "pci_id_order",
+        "refuse_doubtful_tiles",
     }
 )
 VENDOR_MODULES = ("cuda", "level_zero", "oneapi", "rocm")

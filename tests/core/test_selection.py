@@ -45,7 +45,7 @@ def test_parse_gpus(text: str, expected: GpuRequest) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("0", "a count must be at least 1"),
+        ("0", r"a count \(as in docker run --gpus\) must be at least 1; .*write device=0"),
         ("two", "expected auto, all, none"),
         ("", "expected auto, all, none"),
         ("0,,1", "empty device id"),
@@ -119,21 +119,22 @@ def test_unknown_memory_ranks_after_known_free_and_says_so() -> None:
     assert any("free memory unknown" in n for n in chosen.notes)
 
 
-def test_min_free_memory_rejects_unknown_and_small() -> None:
+def test_min_free_memory_rejects_small_and_reads_unknown_as_auto_does() -> None:
     small = Device(Vendor.AMD, 0, memory_total_bytes=8 * GiB, memory_used_bytes=4 * GiB)
     big = Device(Vendor.AMD, 1, memory_total_bytes=64 * GiB, memory_used_bytes=0)
     unknown = Device(Vendor.AMD, 2, memory_total_bytes=64 * GiB)
-    units = [Unit(small), Unit(big), Unit(unknown)]
-    chosen = select(
-        GpuRequest(GpuMode.AUTO),
-        units,
-        [small, big, unknown],
-        filters=Filters(min_free_memory_bytes=8 * GiB),
-    )
-    assert [u.device.index for u in chosen.units] == [1]
+    tiny_unknown = Device(Vendor.AMD, 3, memory_total_bytes=4 * GiB)
+    units = [Unit(small), Unit(big), Unit(unknown), Unit(tiny_unknown)]
+    devices = [small, big, unknown, tiny_unknown]
+    filters = Filters(min_free_memory_bytes=8 * GiB)
+    chosen = select(GpuRequest(GpuMode.AUTO), units, devices, filters=filters)
+    assert [u.device.index for u in chosen.units] == [1, 2]  # unknown after known-free
     notes = " ".join(chosen.notes)
     assert "4.0 GiB free < the 8.0 GiB minimum asked for" in notes
-    assert "free memory unknown, cannot verify" in notes
+    assert "only 4.0 GiB in all < the 8.0 GiB minimum" in notes
+    assert "policy: a device whose free memory is unknown" in notes
+    plain = select(GpuRequest(GpuMode.AUTO), units, devices)
+    assert Unit(unknown) in plain.units  # auto reads unknown the same way
 
 
 def test_max_utilization_filter() -> None:
@@ -200,11 +201,12 @@ def test_intel_card_id_hands_out_all_its_tiles_and_card_dot_tile_one() -> None:
         select(GpuRequest(GpuMode.EXPLICIT, ids=("1.1",)), cards, devices)
 
 
-def test_mig_uuid_names_its_gpu() -> None:
-    units, devices = _units("a100-mig.json")
-    mig = devices[0].mig_devices[1].uuid
-    chosen = select(GpuRequest(GpuMode.EXPLICIT, ids=(mig,)), units, devices)
-    assert chosen.units[0].device.index == 0
+def test_mig_uuid_names_that_instance_of_its_gpu() -> None:
+    devices = load_inventory("a100-mig.json").of(Vendor.NVIDIA)
+    units = [Unit(devices[0], mig=m) for m in devices[0].mig_devices] + [Unit(devices[1])]
+    mig = devices[0].mig_devices[1]
+    chosen = select(GpuRequest(GpuMode.EXPLICIT, ids=(mig.uuid,)), units, devices)
+    assert chosen.units == (Unit(devices[0], mig=mig),)
 
 
 def test_none_selects_nothing() -> None:

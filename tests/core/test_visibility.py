@@ -101,16 +101,20 @@ def test_nvidia_mixed_models_without_pci_bus_id_order_get_a_note() -> None:
     assert not parent_visible(host, Vendor.NVIDIA, ordered, hierarchy=None).notes
 
 
-def test_mig_card_is_one_unit_and_its_child_gets_the_parents_mig_instance() -> None:
+def test_mig_gpu_is_its_instances_and_a_parent_mig_mask_keeps_only_that_one() -> None:
     host = inv(A100_MIG)
+    unmasked = parent_visible(host, Vendor.NVIDIA, {}, hierarchy=None)
+    assert unmasked.units == tuple(Unit(A100_MIG, mig=m) for m in MIG)
+    assert any("MIG mode" in n and "one by one" in n for n in unmasked.notes)
     parent = {"CUDA_VISIBLE_DEVICES": MIG[1].uuid}
     visible = parent_visible(host, Vendor.NVIDIA, parent, hierarchy=None)
-    assert visible.units == (Unit(A100_MIG),)
-    assert any("MIG mode" in n and MIG[1].uuid in n for n in visible.notes)
+    assert visible.units == (Unit(A100_MIG, mig=MIG[1]),)
     env = child_visibility_env(Vendor.NVIDIA, visible.units, host, parent, hierarchy=None)
     assert env["CUDA_VISIBLE_DEVICES"] == MIG[1].uuid
-    unmasked = child_visibility_env(Vendor.NVIDIA, visible.units, host, {}, hierarchy=None)
-    assert unmasked["CUDA_VISIBLE_DEVICES"] == MIG[0].uuid
+    second = child_visibility_env(Vendor.NVIDIA, unmasked.units[1:], host, {}, hierarchy=None)
+    assert second["CUDA_VISIBLE_DEVICES"] == MIG[1].uuid
+    with pytest.raises(SelectionError, match="a CUDA process uses one"):
+        child_visibility_env(Vendor.NVIDIA, unmasked.units, host, {}, hierarchy=None)
 
 
 # --- parent_visible: Intel ------------------------------------------------------------------
@@ -235,6 +239,7 @@ def test_intel_child_flat_tiles() -> None:
     assert env == {
         "ZE_FLAT_DEVICE_HIERARCHY": "FLAT",
         "ZE_AFFINITY_MASK": "2,3",
+        "ZE_ENABLE_PCI_ID_DEVICE_ORDER": "0",
         "ONEAPI_DEVICE_SELECTOR": "level_zero:gpu",
     }
 
@@ -368,8 +373,8 @@ def test_child_env_shows_exactly_its_units(
     if vendor is not None:
         offered = parent_visible(host, vendor, parent, hierarchy=hierarchy).units
         units = tuple(data.draw(st.lists(st.sampled_from(offered), unique=True, max_size=4)))
-    if sum(1 for u in units if u.device.mig_devices) > 1:
-        with pytest.raises(SelectionError, match="one MIG instance"):
+    if sum(1 for u in units if u.mig is not None) > 1:
+        with pytest.raises(SelectionError, match="a CUDA process uses one"):
             child_visibility_env(vendor, units, host, parent, hierarchy=hierarchy)
         return
     child = apply(parent, child_visibility_env(vendor, units, host, parent, hierarchy=hierarchy))

@@ -37,6 +37,9 @@ PYTHON_NOT_RUN = {
 INVENTORY_FOR = (
     ("ZE_FLAT_DEVICE_HIERARCHY", "2x-max1550.json"),
     ("--backend xpu", "hybrid-4090-arc.json"),
+    ("intel:", "hybrid-4090-arc.json"),
+    ("GPU-0c1f3e2d", "a100-mig.json"),
+    ("amd:", "4x-mi300x.json"),
 )
 _COMMAND = re.compile(r"^(?:\$ )?((?:[A-Z_]+=\S+ )*)xpulaunch (.*)$")
 

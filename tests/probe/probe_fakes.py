@@ -470,6 +470,10 @@ class FakeNvml:
     def nvmlDeviceGetMaxMigDeviceCount(self, h: dict[str, Any]) -> int:
         return 7
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h: dict[str, Any]) -> list[_Struct]:
+        """pynvml's c_nvmlProcessInfo_t list; usedGpuMemory None where NVML has no value."""
+        return [_Struct(pid=p["pid"], usedGpuMemory=p["used"]) for p in h.get("processes", [])]
+
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h: dict[str, Any], slot: int) -> dict[str, Any]:
         if slot >= len(h["mig"]):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)

@@ -81,7 +81,8 @@ def test_amd_smi_is_preferred_and_na_stays_unknown(tmp_path: Path) -> None:
     first, second = inv.devices
     assert (first.memory_total_bytes, first.memory_used_bytes) == (192 * 2**30, 6 * 2**20)
     assert second.memory_used_bytes is None
-    assert first.uuid == "4bff74a1-0000"
+    # amd-smi's uuid is not ROCr's: never an id or a ROCR_VISIBLE_DEVICES entry
+    assert first.uuid is None and first.extra["amd_smi_uuid"] == "4bff74a1-0000"
     assert [c["argv"][0] for c in calls(bin_dir)] == ["list", "metric"]  # rocm-smi not needed
     assert "memory unknown" in messages(inv) and MI300X_BDFS[1] in messages(inv)
 

@@ -164,3 +164,10 @@ def test_mig_rows_and_problem_footer_truncation() -> None:
 
 def test_empty_host_says_so() -> None:
     assert render_table(Inventory()) == "No accelerators found."
+
+
+def test_a_mixed_host_lists_vendor_qualified_ids() -> None:
+    out = xpulaunch("devices", "--inventory", str(INVENTORIES / "hybrid-4090-arc.json"))
+    assert out.returncode == 0, out.stderr
+    ids = [line.split()[0] for line in out.stdout.splitlines()[2:4]]
+    assert ids == ["nvidia:0", "intel:0"]

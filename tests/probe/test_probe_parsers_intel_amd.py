@@ -163,13 +163,17 @@ def test_amd_smi_list_and_metric_joined_on_gpu() -> None:
 
 def test_amd_smi_list_without_metrics() -> None:
     a, _ = parse_amd_smi(fixture("amd/amd-smi-list.json"), None)
-    assert a.uuid == "4bff74a1-0000-1000-80b2-e7f5d6a1c2b3"
+    assert a.uuid is None  # amd-smi's uuid is not ROCr's GPU-<16 hex>
+    assert a.extra["amd_smi_uuid"] == "4bff74a1-0000-1000-80b2-e7f5d6a1c2b3"
     assert a.memory_total_bytes is None
 
 
 def test_amd_smi_wrapped_list_is_unwrapped() -> None:
     wrapped = '{"gpu_data": ' + fixture("amd/amd-smi-list.json") + "}"
     assert len(parse_amd_smi(wrapped, None)) == 2
+    # amd-smi >= 26: the list under "gpu_data", next to other keys
+    with_more = '{"version": [], "gpu_data": ' + fixture("amd/amd-smi-list.json") + "}"
+    assert len(parse_amd_smi(with_more, None)) == 2
 
 
 def test_amd_smi_garbage_is_a_parse_error() -> None:

@@ -12,6 +12,7 @@ import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.core.inventory import dumps
+from xpulaunch.core.known_issues import issues_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,7 +45,16 @@ _FOOTER_WIDTH = 160
     is_flag=True,
     help="Also ask torch.xpu, in a throw-away subprocess (slow: it imports torch).",
 )
-def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool) -> None:
+@click.option(
+    "--processes",
+    "show_processes",
+    is_flag=True,
+    help="Also list, per device, the processes using it (NVML on NVIDIA, DRM fdinfo on "
+    "Intel and AMD; other users' processes need root) and whether a lease covers each.",
+)
+def devices(
+    as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool, show_processes: bool
+) -> None:
     """Probe and list accelerators (index, name, PCI address, memory, utilisation, tiles)."""
     if inventory_file is not None:
         from xpulaunch.api import load_inventory
@@ -56,12 +66,20 @@ def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: b
         from xpulaunch.probing import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
+    if show_processes:
+        from xpulaunch.cli.device_processes import with_processes
+
+        inventory = with_processes(inventory, probed=inventory_file is None)
     if as_json:
         click.echo(dumps(inventory))
         return
     if inventory_file is not None:
         click.echo(f"inventory: {inventory_file} (not probed)")
     click.echo(render_table(inventory, debug=debug))
+    if show_processes:
+        from xpulaunch.cli.device_processes import render_processes
+
+        click.echo(render_processes(inventory))
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:
@@ -69,25 +87,30 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
     lines = []
     if inventory.devices:
         header = ("IDX", "VENDOR", "NAME", "PCI", "MEMORY USED / TOTAL", "UTIL", "TILES")
-        rows = [header] + [_row(d) for d in inventory.devices]
+        # Every vendor numbers its GPUs from 0: on a mixed host the id names the vendor too.
+        qualify = len({d.vendor for d in inventory.devices}) > 1
+        rows = [header] + [_row(d, qualify=qualify) for d in inventory.devices]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         for device, row in zip((None, *inventory.devices), rows, strict=True):
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
             lines += _mig_lines(device)
     else:
         lines.append("No accelerators found.")
+    warnings = [w for d in inventory.devices for w in issues_of(d)]
+    lines += ["", "warnings:", *(f"  - {w}" for w in warnings)] if warnings else []
     if debug:
         lines += _source_lines(inventory.devices)
     lines += _problem_lines(inventory.problems, debug=debug)
     return "\n".join(lines)
 
 
-def _row(d: Device) -> tuple[str, str, str, str, str, str, str]:
+def _row(d: Device, *, qualify: bool) -> tuple[str, str, str, str, str, str, str]:
     name = d.name or _fallback_name(d)
     if d.integrated:
         name += " (integrated)"
     util = "-" if d.utilization_percent is None else f"{d.utilization_percent:.0f}%"
-    return (str(d.index), d.vendor.value, name, d.pci_bus_id or "-",
+    ident = f"{d.vendor.value}:{d.index}" if qualify else str(d.index)
+    return (ident, d.vendor.value, name, d.pci_bus_id or "-",
             _memory(d.memory_used_bytes, d.memory_total_bytes), util, str(d.tiles))  # fmt: skip
 
 

@@ -52,6 +52,7 @@ def _unit_line(unit: Unit) -> str:
     )
     where = device.pci_bus_id or device.uuid or "-"
     tile = f" tile {unit.tile}" if unit.tile is not None else ""
+    tile += f" {unit.mig.uuid}" if unit.mig is not None else ""
     name = device.name or "unknown"
     return f"{device.vendor.value} {device.index}{tile}  {name}  {where}  {memory}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.pci import normalize_bus_id
-from xpulaunch.core.selection import GpuMode, GpuRequest, uuid_prefix_names
+from xpulaunch.core.selection import GpuMode, GpuRequest, split_vendor, uuid_prefix_names
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.model import Backend, Device, Unit, Vendor
 
@@ -52,7 +52,14 @@ def choose_backend(
         )
     if requested is not None:
         return _explicit(requested, devices, visible)
-    named = _vendor_named_by_ids(gpus, devices)
+    named = _vendor_named_by_ids(gpus, devices, visible)
+    if named is not None and not visible.get(named):
+        where = (
+            "hidden by the parent's visibility variables"
+            if any(d.vendor is named for d in devices)
+            else f"not on this host (present: {_present(devices)})"
+        )
+        raise SelectionError(f"{_NAMES[named]} GPUs are {where}", option="gpus", value=gpus.text)
     if named is not None:
         return backend_for(named), (
             f"backend {backend_for(named).value}: the devices named in "
@@ -127,22 +134,70 @@ def _automatic(
     return backend_for(chosen), tuple(notes)
 
 
-def _vendor_named_by_ids(gpus: GpuRequest, devices: Sequence[Device]) -> Vendor | None:
-    """UUIDs and PCI addresses name one vendor; plain indices exist once per vendor."""
+def _vendor_named_by_ids(
+    gpus: GpuRequest, devices: Sequence[Device], visible: Mapping[Vendor, Sequence[Unit]]
+) -> Vendor | None:
+    """The one vendor the ids name: by a ``vendor:`` prefix, a UUID or PCI address, or a bare
+    index that only one visible vendor has. A bare index several vendors have is refused."""
     if gpus.mode is not GpuMode.EXPLICIT:
         return None
     vendors = set()
     for ident in gpus.ids:
-        bus = normalize_bus_id(ident)
-        for d in devices:
-            uuids = {(d.uuid or "").lower(), *(m.uuid.lower() for m in d.mig_devices)} - {""}
-            if (
-                (bus is not None and bus == d.pci_bus_id)
-                or ident.lower() in uuids
-                or uuid_prefix_names(ident, d)
-            ):
-                vendors.add(d.vendor)
-    return vendors.pop() if len(vendors) == 1 else None
+        qualifier, bare = split_vendor(ident)
+        named = {qualifier} if qualifier else _vendors_of(bare, devices, visible, ident)
+        vendors |= named
+    if len(vendors) > 1:
+        raise SelectionError(
+            "these ids name GPUs of "
+            + " and ".join(_NAMES[v] for v in sorted(vendors, key=PREFERENCE.index))
+            + "; a job runs on one vendor's GPUs",
+            option="gpus",
+            value=gpus.text,
+        )
+    return vendors.pop() if vendors else None
+
+
+def _vendors_of(
+    bare: str, devices: Sequence[Device], visible: Mapping[Vendor, Sequence[Unit]], ident: str
+) -> set[Vendor]:
+    bus = normalize_bus_id(bare)
+    lowered = bare.lower()
+    found = set()
+    for d in devices:
+        uuids = {(d.uuid or "").lower(), *(m.uuid.lower() for m in d.mig_devices)} - {""}
+        if (
+            (bus is not None and bus == d.pci_bus_id)
+            or lowered in uuids
+            or uuid_prefix_names(bare, d)
+        ):
+            found.add(d.vendor)
+    if found:
+        return found
+    card = bare.split(".", maxsplit=1)[0]
+    if not (card.isascii() and card.isdigit()):
+        return set()
+    having = [d for d in devices if d.index == int(card) and visible.get(d.vendor)]
+    if len({d.vendor for d in having}) > 1:
+        options = ", ".join(f"{d.vendor.value}:{bare} ({d.name or d.pci_bus_id})" for d in having)
+        raise SelectionError(
+            f"ambiguous on this host, where every vendor numbers its GPUs from 0: write "
+            f"{options}, or choose the vendor with --backend",
+            option="gpus",
+            value=ident,
+        )
+    return {d.vendor for d in having}
+
+
+def elsewhere_hint(chosen: Vendor, visible: Mapping[Vendor, Sequence[Unit]]) -> str:
+    """What other vendors' visible GPUs there are, for an error about too few ``chosen``."""
+    others = [
+        f"{len(units)} {_NAMES[v]} unit(s) are visible too (--backend {backend_for(v).value})"
+        for v, units in visible.items()
+        if v is not chosen and units
+    ]
+    if not others:
+        return ""
+    return "; ".join(others) + ", but one job runs on one vendor's GPUs"
 
 
 def _present(devices: Sequence[Device]) -> str:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap, masks
-from xpulaunch.core.backend import choose_backend, parse_backend
+from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
+from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
-from xpulaunch.core.visibility import child_visibility_env, parent_visible
+from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
     MAX_RESTARTS_VAR,
@@ -86,6 +87,8 @@ def make_plan(
     units, selection_notes = _select_units(job, gpus, visible, unavailable)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
     workers, worker_notes = _workers(job)
+    cards = dict.fromkeys(u.device for u in units)
+    selection_notes = (*selection_notes, *(f"warning: {w}" for d in cards for w in issues_of(d)))
     return Plan(
         backend=backend,
         devices=units,
@@ -131,7 +134,12 @@ def _select_units(
     request = job.request
     filters = Filters(request.min_free_memory_bytes, request.max_utilization_percent)
     selection = select(
-        gpus, visible[vendor], job.inventory.of(vendor), filters=filters, unavailable=unavailable
+        gpus,
+        visible[vendor],
+        job.inventory.of(vendor),
+        filters=filters,
+        unavailable=unavailable,
+        elsewhere=elsewhere_hint(vendor, visible),
     )
     if not selection.units and gpus.mode is GpuMode.AUTO:
         raise SelectionError(
@@ -164,6 +172,7 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
     elif units:
         notes.append("visibility: every worker sees all selected devices, LOCAL_RANK picks one")
     workers = tuple(_worker(job, share, rank, count) for rank, share in enumerate(shares))
+    notes += hiding_notes(workers[0].child_env(env), job.backend.vendor) if workers else []
     return workers, tuple(notes)
 
 
@@ -241,6 +250,7 @@ def to_dict(plan: Plan) -> dict[str, Any]:
                 "name": u.device.name,
                 "memory_total_bytes": u.memory_total_bytes,
                 "memory_free_bytes": u.memory_free_bytes,
+                **({"mig_uuid": u.mig.uuid} if u.mig is not None else {}),
             }
             for u in plan.devices
         ],

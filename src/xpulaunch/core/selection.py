@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.device_ids import resolve_ids, split_vendor, uuid_prefix_names
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
@@ -19,12 +20,32 @@ from xpulaunch.model import Device, Unit
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+# Re-exported: callers ask selection for the id helpers they used to find here.
+__all__ = [
+    "BUSY_MEMORY_FRACTION",
+    "BUSY_UTILIZATION_PERCENT",
+    "UNKNOWN_FREE_POLICY",
+    "Filters",
+    "GpuMode",
+    "GpuRequest",
+    "Selection",
+    "holder_of",
+    "parse_gpus",
+    "resolve_ids",
+    "select",
+    "split_vendor",
+    "uuid_prefix_names",
+]
+
 # A device is "busy" (not free for auto/N) above these readings. A CUDA context alone costs
 # ~0.5 GiB, so 10% of an 8 GiB card still counts as idle.
 BUSY_MEMORY_FRACTION = 0.10
 BUSY_UTILIZATION_PERCENT = 50.0
 
-_VALID = "auto, all, none, a count like 2, or device ids like 0,2 / device=GPU-... / 0000:29:00.0"
+_VALID = (
+    "auto, all, none, a count like 2, or device ids like 0,2 / device=GPU-... / 0000:29:00.0 "
+    "/ nvidia:0 / intel:0.1"
+)
 # Patterns that re compiles on first use (and caches): only --gpus with device ids needs them.
 _TILE = r"^\d+\.\d+$"
 _UUIDISH = r"^(GPU-|MIG-)?[0-9a-fA-F]{8}(-?[0-9a-fA-F]{4,})*$"
@@ -87,10 +108,16 @@ def parse_gpus(text: str) -> GpuRequest:
         count = int(value)
         if count == 0:
             raise UsageError(
-                "a count must be at least 1; use none for the CPU", option="gpus", value=text
+                "a count (as in docker run --gpus) must be at least 1; for the device with index 0 "
+                "write device=0, for the CPU none",
+                option="gpus",
+                value=text,
             )
         return GpuRequest(GpuMode.COUNT, count=count)
-    if normalize_bus_id(value) is not None or re.match(_UUIDISH, value) or re.match(_TILE, value):
+    _, bare = split_vendor(value)
+    if normalize_bus_id(bare) is not None or re.match(_UUIDISH, bare) or re.match(_TILE, bare):
+        return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
+    if bare != value and bare.isascii() and bare.isdigit():  # nvidia:0 is an id, not a count
         return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
     raise UsageError(f"expected {_VALID}", option="gpus", value=text, malformed=True)
 
@@ -109,103 +136,6 @@ def _split_ids(body: str, text: str) -> tuple[str, ...]:
     return ids
 
 
-def resolve_ids(
-    ids: Sequence[str], units: Sequence[Unit], devices: Sequence[Device]
-) -> tuple[Unit, ...]:
-    """Explicit ids -> visible units. Ids are physical indices, UUIDs, PCI addresses, or
-    ``CARD.TILE`` for one tile of an Intel card; a card id hands out all of its visible units.
-
-    ``devices`` are all devices of the chosen vendor (to tell "hidden" from "no such device").
-    """
-    chosen: list[Unit] = []
-    for ident in ids:
-        device, tile = _find_device(ident, devices)
-        matches = [u for u in units if u.device == device and (tile is None or u.tile == tile)]
-        if (
-            tile is not None
-            and not matches
-            and any(u.device == device and u.tile is None for u in units)
-        ):
-            raise SelectionError(
-                "tiles are not handed out under the COMPOSITE hierarchy; "
-                f"name the card ({device.index}) or set ZE_FLAT_DEVICE_HIERARCHY=FLAT",
-                option="gpus",
-                value=ident,
-            )
-        if not matches:
-            raise SelectionError(
-                f"{device.label()} is hidden by the parent's visibility "
-                f"variables; visible: {_labels(units)}",
-                option="gpus",
-                value=ident,
-            )
-        for unit in matches:
-            if unit in chosen:
-                raise SelectionError(f"{unit.label()} is named twice", option="gpus", value=ident)
-            chosen.append(unit)
-    return tuple(chosen)
-
-
-def _find_device(ident: str, devices: Sequence[Device]) -> tuple[Device, int | None]:
-    card, tile = ident, None
-    tile_match = re.fullmatch(r"(\d+)\.(\d+)", ident)
-    if tile_match:
-        card, tile = tile_match[1], int(tile_match[2])
-    device = _device_named(card, ident, devices)
-    if tile is not None and tile >= device.tiles:
-        raise SelectionError(
-            f"{device.label()} has {device.tiles} tile(s); valid tiles are 0..{device.tiles - 1}",
-            option="gpus",
-            value=ident,
-        )
-    return device, tile
-
-
-def _device_named(card: str, ident: str, devices: Sequence[Device]) -> Device:
-    """The device ``card`` names: exactly, or by a unique UUID prefix (``GPU-e436550d``), which
-    CUDA_VISIBLE_DEVICES accepts too (CUDA C Programming Guide, "CUDA Environment Variables")."""
-    for device in devices:
-        if _matches(card, device):
-            return device
-    by_prefix = [d for d in devices if uuid_prefix_names(card, d)]
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    if by_prefix:
-        raise SelectionError(
-            f"the UUID prefix fits {len(by_prefix)} devices ({_device_list(by_prefix)}); "
-            "give more of it",
-            option="gpus",
-            value=ident,
-        )
-    raise SelectionError(
-        f"no such device; devices here: {_device_list(devices)}", option="gpus", value=ident
-    )
-
-
-def _device_list(devices: Sequence[Device]) -> str:
-    return ", ".join(f"{d.index} ({d.pci_bus_id or d.uuid or d.name})" for d in devices) or "none"
-
-
-def _matches(ident: str, device: Device) -> bool:
-    if ident.isascii() and ident.isdigit():
-        return int(ident) == device.index
-    bus = normalize_bus_id(ident)
-    if bus is not None and bus == device.pci_bus_id:
-        return True
-    lowered = ident.lower()
-    uuids = [device.uuid or ""] + [m.uuid for m in device.mig_devices]
-    return any(u and u.lower() == lowered for u in uuids)
-
-
-def uuid_prefix_names(ident: str, device: Device) -> bool:
-    """Whether ``ident`` (``GPU-...`` or ``MIG-...``) is the start of one of the device's UUIDs."""
-    lowered = ident.lower()
-    if not lowered.startswith(("gpu-", "mig-")):
-        return False
-    uuids = [device.uuid or ""] + [m.uuid for m in device.mig_devices]
-    return any(u and u.lower().startswith(lowered) for u in uuids)
-
-
 def select(
     request: GpuRequest,
     units: Sequence[Unit],
@@ -213,8 +143,12 @@ def select(
     *,
     filters: Filters = Filters(),
     unavailable: Mapping[str, str] | None = None,
+    elsewhere: str = "",
 ) -> Selection:
-    """Choose units for ``request`` among the parent's visible ``units``."""
+    """Choose units for ``request`` among the parent's visible ``units``.
+
+    ``elsewhere`` tells a user whose count cannot be met about other vendors' GPUs.
+    """
     held = unavailable or {}
     if request.mode is GpuMode.NONE:
         return Selection((), ("--gpus none: running on the CPU",))
@@ -234,11 +168,15 @@ def select(
             if u.device.integrated
         ]
         return Selection(chosen, tuple(notes))
-    return _select_free(request, units, filters, held)
+    return _select_free(request, units, filters, held, elsewhere)
 
 
 def _select_free(
-    request: GpuRequest, units: Sequence[Unit], filters: Filters, held: Mapping[str, str]
+    request: GpuRequest,
+    units: Sequence[Unit],
+    filters: Filters,
+    held: Mapping[str, str],
+    elsewhere: str,
 ) -> Selection:
     notes: list[str] = []
     eligible: list[Unit] = []
@@ -251,7 +189,8 @@ def _select_free(
     eligible.sort(key=_rank)
     if request.mode is GpuMode.COUNT:
         if len(eligible) < request.count:
-            why = "; ".join(notes) or "no accelerator is visible"
+            why = "; ".join(notes) or ("all of them free" if units else "none is visible")
+            why += f"; {elsewhere}" if elsewhere else ""
             raise SelectionError(
                 f"only {len(eligible)} free device(s) of {len(units)} visible ({why})",
                 option="gpus",
@@ -260,6 +199,8 @@ def _select_free(
         eligible = eligible[: request.count]
     for unit in eligible:
         notes.append(f"{unit.label()}: chosen, {_describe_free(unit)}")
+    if any(u.memory_free_bytes is None for u in eligible):
+        notes.append(UNKNOWN_FREE_POLICY)
     return Selection(tuple(eligible), tuple(notes))
 
 
@@ -271,9 +212,11 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
         return "integrated GPUs are only used when named explicitly"
     free = unit.memory_free_bytes
     if filters.min_free_memory_bytes is not None:
-        if free is None:
-            return "free memory unknown, cannot verify the minimum free memory asked for"
-        if free < filters.min_free_memory_bytes:
+        total = unit.memory_total_bytes
+        if free is None and total is not None and total < filters.min_free_memory_bytes:
+            need = format_bytes(filters.min_free_memory_bytes)
+            return f"only {format_bytes(total)} in all < the {need} minimum asked for"
+        if free is not None and free < filters.min_free_memory_bytes:
             need = format_bytes(filters.min_free_memory_bytes)
             return f"{format_bytes(free)} free < the {need} minimum asked for"
     util = unit.device.utilization_percent
@@ -287,11 +230,10 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
 
 
 def _busy(unit: Unit) -> str | None:
-    device = unit.device
-    total, used = device.memory_total_bytes, device.memory_used_bytes
+    total, used = unit.memory_total_bytes, unit.memory_used_bytes
     if total and used is not None and used > BUSY_MEMORY_FRACTION * total:
         return f"busy, {format_bytes(used)} of {format_bytes(total)} in use"
-    util = device.utilization_percent
+    util = unit.device.utilization_percent
     if util is not None and util > BUSY_UTILIZATION_PERCENT:
         return f"busy, {util:.0f}% utilisation"
     return None
@@ -315,20 +257,32 @@ def _rank(unit: Unit) -> tuple[int, int, float, int, int]:
     )
 
 
+# One reading of "free memory unknown" for auto, N and --min-free-memory alike: the device is
+# not known to be busy, so it may be chosen, after every device known to be free; a minimum
+# is checked against its total, the most it could have free. Rejecting it instead would make
+# --min-free-memory refuse every card whose driver hides its usage (i915/xe without
+# CAP_PERFMON), while auto took them: the two must not disagree.
+UNKNOWN_FREE_POLICY = (
+    "policy: a device whose free memory is unknown is not known to be busy; auto, counts and "
+    "--min-free-memory may choose it (after devices known to be free), and a minimum is "
+    "checked against its total memory only"
+)
+
+
 def _describe_free(unit: Unit) -> str:
     free = unit.memory_free_bytes
     if free is None:
-        return "free memory unknown (ranked after devices known to be free)"
+        return "free memory unknown (ranked after devices known to be free; not verified)"
     return f"{format_bytes(free)} free of {format_bytes(unit.memory_total_bytes)}"
 
 
 def holder_of(unit: Unit, held: Mapping[str, str]) -> str | None:
-    """Who holds ``unit``: its own key, its whole card, or (for a card) any of its tiles."""
+    """Who holds ``unit``: its own key, its whole card, or (for a card) any of its parts."""
     card = unit.device.key
     for key in (unit.key, card):
         if key in held:
             return held[key]
-    if unit.tile is None:
+    if unit.tile is None and unit.mig is None:
         for key, holder in held.items():
             if key.startswith(card + "/"):
                 return holder
@@ -343,7 +297,3 @@ def _refuse_held(units: Sequence[Unit], held: Mapping[str, str]) -> None:
                 f"{unit.label()} is leased by {holder}; pick another device, wait with --wait, "
                 "or share it on purpose with --shared"
             )
-
-
-def _labels(units: Sequence[Unit]) -> str:
-    return ", ".join(u.label() for u in units) or "none"

@@ -4,12 +4,10 @@ Pure: inventory and parent env in; units, notes and an env dict out. Devices are
 physical identity; mask syntax only appears in the env written for a child, computed from
 that identity, and it replaces the parent's mask (contract section 2; reference 7.3).
 
-MIG decision: a GPU in MIG mode stays one :class:`~xpulaunch.model.Unit` (its key is the
-card's PCI address), because a CUDA process enumerates a single MIG instance anyway (the MIG
-user guide, as quoted in pytorch #130181; not verified on MIG hardware here) and
-:mod:`xpulaunch.model` has no MIG unit. Its child gets the MIG UUID of the instance the
-parent's ``CUDA_VISIBLE_DEVICES`` named, else of the card's first instance, so the mask stays
-physical; a note says so.
+MIG: a GPU in MIG mode is handed out as its MIG instances, one
+:class:`~xpulaunch.model.Unit` each (key ``<card>/MIG-...``), because a CUDA process
+enumerates a single MIG instance (the MIG user guide, as quoted in pytorch #130181; not
+verified on MIG hardware here). A child is given at most one instance, by its MIG UUID.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import masks
+from xpulaunch.core.intel_family import needs_legacy_driver
 from xpulaunch.core.masks import (
     CUDA_VAR,
     HIP_VAR,
@@ -27,7 +26,7 @@ from xpulaunch.core.masks import (
     ZE_MASK_VAR,
 )
 from xpulaunch.errors import MaskError, SelectionError
-from xpulaunch.model import Device, Hierarchy, Inventory, MigDevice, Unit, Vendor
+from xpulaunch.model import Device, Hierarchy, Inventory, Unit, Vendor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -89,13 +88,12 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
         if any(u.device.key == entry.device.key for u in units):
             notes.append(f"{CUDA_VAR} names {entry.device.label()} and a MIG instance of it")
             continue
-        units.append(Unit(entry.device))
-        mig = _mig_instance(entry.device, parsed)
-        if mig is not None:
+        units.extend(_nvidia_units(entry))
+        if entry.device.mig_devices and entry.mig is None:
             notes.append(
-                f"{entry.device.label()} is in MIG mode: it is handed out whole and its child "
-                f"sees MIG instance {mig.uuid} only (the driver documents one MIG instance per "
-                "CUDA process)"
+                f"{entry.device.label()} is in MIG mode: its {len(entry.device.mig_devices)} "
+                "MIG instance(s) are handed out one by one (a CUDA process uses one instance, "
+                "NVIDIA's MIG user guide)"
             )
     numeric = value is not None and any(e.strip()[:1].isdigit() for e in value.split(","))
     if numeric and env.get(CUDA_ORDER_VAR) != "PCI_BUS_ID" and len({d.name for d in devices}) > 1:
@@ -106,12 +104,13 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
     return Visible(tuple(units), bool(devices) and not units, tuple(notes))
 
 
-def _mig_instance(device: Device, parsed: masks.CudaVisible) -> MigDevice | None:
-    """The MIG instance a child of ``device`` gets: the parent's pick, else the first."""
-    if not device.mig_devices:
-        return None
-    named = (e.mig for e in parsed.entries if e.device.key == device.key and e.mig is not None)
-    return next(named, device.mig_devices[0])
+def _nvidia_units(entry: masks.CudaEntry) -> list[Unit]:
+    """A GPU in MIG mode is its instances (the one the parent named, else every one)."""
+    if entry.mig is not None:
+        return [Unit(entry.device, mig=entry.mig)]
+    if entry.device.mig_devices:
+        return [Unit(entry.device, mig=m) for m in entry.device.mig_devices]
+    return [Unit(entry.device)]
 
 
 def _intel_visible(
@@ -121,15 +120,22 @@ def _intel_visible(
     child_h = hierarchy or parent_h
     if not devices:
         return Visible((), hierarchy=child_h)
-    pci_order = env.get(PCI_ORDER_VAR) == "1"
+    pci_order = masks.pci_id_order(env.get(PCI_ORDER_VAR))
+    if env.get(ZE_MASK_VAR) not in (None, "", "default"):
+        masks.refuse_doubtful_tiles(devices, parent_h, f"the parent's {ZE_MASK_VAR}")
     # ZE_AFFINITY_MASK acts inside the driver, under the parent's hierarchy; SYCL's selector
     # then numbers the surviving root devices from 0 (reference 2.2 "Composition").
     ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
     roots = _root_devices(ze.units, parent_h)
     ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
-    kept = [unit for position in ods.positions for unit in roots[position]]
+    kept = [
+        unit
+        for position in ods.positions
+        for unit in _sub_devices(roots[position], ods.sub_devices.get(position), parent_h)
+    ]
     units = masks.regroup_units(kept, devices, child_h, pci_order=pci_order)
     notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
+    notes += _two_driver_note(devices)
     return Visible(units, not units, tuple(notes), child_h)
 
 
@@ -145,6 +151,34 @@ def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit
         else:
             roots.append([unit])
     return roots
+
+
+def _sub_devices(
+    root: list[Unit], wanted: tuple[int, ...] | None, hierarchy: Hierarchy
+) -> list[Unit]:
+    """What ``level_zero:N.M`` keeps of root device N: under COMPOSITE its sub-devices are its
+    visible tiles in order, and M narrows the child to those (DPC++ device_filter); under FLAT
+    a root device has no sub-devices, so the whole root stays (with a note from the parser)."""
+    if wanted is None or hierarchy.hands_out_tiles:
+        return root
+    tiles = root
+    if len(root) == 1 and root[0].tile is None and root[0].device.tiles > 1:
+        tiles = [Unit(root[0].device, t) for t in range(root[0].device.tiles)]
+    return [tiles[m] for m in wanted if m < len(tiles)]
+
+
+def _two_driver_note(devices: Sequence[Device]) -> list[str]:
+    legacy = [d for d in devices if needs_legacy_driver(d)]
+    installed = {d.extra.get("level_zero_legacy1") for d in devices}
+    if not legacy or len(legacy) == len(devices) or installed == {False}:
+        return []
+    where = "which is installed" if True in installed else "where it is installed"
+    return [
+        f"{legacy[0].label()} is a Gen9/Gen11 iGPU, served by compute-runtime's legacy1 "
+        f"driver, {where}; each Level Zero driver applies {ZE_MASK_VAR} to its own devices, "
+        "so a child may see that iGPU as well (remove the legacy1 driver, or check "
+        "torch.xpu.device_count() in the child)"
+    ]
 
 
 def _intel_notes(
@@ -179,8 +213,44 @@ def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
     if GPU_ORDINAL_VAR in env:
         # ROCclr reads GPU_DEVICE_ORDINAL only for OpenCL, HIP and CUDA_VISIBLE_DEVICES for HIP.
         notes.append(f"{GPU_ORDINAL_VAR} applies to OpenCL only; children lose it")
+    notes += _shared_uuid_notes(devices, env.get(ROCR_VAR))
     units = tuple(Unit(d) for d in seen.devices)
     return Visible(units, bool(devices) and not units, tuple(notes))
+
+
+def _shared_uuid_notes(devices: Sequence[Device], rocr: str | None) -> list[str]:
+    """A parent mask naming a UUID that several partitions of one card share (ROCm before
+    7.0.1): ROCr refuses the ambiguous token, so the parent's own processes see no GPU."""
+    tokens = {t.strip().upper() for t in (rocr or "").split(",")}
+    sharing = [d for d in devices if str(d.extra.get("rocr_uuid_shared", "")).upper() in tokens]
+    if not sharing:
+        return []
+    mode = sharing[0].extra.get("partition_mode") or "partitioned"
+    return [
+        f"{ROCR_VAR} names {sharing[0].extra.get('rocr_uuid_shared')}, which the "
+        f"{len(sharing)} partitions ({mode}) of card {sharing[0].extra.get('card_pci_bus_id')} "
+        "share: ROCr refuses an ambiguous UUID and shows no GPU; name partitions by index"
+    ]
+
+
+def _refuse_unknown_partitions(units: Sequence[Unit], devices: Sequence[Device], mask: str) -> None:
+    """A partitioned card whose partitions the probe could not list (no KFD topology) is
+    several ROCr agents under one PCI address: neither it nor, by index, any card after it can
+    be named in ROCR_VISIBLE_DEVICES."""
+    unknown = [d for d in devices if d.extra.get("partitions_unknown")]
+    if not unknown:
+        return
+    given = [u.device for u in units if u.device.extra.get("partitions_unknown")]
+    by_index = not mask.startswith("GPU-")
+    if given or by_index:
+        card = (given or unknown)[0]
+        raise SelectionError(
+            f"{card.label()} is in {card.extra.get('partition_mode')} partition mode and its "
+            "partitions cannot be told apart (the KFD topology in /sys/class/kfd was not "
+            f"readable), so {ROCR_VAR} cannot name "
+            + ("it" if given else "devices by index here")
+            + "; switch the card to SPX or make /sys/class/kfd readable"
+        )
 
 
 def _hip_source(env: Mapping[str, str]) -> tuple[str, str | None]:
@@ -190,6 +260,23 @@ def _hip_source(env: Mapping[str, str]) -> tuple[str, str | None]:
     if not hip and env.get(CUDA_VAR):
         return CUDA_VAR, env.get(CUDA_VAR)
     return HIP_VAR, hip
+
+
+def hiding_notes(env: Mapping[str, str | None], vendor: Vendor | None) -> list[str]:
+    """Why a child's env holds a value that hides another vendor's GPUs (for the plan)."""
+    hiders = (
+        (Vendor.NVIDIA, CUDA_VAR, "", 'CUDA_VISIBLE_DEVICES="" hides every NVIDIA GPU', ""),
+        (Vendor.INTEL, ZE_MASK_VAR, masks.ZE_HIDE_ALL,
+         f"{ZE_MASK_VAR}={masks.ZE_HIDE_ALL} hides every Intel GPU",
+         f" ({masks.ZE_HIDE_ALL} is an index no host has; an empty mask would hide nothing)"),
+        (Vendor.AMD, ROCR_VAR, "", 'ROCR_VISIBLE_DEVICES="" hides every AMD GPU', ""),
+    )  # fmt: skip
+    who = "this CPU job" if vendor is None else f"this {vendor.value} job"
+    return [
+        f"{text} from the children of {who}{why}"
+        for owner, name, value, text, why in hiders
+        if owner is not vendor and env.get(name) == value
+    ]
 
 
 # --- One child's visibility variables -------------------------------------------------------
@@ -207,7 +294,7 @@ def child_visibility_env(
 
     Vendors other than ``vendor`` (all of them for a CPU child, ``vendor`` None) are hidden,
     when they have devices on this host or the parent set one of their variables.
-    Raises :class:`SelectionError` for two MIG-mode GPUs (one MIG instance per process).
+    Raises :class:`SelectionError` for two MIG instances (one MIG instance per process).
     """
     _check_units(vendor, units)
     present = {d.vendor for d in inventory.devices}
@@ -216,7 +303,7 @@ def child_visibility_env(
         present.add(vendor)
     env: dict[str, str | None] = {}
     if Vendor.NVIDIA in present:
-        env.update(_nvidia_env(units if vendor is Vendor.NVIDIA else (), inventory, parent_env))
+        env.update(_nvidia_env(units if vendor is Vendor.NVIDIA else ()))
     if Vendor.INTEL in present:
         mine = units if vendor is Vendor.INTEL else ()
         env.update(_intel_env(mine, inventory, parent_env, hierarchy))
@@ -235,22 +322,17 @@ def _check_units(vendor: Vendor | None, units: Sequence[Unit]) -> None:
         raise MaskError(f"a child cannot be given the same unit twice ({', '.join(keys)})")
 
 
-def _nvidia_env(
-    units: Sequence[Unit], inventory: Inventory, parent_env: Mapping[str, str]
-) -> dict[str, str | None]:
+def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     if not units:  # "" hides every CUDA device (CUDA Programming Guide; reference 4.1)
         return {CUDA_VAR: ""}
-    mig_cards = [u.label() for u in units if u.device.mig_devices]
-    if len(mig_cards) > 1:
+    migs = [u.label() for u in units if u.mig is not None]
+    if len(migs) > 1:
         raise SelectionError(
-            f"{', '.join(mig_cards)} are in MIG mode and a CUDA process uses one MIG instance "
-            "(NVIDIA's MIG user guide); give each to its own isolated worker or pick one"
+            f"one worker would get {len(migs)} MIG instances ({', '.join(migs)}), but a CUDA "
+            "process uses one (NVIDIA's MIG user guide): run one worker per instance with "
+            "--nproc-per-node auto --isolate, or select one with --gpus 1 or --gpus MIG-..."
         )
-    parsed = masks.CudaVisible(())
-    if mig_cards:
-        nvidia = inventory.of(Vendor.NVIDIA)
-        parsed = masks.parse_cuda_visible_devices(parent_env.get(CUDA_VAR), nvidia)
-    entries = [masks.CudaEntry(u.device, _mig_instance(u.device, parsed)) for u in units]
+    entries = [masks.CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
     return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: masks.format_cuda_visible_devices(entries)}
 
@@ -269,8 +351,11 @@ def _intel_env(
         return env
     intel = inventory.of(Vendor.INTEL)
     chosen = hierarchy or masks.resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
-    pci_order = parent_env.get(PCI_ORDER_VAR) == "1"  # the child inherits this variable
+    pci_order = masks.pci_id_order(parent_env.get(PCI_ORDER_VAR))
+    masks.refuse_doubtful_tiles(intel, chosen, f"the child's {ZE_MASK_VAR}")
     env[ZE_HIERARCHY_VAR] = chosen.value  # explicit: the default differs per GPU family
+    # explicit too: the mask below is written in this order, whatever the parent's spelling
+    env[PCI_ORDER_VAR] = "1" if pci_order else "0"
     env[ZE_MASK_VAR] = masks.format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
     env[ODS_VAR] = "level_zero:gpu"  # no OpenCL duplicates; SYCL device 0 = first unit
     return env
@@ -284,6 +369,7 @@ def _amd_env(
         env[ROCR_VAR] = ""
         return env
     env[ROCR_VAR] = masks.format_rocr_visible_devices([u.device for u in units])
+    _refuse_unknown_partitions(units, inventory.of(Vendor.AMD), env[ROCR_VAR] or "")
     if inventory.of(Vendor.NVIDIA):
         # HIP falls back to CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is empty, so hiding
         # the NVIDIA GPUs with CUDA_VISIBLE_DEVICES="" needs HIP pinned to all that ROCR

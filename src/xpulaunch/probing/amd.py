@@ -19,6 +19,7 @@ from xpulaunch.probing.context import (
     not_installed,
     run_tool,
 )
+from xpulaunch.probing.kfd import partition_mode, read_kfd_nodes, split_partitions
 from xpulaunch.probing.observe import Observation, merge
 from xpulaunch.probing.parsers.amd import (
     AMD_SMI_LIST_ARGV,
@@ -43,7 +44,14 @@ def probe_amd(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
     result = VendorResult()
     if listed == []:
         return result
-    cards = [obs for gpu in listed or [] if (obs := _from_sysfs(gpu, result)) is not None]
+    nodes = read_kfd_nodes(ctx.sys_root, result.problems) if listed else None
+    cards = []
+    for gpu in listed or []:
+        card = _from_sysfs(gpu, result)
+        if card is not None:
+            parts, problems = split_partitions(card, nodes, partition_mode(gpu.path, []))
+            cards += parts
+            result.problems += problems
     if listed and not cards:
         return result
     lacking = [c for c in cards if c.memory_total_bytes is None or c.memory_used_bytes is None]

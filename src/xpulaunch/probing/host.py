@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 from xpulaunch.model import Device, Inventory, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult, parallel
+from xpulaunch.probing.drivers import (
+    kernel_driver_version,
+    legacy_level_zero_installed,
+    level_zero_version,
+)
 from xpulaunch.probing.observe import to_devices
 from xpulaunch.probing.runner import SubprocessRunner
 from xpulaunch.probing.sysfs import list_pci_gpus, perfmon_capable
@@ -119,7 +125,34 @@ def probe_host(
     for (vendor, _), outcome in zip(probes, parallel(calls), strict=True):
         devices += to_devices(outcome.observations, _ORDER[vendor])
         problems += outcome.all_problems(report_missing)
+    devices = with_driver_facts(devices, ctx.sys_root, ctx.proc_root)
     return Inventory(devices=tuple(devices), problems=tuple(dict.fromkeys(problems)))
+
+
+def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> list[Device]:
+    """Each device with its kernel driver's version and, for Intel, the Level Zero driver's.
+
+    Packages are looked up under the directory that holds ``sys_root`` ("/" on a real host,
+    the fake machine's root in tests)."""
+    root = os.path.dirname(os.path.abspath(sys_root))
+    intel = any(d.vendor is Vendor.INTEL for d in devices)
+    l0 = level_zero_version(root) if intel else None
+    legacy = legacy_level_zero_installed(root) if intel else None
+    enriched = []
+    for device in devices:
+        facts: dict[str, object] = {}
+        driver = device.extra.get("driver")
+        version = kernel_driver_version(
+            sys_root, proc_root, driver if isinstance(driver, str) else None
+        )
+        if version:
+            facts["driver_version"] = version
+        if device.vendor is Vendor.INTEL and l0:
+            facts["level_zero_version"] = l0
+        if device.vendor is Vendor.INTEL and legacy is not None:
+            facts["level_zero_legacy1"] = legacy
+        enriched.append(replace(device, extra={**device.extra, **facts}) if facts else device)
+    return enriched
 
 
 def probe_from_env(

@@ -12,8 +12,10 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
+from xpulaunch.core.intel_family import reports_one_tile
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult
+from xpulaunch.probing.gpu_processes import drm_memory_in_use
 from xpulaunch.probing.levelzero import import_pyzes, probe_pyzes
 from xpulaunch.probing.observe import Observation, merge
 from xpulaunch.probing.parsers.intel import PRODUCTS, is_discrete
@@ -46,6 +48,7 @@ def probe_intel(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
         cards = _absorb(ctx, cards, found or [], result, tried, sysfs_ok=listed is not None)
     if ctx.use_torch:
         cards = _torch(ctx, cards, result, tried)
+    cards = _from_fdinfo(ctx, cards, tried)
     result.problems += _unknown_memory(cards, tried)
     result.observations = cards
     return result
@@ -63,6 +66,9 @@ def _from_sysfs(ctx: ProbeContext, gpu: PciGpu, result: VendorResult) -> Observa
     name, table_tiles = PRODUCTS.get(gpu.device_id or -1, (None, None))
     integrated = not is_discrete(gpu.device_id, gpu.bus_id, has_vram=total is not None)
     tiles = count_tiles(gpu) if gpu.driver == "xe" else None
+    if total is not None and reports_one_tile(total, name, tiles or table_tiles):
+        result.problems.append(_one_tile_lmem(gpu, total, tiles or table_tiles or 2))
+        total, used = total * (tiles or table_tiles or 2), None
     return Observation(
         vendor=Vendor.INTEL,
         sources=(source,),
@@ -74,6 +80,38 @@ def _from_sysfs(ctx: ProbeContext, gpu: PciGpu, result: VendorResult) -> Observa
         memory_used_bytes=used,
         extra=gpu.facts(),
     )
+
+
+def _one_tile_lmem(gpu: PciGpu, lmem_total_bytes: int, tiles: int) -> Problem:
+    return Problem(
+        "sysfs-lmem",
+        f"lmem_total_bytes ({lmem_total_bytes}) covers tile 0 only (the 2023 i915 ubuntu/main "
+        f"backport): total taken as {tiles} x that, memory in use unknown",
+        gpu.bus_id,
+    )
+
+
+def _from_fdinfo(
+    ctx: ProbeContext, cards: list[Observation], tried: list[Problem]
+) -> list[Observation]:
+    """Memory in use from DRM fdinfo, where i915/xe hide it from sysfs: a complete reading
+    needs every process's fdinfo, so only a privileged probe (root) tries, once."""
+    lacking = [c.pci_bus_id for c in cards if c.pci_bus_id and c.memory_used_bytes is None
+               and not c.integrated]  # fmt: skip
+    if not lacking:
+        return cards
+    if not ctx.perfmon:
+        tried.append(Problem("fdinfo", "not summed: other users' processes need root"))
+        return cards
+    used = drm_memory_in_use(ctx.proc_root, lacking)
+    if used is None:
+        tried.append(Problem("fdinfo", "some process's fdinfo was unreadable"))
+        return cards
+    return [
+        replace(c, memory_used_bytes=used[c.pci_bus_id], sources=(*c.sources, "fdinfo"))
+        if c.pci_bus_id in used else c
+        for c in cards
+    ]  # fmt: skip
 
 
 def _lmem(ctx: ProbeContext, gpu: PciGpu, problems: list[Problem]) -> tuple[int | None, int | None]:

@@ -241,6 +241,11 @@ def _no_nvml() -> Problem:
     return Problem("nvml", _NO_LIBRARY if found else _NOT_IMPORTABLE)
 
 
+def load_nvml() -> Any:
+    """pynvml where the NVML library loads; None otherwise (no import on hosts without it)."""
+    return _import_pynvml() if _library_loads() else None
+
+
 def _import_pynvml() -> Any:
     try:
         return importlib.import_module("pynvml")

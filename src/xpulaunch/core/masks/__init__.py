@@ -32,6 +32,8 @@ from xpulaunch.core.masks.level_zero import (
     driver_order,
     format_ze_affinity_mask,
     parse_ze_affinity_mask,
+    pci_id_order,
+    refuse_doubtful_tiles,
     regroup_units,
     resolve_hierarchy,
 )
@@ -60,6 +62,8 @@ __all__ = [
     "driver_order",
     "format_ze_affinity_mask",
     "parse_ze_affinity_mask",
+    "pci_id_order",
+    "refuse_doubtful_tiles",
     "regroup_units",
     "resolve_hierarchy",
     "OneApiFilter",

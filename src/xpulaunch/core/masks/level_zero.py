@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.intel_family import is_xe_hpc, tiles_in_doubt
 from xpulaunch.core.masks.common import C_SPACE, ZE_HIERARCHY_VAR, ZE_MASK_VAR
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import MaskError
@@ -27,6 +28,8 @@ __all__ = [
     "driver_order",
     "format_ze_affinity_mask",
     "parse_ze_affinity_mask",
+    "pci_id_order",
+    "refuse_doubtful_tiles",
     "regroup_units",
     "resolve_hierarchy",
 ]
@@ -43,6 +46,17 @@ class ZeVisible:
 
     units: tuple[Unit, ...]
     notes: tuple[str, ...] = ()
+
+
+_ATOLL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
+def pci_id_order(value: str | None) -> bool:
+    """``ZE_ENABLE_PCI_ID_DEVICE_ORDER`` as compute-runtime reads it: a bool debug variable is
+    read with ``atoll`` (EnvironmentVariableReader), so any leading non-zero integer is true
+    (``2``, ``01``, `` 1x``) and text without one (``true``, ``yes``) is false."""
+    match = _ATOLL.match(value or "")
+    return match is not None and int(match[1]) != 0
 
 
 def driver_order(devices: Sequence[Device], *, pci_order: bool) -> tuple[Device, ...]:
@@ -66,11 +80,12 @@ def resolve_hierarchy(value: str | None, devices: Sequence[Device]) -> tuple[Hie
     """The Level Zero hierarchy a process gets, and a note saying why."""
     if value is not None and value in {h.value for h in Hierarchy}:
         return Hierarchy(value), f"{ZE_HIERARCHY_VAR}={value} from the environment"
-    # compute-runtime GfxCoreHelper::getDefaultDeviceHierarchy: FLAT for Xe-HPC (Data Center
-    # GPU Max, the only multi-tile parts), COMPOSITE for every other family.
-    multi_tile = any(d.tiles > 1 for d in devices if d.vendor is Vendor.INTEL)
-    default = Hierarchy.FLAT if multi_tile else Hierarchy.COMPOSITE
-    why = "multi-tile Data Center GPU Max" if multi_tile else "no multi-tile Intel card"
+    # compute-runtime GfxCoreHelper::getDefaultDeviceHierarchy: FLAT for the Xe-HPC family
+    # (Data Center GPU Max, one tile or two), COMPOSITE for every other family.
+    # Only Max cards have several tiles, so a multi-tile card of unknown name is one too.
+    max_cards = any(is_xe_hpc(d) or (d.vendor is Vendor.INTEL and d.tiles > 1) for d in devices)
+    default = Hierarchy.FLAT if max_cards else Hierarchy.COMPOSITE
+    why = "a Data Center GPU Max is present" if max_cards else "no Data Center GPU Max"
     if value is None:
         return default, f"{ZE_HIERARCHY_VAR} unset: driver default {default.value} ({why})"
     # execution_environment.cpp::setDeviceHierarchyMode compares with strcmp: 'flat' is unknown.
@@ -78,6 +93,22 @@ def resolve_hierarchy(value: str | None, devices: Sequence[Device]) -> tuple[Hie
         f"{ZE_HIERARCHY_VAR}={value!r} is not FLAT, COMPOSITE or COMBINED (exact upper case); "
         f"the driver ignores it and uses its default {default.value} ({why})"
     )
+
+
+def refuse_doubtful_tiles(devices: Sequence[Device], hierarchy: Hierarchy, what: str) -> None:
+    """Flat indices count every card's tiles: with a Max card's count in doubt, a flat mask
+    cannot be read or written without guessing, so refuse (``what`` names the mask)."""
+    if not hierarchy.hands_out_tiles:
+        return
+    doubtful = [d for d in devices if tiles_in_doubt(d)]
+    if doubtful:
+        card = doubtful[0]
+        raise MaskError(
+            f"{what} counts tiles under {hierarchy.value}, but the tile count of "
+            f"{card.label()} ({card.name or 'Data Center GPU Max'}) is not known for sure "
+            f"(recorded: {card.tiles}); run with xpu-smi installed, record 'tiles' in the "
+            f"inventory, or set {ZE_HIERARCHY_VAR}=COMPOSITE"
+        )
 
 
 def parse_ze_affinity_mask(
@@ -94,7 +125,9 @@ def parse_ze_affinity_mask(
     for entry in _neo_split(value, ","):
         numbers = _ze_numbers(value, entry, notes)
         seen.append(numbers)
-        if hierarchy.hands_out_tiles:
+        if len(_neo_split(entry, ".")) > 2:
+            _deep_entry(value, entry, numbers, cards, hierarchy=hierarchy, notes=notes)
+        elif hierarchy.hands_out_tiles:
             _enable_flat(entry, numbers, cards, enabled, notes=notes)
         else:
             _enable_composite(entry, numbers, cards, enabled, notes=notes)
@@ -122,14 +155,36 @@ _ULONG_MAX = 2**64 - 1
 
 
 def _ze_numbers(value: str, entry: str, notes: list[str]) -> tuple[int, ...]:
+    """The card and tile numbers of an entry, read as the driver reads them (first two parts)."""
     parts = _neo_split(entry, ".")
-    if not parts or len(parts) > 2:
-        shape = "an empty entry" if not parts else f"{entry!r} (X.Y.Z)"
+    if not parts:  # subEntries[0] of an empty entry reads past the end inside the driver
         raise MaskError(
-            f"{ZE_MASK_VAR}={value!r}: {shape} would crash or abort the Intel driver; "
+            f"{ZE_MASK_VAR}={value!r}: an empty entry would crash the Intel driver; "
             "use comma-separated N or N.M entries, e.g. '0,1' or '0.1'"
         )
-    return tuple(_stoul32(value, entry, part, notes) for part in parts)
+    return tuple(_stoul32(value, entry, part, notes) for part in parts[:2])
+
+
+def _deep_entry(
+    value: str,
+    entry: str,
+    numbers: tuple[int, ...],
+    cards: Sequence[Device],
+    *,
+    hierarchy: Hierarchy,
+    notes: list[str],
+) -> None:
+    """``X.Y.Z``: skipped by the current driver (parseAffinityMask enables nothing for three
+    parts, and FLAT skips every dotted entry); four or more parts naming a real tile under
+    COMPOSITE hit ``UNRECOVERABLE_IF`` and abort the process."""
+    card = numbers[0]
+    real_tile = card < len(cards) and numbers[1] < _tiles(cards[card])
+    if len(_neo_split(entry, ".")) > 3 and real_tile and not hierarchy.hands_out_tiles:
+        raise MaskError(
+            f"{ZE_MASK_VAR}={value!r}: {entry!r} has more than three parts, which aborts the "
+            "Intel driver; use N or N.M entries"
+        )
+    notes.append(f"{ZE_MASK_VAR} entry {entry!r} skipped: the driver ignores X.Y.Z entries")
 
 
 def _stoul32(value: str, entry: str, text: str, notes: list[str]) -> int:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.masks.common import C_SPACE, ODS_VAR, ZE_MASK_VAR
 from xpulaunch.errors import MaskError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["ODS_VAR", "OneApiFilter", "parse_oneapi_device_selector"]
 
@@ -26,13 +26,16 @@ class OneApiFilter:
 
     positions: tuple[int, ...]
     notes: tuple[str, ...] = ()
+    # Root positions kept only through ``N.M`` terms -> the sub-device indices M they name.
+    sub_devices: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class _OdsTerm:
     backend: str
     device: str  # "*", a device type, or a number
-    sub_device: bool  # N.M, N.*, *.* ...: we treat it as its root device
+    sub_device: bool  # N.M, N.*, *.* ...
+    sub_index: int | None = None  # M of a plain N.M term
 
 
 _ODS_BACKENDS = frozenset({"*", "level_zero", "opencl", "cuda", "hip", "native_cpu"})
@@ -59,7 +62,19 @@ def parse_oneapi_device_selector(value: str | None, visible_count: int) -> OneAp
     kept = tuple(p for p in accepted if not any(_ods_match(t, p) for t in discards))
     if visible_count and not kept:
         notes.append(f"{ODS_VAR}={value!r} keeps no Level Zero GPU: SYCL sees no Intel GPU")
-    return OneApiFilter(kept, tuple(notes))
+    return OneApiFilter(kept, tuple(notes), _narrowed(accepts, kept))
+
+
+def _narrowed(accepts: Sequence[_OdsTerm], kept: Sequence[int]) -> dict[int, tuple[int, ...]]:
+    """Roots that only ``N.M`` terms accept, with the sub-devices those terms name."""
+    narrowed: dict[int, tuple[int, ...]] = {}
+    for position in kept:
+        terms = [t for t in accepts if _ods_match(t, position)]
+        if terms and all(t.sub_index is not None for t in terms):
+            narrowed[position] = tuple(
+                sorted({t.sub_index for t in terms if t.sub_index is not None})
+            )
+    return narrowed
 
 
 def _ods_terms(value: str, text: str) -> list[_OdsTerm]:
@@ -95,7 +110,8 @@ def _ods_term(value: str, backend: str, device: str) -> _OdsTerm:
         raise MaskError(
             f"{ODS_VAR}={value!r}: device {device!r} is not *, gpu, cpu, fpga, N, N.M, N.* or *.*"
         )
-    return _OdsTerm(backend, top, bool(subs))
+    sub_index = int(subs[0]) if len(subs) == 1 and subs[0].isdigit() else None
+    return _OdsTerm(backend, top, bool(subs), sub_index)
 
 
 def _ods_match(term: _OdsTerm, position: int) -> bool:
@@ -122,10 +138,12 @@ def _ods_notes(
                 f"{ODS_VAR}: {term.backend}:{term.device} matches nothing "
                 f"({visible_count} Level Zero device(s) after {ZE_MASK_VAR})"
             )
-    if any(t.sub_device for t in (*accepts, *discards)):
+    if any(t.sub_device and t.sub_index is None for t in (*accepts, *discards)) or any(
+        t.sub_device for t in discards
+    ):
         notes.append(
-            f"{ODS_VAR}={value!r} names sub-devices; xpulaunch treats each as its whole root "
-            "device (sub-devices only exist under COMPOSITE)"
+            f"{ODS_VAR}={value!r} names sub-devices by wildcard or in a discard term; "
+            "xpulaunch treats each as its whole root device"
         )
     if any(_opencl_gpus(t) for t in accepts) and not any(_opencl_gpus(t) for t in discards):
         notes.append(

@@ -77,10 +77,11 @@ def parse_amd_smi(list_output: str, mem_output: str | None) -> list[Observation]
                 vendor=Vendor.AMD,
                 sources=("amd-smi",),
                 pci_bus_id=normalize_bus_id(bus) if bus else None,
-                uuid=text(entry.get("uuid")),
+                # amd-smi's uuid (abff74a1-0000-1000-80d1-...) is not ROCr's GPU-<16 hex>: it
+                # is never a device id or a ROCR_VISIBLE_DEVICES entry, so it stays a fact.
                 memory_total_bytes=_sized(usage.get("total_vram")),
                 memory_used_bytes=_sized(usage.get("used_vram")),
-                extra={"smi_index": gpu},
+                extra={"smi_index": gpu, "amd_smi_uuid": text(entry.get("uuid"))},
             )
         )
     return result
@@ -98,9 +99,11 @@ def _sized(cell: object) -> int | None:
 
 
 def _entries(output: str, what: str) -> list[dict[str, object]]:
-    """A JSON list of objects; newer amd-smi may wrap it in an object (not verified), so unwrap
-    one level."""
+    """A JSON list of objects; amd-smi 26 wraps it as ``{"gpu_data": [...]}`` (amdsmi
+    CHANGELOG), and other releases may use another single key, so unwrap one level."""
     doc = load_json(output, what)
+    if isinstance(doc, dict) and isinstance(doc.get("gpu_data"), list):
+        doc = doc["gpu_data"]
     if isinstance(doc, dict):
         lists = [v for v in doc.values() if isinstance(v, list)]
         doc = lists[0] if len(lists) == 1 else doc

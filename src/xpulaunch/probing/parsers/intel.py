@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from xpulaunch.core.intel_family import XE_HPC
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Vendor
 from xpulaunch.probing.observe import Observation
@@ -26,13 +27,10 @@ from xpulaunch.probing.parsers.common import (
     text,
 )
 
-# Device id -> (product name, tiles per card). compute-runtime devices_base.inl for the ids and
-# names; tiles: Max 1550 is the two-stack Ponte Vecchio part, everything else here has one.
-PRODUCTS: Mapping[int, tuple[str, int]] = {
-    0x0BD5: ("Intel(R) Data Center GPU Max 1550", 2),
-    0x0BD6: ("Intel(R) Data Center GPU Max 1550", 2),
-    0x0BDA: ("Intel(R) Data Center GPU Max 1100", 1),
-    0x0BDB: ("Intel(R) Data Center GPU Max 1100", 1),
+# Device id -> (product name, tiles per card; None = unknown). Every Data Center GPU Max id
+# compute-runtime knows (core.intel_family, from devices_base.inl), then the other families.
+PRODUCTS: Mapping[int, tuple[str, int | None]] = {
+    **XE_HPC,
     0x56C0: ("Intel(R) Data Center GPU Flex 170", 1),
     0x56C1: ("Intel(R) Data Center GPU Flex 140", 1),
     0x56A0: ("Intel(R) Arc(TM) A770 Graphics", 1),
