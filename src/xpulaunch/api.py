@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
+from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
-from xpulaunch.model import DeviceMap, Inventory, Plan
+from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
 from xpulaunch.proc.program import resolve_program
 
 if TYPE_CHECKING:
@@ -97,12 +98,14 @@ def plan(
     unavailable: Mapping[str, str] | None = None,
     must_exist: bool = True,
     max_restarts: int | None = 0,
+    nodes: NodeGroup | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
     ``max_restarts`` is what the workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they
     are not restarted, None for no limit (:attr:`RunOptions.restart_limit` of the options
-    the plan will run with).
+    the plan will run with). ``nodes``: this machine's place in a job of several nodes;
+    there ``master_port`` defaults to torchrun's 29500, since every node must name the same.
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -121,8 +124,9 @@ def plan(
         max_utilization_percent=max_utilization_percent,
         device_map=DeviceMap(device_map) if isinstance(device_map, str) else device_map,
         master_addr=master_addr,
-        master_port=master_port if master_port is not None else free_port(master_addr),
+        master_port=_master_port(master_port, master_addr, nodes),
         max_restarts=max_restarts,
+        nodes=nodes or NodeGroup(),
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
@@ -131,6 +135,14 @@ def plan(
 
         result = replace(result, notes=(*result.notes, resolved.note))
     return result
+
+
+def _master_port(port: int | None, master_addr: str, nodes: NodeGroup | None) -> int:
+    if port is not None:
+        return port
+    if nodes is not None and nodes.nnodes > 1:
+        return DEFAULT_PORT
+    return free_port(master_addr)
 
 
 def worker_specs(

@@ -10,6 +10,12 @@ import click
 
 from xpulaunch import api
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
+from xpulaunch.cli.multinode_options import (
+    meet_nodes,
+    multinode_options,
+    node_kwargs,
+    pop_node_request,
+)
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.cli.program import ProgramCommand
@@ -17,7 +23,7 @@ from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
-from xpulaunch.proc.options import plan_restart_limit
+from xpulaunch.proc.options import parse_seconds, plan_restart_limit
 
 _run_only_options = option_group(
     click.option(
@@ -34,7 +40,11 @@ _run_only_options = option_group(
         help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one device, "
         "balanced for several).",
     ),
-    click.option("--master-addr", default="127.0.0.1", show_default=True),
+    click.option(
+        "--master-addr",
+        help="Node 0's address for the workers' rendezvous "
+        "[default: 127.0.0.1, or MASTER_ADDR / the cluster's with several nodes]",
+    ),
     click.option("--master-port", type=click.IntRange(1, 65535), help="Default: a free port."),
 )
 
@@ -43,6 +53,7 @@ _run_only_options = option_group(
 @plan_options
 @_run_only_options
 @supervision_options
+@multinode_options
 @lease_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
@@ -53,7 +64,9 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     everything after --, is passed to PROGRAM.
     """
     leases = LeaseSettings.pop_from(options)
+    node_request, join_timeout = pop_node_request(options)
     kwargs = _plan_kwargs(options)
+    kwargs.update(node_kwargs(node_request, kwargs["parent_env"]))
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()
@@ -62,6 +75,7 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
+    options["join_timeout_s"] = parse_seconds(join_timeout, "--join-timeout", 0.0)
     return _execute(list(program), kwargs, leases, options)
 
 
@@ -93,6 +107,7 @@ def _execute(
         # Checked before the summary line: a mistake prints one line, not a start and an error.
         check_ranks(run_options.console_ranks, [w.name for w in plan.workers])
         click.echo(f"xpulaunch: {_summary(plan)}", err=True)
+        meet_nodes(plan, kwargs, options["join_timeout_s"])
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
         return run_plan(

@@ -1,0 +1,94 @@
+"""The multi-node options of ``run``, with torchrun's names and meanings.
+
+:func:`xpulaunch.core.nodes.resolve_nodes` says what the values mean; ``--master-addr`` and
+``--master-port`` are declared with the other rank options in :mod:`xpulaunch.cli.run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from xpulaunch.cli.options import option_group
+from xpulaunch.core.nodes import NodeRequest, resolve_nodes
+from xpulaunch.model import Plan
+
+DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
+
+multinode_options = option_group(
+    click.option(
+        "--nnodes",
+        envvar="XPULAUNCH_NNODES",
+        metavar="N|auto",
+        help="Nodes in the job, one xpulaunch on each (default 1); auto: from Slurm, "
+        "Kubeflow PyTorchJob or MPI variables.",
+    ),
+    click.option(
+        "--node-rank",
+        type=click.IntRange(min=0),
+        envvar="XPULAUNCH_NODE_RANK",
+        help="This node's rank, 0 to nnodes - 1 (default 0). Global RANK = node_rank * "
+        "nproc-per-node + LOCAL_RANK.",
+    ),
+    click.option(
+        "--rdzv-backend",
+        metavar="static",
+        help="Rendezvous: static (MASTER_ADDR/MASTER_PORT, torch's env://), the default.",
+    ),
+    click.option(
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="Node 0's address, as torchrun's static rendezvous takes it (instead of "
+        "--master-addr/--master-port).",
+    ),
+    click.option(
+        "--join-timeout",
+        type=float,
+        default=DEFAULT_JOIN_TIMEOUT_S,
+        show_default=True,
+        envvar="XPULAUNCH_JOIN_TIMEOUT",
+        metavar="SECONDS",
+        help="How long nodes wait for each other before starting workers; 0 skips the check.",
+    ),
+)
+
+
+def pop_node_request(options: dict[str, Any]) -> tuple[NodeRequest, float]:
+    """Take the multi-node values out of the command's keyword arguments."""
+    request = NodeRequest(
+        nnodes=options.pop("nnodes"),
+        node_rank=options.pop("node_rank"),
+        master_addr=options.get("master_addr"),
+        master_port=options.get("master_port"),
+        rdzv_backend=options.pop("rdzv_backend"),
+        rdzv_endpoint=options.pop("rdzv_endpoint"),
+    )
+    return request, options.pop("join_timeout")
+
+
+def node_kwargs(request: NodeRequest, parent_env: dict[str, str]) -> dict[str, Any]:
+    """``api.plan``'s keyword arguments for where this node stands in the job."""
+    settings = resolve_nodes(request, parent_env)
+    return {
+        "nodes": settings.nodes,
+        "master_addr": settings.master_addr,
+        "master_port": settings.master_port,
+    }
+
+
+def meet_nodes(plan: Plan, kwargs: dict[str, Any], timeout_s: float) -> None:
+    """With several nodes, wait (bounded) until every node is there: see
+    :mod:`xpulaunch.proc.preflight`."""
+    if plan.nodes.nnodes < 2:
+        return
+    from xpulaunch.proc.preflight import Meeting, meet
+
+    meeting = Meeting(
+        nnodes=plan.nodes.nnodes,
+        node_rank=plan.nodes.node_rank,
+        master_addr=kwargs["master_addr"],
+        master_port=kwargs["master_port"],
+        timeout_s=timeout_s,
+    )
+    meet(meeting, lambda text: click.echo(f"xpulaunch: {text}", err=True))
