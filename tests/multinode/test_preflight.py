@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from node_helpers import HERE, Nodes, free_port
 
@@ -71,3 +78,55 @@ def test_a_node_that_disagrees_on_the_size_is_refused(nodes: Nodes) -> None:
     assert "refused: node 0 runs --nnodes 2, this node --nnodes 3" in err
     node0.kill()
     nodes.finish(node0)
+
+
+SLURM_STEP = {
+    "SLURM_JOB_ID": "48213", "SLURM_NNODES": "2", "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NODEID": "1",
+    "SLURM_STEP_NODELIST": "gpu-a[1-2]", "SLURM_JOB_NODELIST": "gpu-a[1-2]",
+}  # fmt: skip
+
+
+def fake_scontrol(bin_dir: Path, hosts: str) -> Path:
+    """An ``scontrol`` that records its arguments and prints ``hosts``, one per line."""
+    bin_dir.mkdir()
+    calls = bin_dir / "calls"
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nfor h in {hosts}; do echo $h; done\n')
+    script.chmod(0o755)
+    return calls
+
+
+def dry_run_plan(env: dict[str, str]) -> tuple[dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "xpulaunch", "--dry-run", "--json", "--gpus", "none",
+         "--nnodes", "auto", REPORT],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("printed", "master", "warned"),
+    [("gpu-a1 gpu-a2", "gpu-a1", False), ("ib-a1 ib-a2", "ib-a1", True)],
+)
+def test_slurm_hosts_cross_checked_with_scontrol(
+    tmp_path: Path, printed: str, master: str, warned: bool
+) -> None:
+    calls = fake_scontrol(tmp_path / "bin", printed)
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    plan, err = dry_run_plan({**SLURM_STEP, "PATH": path})
+    assert calls.read_text().split() == ["show", "hostnames", "gpu-a[1-2]"]
+    assert plan["nodes"] == {"nnodes": 2, "node_rank": 1, "source": "slurm",
+                             "hosts": printed.split()}  # fmt: skip
+    assert plan["workers"][0]["env"]["MASTER_ADDR"] == master
+    assert plan["workers"][0]["env"]["MASTER_PORT"] == "28213"
+    assert plan["workers"][0]["rank"] == 1
+    assert ("using it" in err) is warned
+
+
+def test_slurm_without_scontrol_uses_our_parser(tmp_path: Path) -> None:
+    plan, _ = dry_run_plan({**SLURM_STEP, "PATH": os.path.dirname(sys.executable)})
+    assert plan["nodes"]["hosts"] == ["gpu-a1", "gpu-a2"]
+    assert plan["workers"][0]["env"]["GROUP_RANK"] == "1"

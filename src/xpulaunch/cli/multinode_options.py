@@ -69,7 +69,10 @@ def pop_node_request(options: dict[str, Any]) -> tuple[NodeRequest, float]:
 
 def node_kwargs(request: NodeRequest, parent_env: dict[str, str]) -> dict[str, Any]:
     """``api.plan``'s keyword arguments for where this node stands in the job."""
-    settings = resolve_nodes(request, parent_env)
+    from xpulaunch.proc.cluster import checked_expander
+
+    expand = checked_expander(parent_env, lambda text: click.echo(f"xpulaunch: {text}", err=True))
+    settings = resolve_nodes(request, parent_env, expand)
     return {
         "nodes": settings.nodes,
         "master_addr": settings.master_addr,

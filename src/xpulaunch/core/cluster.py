@@ -38,11 +38,15 @@ class ClusterJob:
     hosts: tuple[str, ...] = ()
 
 
-def detect_cluster(env: Mapping[str, str]) -> ClusterJob:
+Expander = Callable[[str], tuple[str, ...]]
+
+
+def detect_cluster(env: Mapping[str, str], expand: Expander = expand_hostlist) -> ClusterJob:
     """The job this node belongs to. Raises :class:`UsageError` when no cluster environment
-    is found, or when the one found is not one xpulaunch per node."""
+    is found, or when the one found is not one xpulaunch per node. ``expand`` turns a Slurm
+    host list into hosts (the caller may cross-check with ``scontrol``)."""
     for detector in _DETECTORS:
-        found = detector(env)
+        found = detector(env, expand)
         if found is not None:
             return found
     raise UsageError(
@@ -52,7 +56,7 @@ def detect_cluster(env: Mapping[str, str]) -> ClusterJob:
     )
 
 
-def _slurm(env: Mapping[str, str]) -> ClusterJob | None:
+def _slurm(env: Mapping[str, str], expand: Expander) -> ClusterJob | None:
     if "SLURM_JOB_ID" not in env or "SLURM_NNODES" not in env:
         return None
     if "SLURM_STEP_ID" not in env and _int(env, "SLURM_NNODES") > 1:
@@ -68,7 +72,7 @@ def _slurm(env: Mapping[str, str]) -> ClusterJob | None:
             "starts the workers itself, so run one task per node: srun --ntasks-per-node=1"
         )
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
-    hosts = expand_hostlist(nodelist) if nodelist else ()
+    hosts = expand(nodelist) if nodelist else ()
     if hosts and len(hosts) != nnodes:
         raise UsageError(
             f"--nnodes auto: Slurm's node list {nodelist!r} names {len(hosts)} host(s) "
@@ -93,7 +97,7 @@ def slurm_port(job_id: int) -> int:
     return 20000 + job_id % 10000
 
 
-def _kubeflow(env: Mapping[str, str]) -> ClusterJob | None:
+def _kubeflow(env: Mapping[str, str], expand: Expander) -> ClusterJob | None:
     if "PET_NNODES" not in env:
         return None
     nnodes_text = env["PET_NNODES"]
@@ -114,11 +118,11 @@ def _kubeflow(env: Mapping[str, str]) -> ClusterJob | None:
     )
 
 
-Detector = Callable[[Mapping[str, str]], ClusterJob | None]
+Detector = Callable[[Mapping[str, str], Expander], ClusterJob | None]
 
 
 def _mpi(size_var: str, rank_var: str, source: str) -> Detector:
-    def detect(env: Mapping[str, str]) -> ClusterJob | None:
+    def detect(env: Mapping[str, str], expand: Expander) -> ClusterJob | None:
         if size_var not in env:
             return None
         return _checked(

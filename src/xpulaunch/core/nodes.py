@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xpulaunch.core.cluster import detect_cluster
+from xpulaunch.core.cluster import ClusterJob, Expander, detect_cluster
+from xpulaunch.core.hostlist import expand_hostlist
 from xpulaunch.errors import UsageError
 from xpulaunch.model import NodeGroup
 
@@ -42,8 +43,11 @@ class NodeSettings:
     master_port: int | None
 
 
-def resolve_nodes(request: NodeRequest, env: Mapping[str, str]) -> NodeSettings:
-    """Raises :class:`UsageError` with one line naming the option at fault."""
+def resolve_nodes(
+    request: NodeRequest, env: Mapping[str, str], expand: Expander = expand_hostlist
+) -> NodeSettings:
+    """Raises :class:`UsageError` with one line naming the option at fault. ``expand``:
+    how a Slurm host list becomes hosts."""
     backend = (request.rdzv_backend or "static").lower()
     if backend != "static":
         raise UsageError(
@@ -52,7 +56,9 @@ def resolve_nodes(request: NodeRequest, env: Mapping[str, str]) -> NodeSettings:
         )
     addr, port = _endpoint(request)
     if (request.nnodes or "").strip().lower() == "auto":
-        return _from_cluster(request, addr, port, env)
+        if request.node_rank is not None:
+            raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
+        return _from_cluster(addr, port, detect_cluster(env, expand))
     nnodes = parse_nnodes(request.nnodes)
     node_rank = 0 if request.node_rank is None else request.node_rank
     if not 0 <= node_rank < nnodes:
@@ -87,12 +93,7 @@ def parse_nnodes(text: str | None) -> int:
     return first
 
 
-def _from_cluster(
-    request: NodeRequest, addr: str | None, port: int | None, env: Mapping[str, str]
-) -> NodeSettings:
-    if request.node_rank is not None:
-        raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
-    job = detect_cluster(env)
+def _from_cluster(addr: str | None, port: int | None, job: ClusterJob) -> NodeSettings:
     master_addr = addr or job.master_addr
     if not master_addr:
         if job.nnodes > 1:
