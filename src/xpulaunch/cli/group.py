@@ -22,6 +22,7 @@ COMMANDS = {
     "devices": "xpulaunch.cli.devices:devices",
     "llama": "xpulaunch.cli.llama:llama",
     "status": "xpulaunch.cli.status:status",
+    "torchrun": "xpulaunch.cli.torchrun:torchrun",
 }
 DEFAULT_COMMAND = "run"
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -95,3 +96,19 @@ def meet_nodes(plan: Plan, kwargs: dict[str, Any], timeout_s: float) -> None:
         timeout_s=timeout_s,
     )
     meet(meeting, lambda text: click.echo(f"xpulaunch: {text}", err=True))
+
+
+def warn_torchrun_options(program: tuple[str, ...]) -> None:
+    """One line for each torchrun option written after PROGRAM (not after ``--``): it goes
+    to PROGRAM, which is what ``run`` does with an argument it does not know."""
+    from xpulaunch.cli.program import AFTER_DASHDASH
+    from xpulaunch.cli.torchrun_args import torchrun_options_in
+
+    explicit = click.get_current_context().meta.get(AFTER_DASHDASH, 0)
+    script = os.path.basename(program[0])
+    for name in torchrun_options_in(program[1 : len(program) - explicit]):
+        click.echo(
+            f"xpulaunch: warning: {name} (a torchrun option) goes to {script}; put it after "
+            f"-- if it is meant for {script}, or run xpulaunch torchrun ... {script}",
+            err=True,
+        )

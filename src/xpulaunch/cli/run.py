@@ -15,6 +15,7 @@ from xpulaunch.cli.multinode_options import (
     multinode_options,
     node_kwargs,
     pop_node_request,
+    warn_torchrun_options,
 )
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
@@ -63,6 +64,7 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     xpulaunch's own options may also follow PROGRAM; everything else after PROGRAM, and
     everything after --, is passed to PROGRAM.
     """
+    warn_torchrun_options(program)
     leases = LeaseSettings.pop_from(options)
     node_request, join_timeout = pop_node_request(options)
     kwargs = _plan_kwargs(options)
