@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import click
@@ -34,8 +35,14 @@ multinode_options = option_group(
     ),
     click.option(
         "--rdzv-backend",
-        metavar="static",
-        help="Rendezvous: static (MASTER_ADDR/MASTER_PORT, torch's env://), the default.",
+        metavar="static|c10d",
+        help="Rendezvous: static (MASTER_ADDR/MASTER_PORT, torch's env://; the default) or "
+        "c10d (torch's elastic rendezvous and agent; --nnodes MIN:MAX allowed).",
+    ),
+    click.option(
+        "--rdzv-id",
+        metavar="ID",
+        help="The job's id on a c10d rendezvous (the same on every node).",
     ),
     click.option(
         "--rdzv-endpoint",
@@ -64,16 +71,23 @@ def pop_node_request(options: dict[str, Any]) -> tuple[NodeRequest, float]:
         master_port=options.get("master_port"),
         rdzv_backend=options.pop("rdzv_backend"),
         rdzv_endpoint=options.pop("rdzv_endpoint"),
+        rdzv_id=options.pop("rdzv_id"),
     )
     return request, options.pop("join_timeout")
 
 
-def node_kwargs(request: NodeRequest, parent_env: dict[str, str]) -> dict[str, Any]:
-    """``api.plan``'s keyword arguments for where this node stands in the job."""
+def node_kwargs(
+    request: NodeRequest, parent_env: dict[str, str], options: dict[str, Any]
+) -> dict[str, Any]:
+    """``api.plan``'s keyword arguments for where this node stands in the job. For c10d,
+    ``options`` learn the spec, and restarts become the agent's (see :func:`final_plan`)."""
     from xpulaunch.proc.cluster import checked_expander
 
     expand = checked_expander(parent_env, lambda text: click.echo(f"xpulaunch: {text}", err=True))
     settings = resolve_nodes(request, parent_env, expand)
+    options["elastic"] = settings.elastic
+    if settings.elastic is not None:  # restarts are the agent's: ours would restart it too
+        options["restart"], options["max_restarts"] = "no", None
     return {
         "nodes": settings.nodes,
         "master_addr": settings.master_addr,
@@ -112,3 +126,20 @@ def warn_torchrun_options(program: tuple[str, ...]) -> None:
             f"-- if it is meant for {script}, or run xpulaunch torchrun ... {script}",
             err=True,
         )
+
+
+def final_plan(plan: Plan, options: dict[str, Any], max_restarts: int | None) -> Plan:
+    """For c10d, ``plan`` run by torch's elastic agent (:mod:`xpulaunch.core.elastic`):
+    the agent restarts the gang on every node, so our supervisor never restarts it."""
+    spec = options.get("elastic")
+    if spec is None:
+        return plan
+    from xpulaunch.core.elastic import agent_plan
+
+    return agent_plan(
+        plan,
+        spec,
+        python=sys.executable,
+        max_restarts=max_restarts,
+        join_timeout_s=options.get("join_timeout_s") or 0.0,
+    )

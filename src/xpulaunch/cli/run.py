@@ -11,6 +11,7 @@ import click
 from xpulaunch import api
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.multinode_options import (
+    final_plan,
     meet_nodes,
     multinode_options,
     node_kwargs,
@@ -67,17 +68,17 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     warn_torchrun_options(program)
     leases = LeaseSettings.pop_from(options)
     node_request, join_timeout = pop_node_request(options)
+    options["join_timeout_s"] = parse_seconds(join_timeout, "--join-timeout", 0.0)
     kwargs = _plan_kwargs(options)
-    kwargs.update(node_kwargs(node_request, kwargs["parent_env"]))
+    kwargs.update(node_kwargs(node_request, kwargs["parent_env"], options))
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()
         plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)
-        print_plan(plan, as_json)
+        print_plan(final_plan(plan, options, kwargs["max_restarts"]), as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
-    options["join_timeout_s"] = parse_seconds(join_timeout, "--join-timeout", 0.0)
     return _execute(list(program), kwargs, leases, options)
 
 
@@ -101,7 +102,11 @@ def _execute(
             kwargs["inventory"] = probing.result()
     with WaitReporter() as reporter:
         plan, lease = leases.allocate(
-            lambda unavailable: api.plan(program, **kwargs, unavailable=unavailable),
+            lambda unavailable: final_plan(
+                api.plan(program, **kwargs, unavailable=unavailable),
+                options,
+                kwargs["max_restarts"],
+            ),
             on_wait=reporter,
             command=["xpulaunch", *program],
         )

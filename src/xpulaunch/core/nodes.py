@@ -32,15 +32,29 @@ class NodeRequest:
     master_port: int | None = None
     rdzv_backend: str | None = None
     rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticSpec:
+    """A job on torch's c10d rendezvous: ``min_nodes`` to ``max_nodes`` nodes meet at
+    ``endpoint`` under ``run_id``; torch assigns node ranks at every round."""
+
+    min_nodes: int
+    max_nodes: int
+    endpoint: str
+    run_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
-    """The resolved answer; ``master_port`` None: one node, any free port will do."""
+    """The resolved answer; ``master_port`` None: one node, any free port will do.
+    ``elastic``: set for ``--rdzv-backend c10d`` (then the plan is this node's alone)."""
 
     nodes: NodeGroup
     master_addr: str
     master_port: int | None
+    elastic: ElasticSpec | None = None
 
 
 def resolve_nodes(
@@ -49,10 +63,12 @@ def resolve_nodes(
     """Raises :class:`UsageError` with one line naming the option at fault. ``expand``:
     how a Slurm host list becomes hosts."""
     backend = (request.rdzv_backend or "static").lower()
+    if backend == "c10d":
+        return NodeSettings(NodeGroup(), LOOPBACK, None, elastic=elastic_spec(request))
     if backend != "static":
         raise UsageError(
-            f"--rdzv-backend {request.rdzv_backend}: only static is supported (every node "
-            "given --nnodes N and its --node-rank, or --nnodes auto under a scheduler)"
+            f"--rdzv-backend {request.rdzv_backend}: expected static (MASTER_ADDR/MASTER_PORT) "
+            "or c10d (torch's elastic rendezvous)"
         )
     addr, port = _endpoint(request)
     if (request.nnodes or "").strip().lower() == "auto":
@@ -74,10 +90,26 @@ def resolve_nodes(
     )
 
 
-def parse_nnodes(text: str | None) -> int:
-    """``N`` or ``N:N`` (torchrun's MIN:MAX with MIN == MAX is a fixed size)."""
-    if text is None:
-        return 1
+def elastic_spec(request: NodeRequest) -> ElasticSpec:
+    """``--rdzv-backend c10d``: needs ``--rdzv-endpoint``; ``--nnodes`` N or MIN:MAX."""
+    given = [name for name, value in (("--node-rank", request.node_rank),
+             ("--master-addr", request.master_addr), ("--master-port", request.master_port))
+             if value is not None]  # fmt: skip
+    if given:
+        raise UsageError(
+            f"{given[0]}: with --rdzv-backend c10d, torch's rendezvous assigns node ranks and "
+            "the workers' master; give --rdzv-endpoint HOST:PORT"
+        )
+    if request.rdzv_endpoint is None:
+        raise UsageError(
+            "--rdzv-backend c10d: give --rdzv-endpoint HOST:PORT (the same on every node)"
+        )
+    _host, _port = _split_endpoint(request.rdzv_endpoint)
+    low, high = _node_range(request.nnodes or "1")
+    return ElasticSpec(low, high, request.rdzv_endpoint, request.rdzv_id or "none")
+
+
+def _node_range(text: str) -> tuple[int, int]:
     low, _, high = text.strip().partition(":")
     try:
         first, last = int(low), int(high or low)
@@ -85,10 +117,18 @@ def parse_nnodes(text: str | None) -> int:
         raise UsageError(f"--nnodes {text!r}: expected N, MIN:MAX or auto") from None
     if first < 1 or last < first:
         raise UsageError(f"--nnodes {text!r}: expected N >= 1, or MIN:MAX with 1 <= MIN <= MAX")
+    return first, last
+
+
+def parse_nnodes(text: str | None) -> int:
+    """``N`` or ``N:N`` (torchrun's MIN:MAX with MIN == MAX is a fixed size)."""
+    if text is None:
+        return 1
+    first, last = _node_range(text)
     if first != last:
         raise UsageError(
-            f"--nnodes {text}: an elastic size needs --rdzv-backend c10d, which this version "
-            "does not run; give a fixed --nnodes N"
+            f"--nnodes {text}: an elastic size needs --rdzv-backend c10d --rdzv-endpoint "
+            "HOST:PORT; the static rendezvous has a fixed --nnodes N"
         )
     return first
 
@@ -110,11 +150,15 @@ def _endpoint(request: NodeRequest) -> tuple[str | None, int | None]:
     """``--master-addr``/``--master-port``, or torchrun's static ``--rdzv-endpoint``."""
     if request.rdzv_endpoint is None:
         return request.master_addr, request.master_port
-    host, sep, port_text = request.rdzv_endpoint.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise UsageError(f"--rdzv-endpoint {request.rdzv_endpoint!r}: expected HOST:PORT")
     if request.master_addr is not None or request.master_port is not None:
         raise UsageError("--rdzv-endpoint: give it or --master-addr/--master-port, not both")
+    return _split_endpoint(request.rdzv_endpoint)
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, sep, port_text = endpoint.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise UsageError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
     return host.strip("[]"), int(port_text)
 
 
