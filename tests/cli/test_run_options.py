@@ -108,7 +108,7 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "stable_window": 60.0, "gang": None, "grace": 10.0, "log_dir": None, "ranks": None,
         "no_color": False, "lock_dir": None, "shared": False, "wait": False,
         "wait_timeout": None, "nnodes": None, "node_rank": None, "rdzv_backend": None,
-        "rdzv_endpoint": None, "join_timeout": 600.0,
+        "rdzv_endpoint": None, "rdzv_id": None, "join_timeout": 600.0,
     }  # fmt: skip
 
 

@@ -22,6 +22,8 @@ AGENT_VARS = frozenset({
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", MAX_RESTARTS_VAR,
 })  # fmt: skip
+# torch's switch (dynamic_rendezvous.py) from the agent's store to one per round.
+DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # torchrun's --max-restarts has no "unlimited"; this many is as good as none.
 UNLIMITED_RESTARTS = 1_000_000
 
@@ -42,6 +44,10 @@ def agent_plan(
         )
     first = plan.workers[0]
     env = {name: value for name, value in first.env.items() if name not in AGENT_VARS}
+    # Each round's workers get a fresh TCPStore from their rank 0 instead of the agent's
+    # store, which outlives the rounds: with it, a gloo worker of a restarted round read the
+    # addresses that the dead workers of the last round had published, and failed to connect.
+    env[DISABLE_SHARED_STORE] = "1"
     agent = WorkerPlan(
         name=AGENT_NAME,
         rank=0,
