@@ -54,6 +54,9 @@ def test_both_spellings_are_known(option: str) -> None:
          ["--log-dir", "L", "--ranks", "0", "--grace", "5", "--", "t.py"]),
         (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "t.py"], ["--", "t.py"]),
         (["--rdzv-conf", "join_timeout=30", "t.py"], ["--join-timeout", "30", "--", "t.py"]),
+        (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_id=7", "t.py"],
+         ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400",
+          "--rdzv-id", "7", "--", "t.py"]),
         (["--gpus", "2", "--isolate", "--dry-run", "t.py"],
          ["--gpus", "2", "--isolate", "--dry-run", "--", "t.py"]),
         (["t.py", "--nproc_per_node", "2"], ["--", "t.py", "--nproc_per_node", "2"]),
@@ -74,7 +77,6 @@ def test_each_unsupported_option_is_refused_by_name(option: str) -> None:
     ("args", "message"),
     [
         (["--nnodes", "2", "--rdzv-backend", "etcd", "t.py"], "--rdzv-backend etcd"),
-        (["--nnodes", "2", "--rdzv-backend", "c10d", "t.py"], "--rdzv-backend c10d"),
         (["--role", "trainer", "t.py"], "--role trainer"),
         (["--signals-to-handle", "SIGTERM,SIGUSR1", "t.py"], "--signals-to-handle SIGUSR1"),
         (["--rdzv-conf", "read_timeout=5", "t.py"], "--rdzv-conf read_timeout"),

@@ -32,11 +32,11 @@ def torchrun(ctx: click.Context, args: tuple[str, ...]) -> object:
     Mapped:   --nnodes --node-rank --master-addr --master-port --rdzv-endpoint
               --nproc-per-node N|auto|gpu|xpu|cpu --standalone --max-restarts --log-dir
               --local-ranks-filter --shutdown-timeout (as --grace) -m/--module --no-python
-              --run-path --rdzv-conf join_timeout=S --rdzv-backend static (c10d: one node)
-    Accepted: --rdzv-id --monitor-interval --start-method --tee --redirects
+              --run-path --rdzv-conf join_timeout=S --rdzv-backend static|c10d --rdzv-id
+    Accepted: --monitor-interval --start-method --tee --redirects
               --event-log-handler --role default --signals-to-handle (TERM, INT, HUP, QUIT)
     Refused:  --local-addr --logs-specs --numa-binding --virtual-local-rank
-              --duplicate-stdout-filters --duplicate-stderr-filters, c10d/etcd on several nodes
+              --duplicate-stdout-filters --duplicate-stderr-filters --rdzv-backend etcd
     Also:     every option of xpulaunch run, such as --gpus, --isolate, --dry-run.
 
     xpulaunch's console always shows and its --log-dir always keeps both streams of every

@@ -145,13 +145,21 @@ def _nproc(value: str, done: Translation) -> list[str]:
 
 
 def _rdzv_backend(value: str, done: Translation) -> list[str]:
-    """static, or c10d for a job of one node (torchrun's usual single-node line)."""
+    """static; c10d (on one node, no rendezvous is needed: xpulaunch picks a free port)."""
     if value == "static" or (value == "c10d" and _one_node(done)):
         return []
+    if value == "c10d":
+        return ["--rdzv-backend", "c10d"]
     raise UsageError(
-        f"--rdzv-backend {value}: not supported by xpulaunch torchrun for several nodes; use "
-        "the static rendezvous (--nnodes N --node-rank R --master-addr HOST --master-port P)"
+        f"--rdzv-backend {value}: not supported by xpulaunch torchrun; use static "
+        "(--master-addr/--master-port) or c10d (--rdzv-endpoint HOST:PORT)"
     )
+
+
+def _rdzv_id(value: str, done: Translation) -> list[str]:
+    """The run id names a c10d rendezvous; the static one has no use for it."""
+    elastic = done.values.get("--rdzv-backend") == "c10d" and not _one_node(done)
+    return ["--rdzv-id", value] if elastic else []
 
 
 def _rdzv_conf(value: str, done: Translation) -> list[str]:
@@ -200,14 +208,13 @@ _HANDLERS: dict[str, Callable[[str, Translation], list[str]]] = {
     "--nproc-per-node": _nproc,
     "--rdzv-backend": _rdzv_backend,
     "--rdzv-conf": _rdzv_conf,
+    "--rdzv-id": _rdzv_id,
     "--role": _role,
     "--start-method": _start_method,
     "--signals-to-handle": _signals,
-    # Accepted, changing nothing: the rendezvous id names a c10d run, which a static one
-    # does not need; xpulaunch waits for its children instead of polling them; its console
-    # always shows and its --log-dir always keeps both streams of every worker; events are
-    # xpulaunch's own.
-    "--rdzv-id": _ignored,
+    # Accepted, changing nothing: xpulaunch waits for its children instead of polling them;
+    # its console always shows and its --log-dir always keeps both streams of every worker;
+    # events are xpulaunch's own.
     "--monitor-interval": _ignored,
     "--redirects": _ignored,
     "--tee": _ignored,
