@@ -27,8 +27,8 @@ from bench_probe import CONSOLE_SCRIPT  # the same directory: run as bench/bench
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.proc.events import Event, Exited, Started
-from xpulaunch.proc.processes import find_job
 from xpulaunch.proc.logs import LogConfig
+from xpulaunch.proc.processes import find_job
 from xpulaunch.proc.supervisor import Supervisor, WorkerSpec
 
 QUIET = LogConfig(console=False)
