@@ -19,7 +19,8 @@ from helpers import inventory_path
 EXPECTED = {
     "Backend", "Device", "DeviceBusyError", "DeviceMap", "Event", "Exited", "GaveUp",
     "Hierarchy", "Inventory", "InventoryError", "LaunchError", "LaunchRequest", "Lease",
-    "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice", "NodeGroup", "Plan",
+    "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice",
+    "NodeGroup", "Plan",
     "Probe", "ProbeError", "Problem", "Ready", "RestartMode", "RestartPolicy", "Restarting",
     "RunOptions", "SelectionError", "ServerStartError", "Started", "Stopped", "Stopping",
     "Supervisor", "Unhealthy", "Unit", "UsageError", "Vendor", "WaitTimeoutError",
