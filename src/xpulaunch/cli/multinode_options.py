@@ -22,9 +22,9 @@ multinode_options = option_group(
     click.option(
         "--nnodes",
         envvar="XPULAUNCH_NNODES",
-        metavar="N|auto",
+        metavar="N|MIN:MAX|auto",
         help="Nodes in the job, one xpulaunch on each (default 1); auto: from Slurm, "
-        "Kubeflow PyTorchJob or MPI variables.",
+        "Kubeflow PyTorchJob or MPI variables; MIN:MAX with --rdzv-backend c10d.",
     ),
     click.option(
         "--node-rank",
@@ -47,8 +47,8 @@ multinode_options = option_group(
     click.option(
         "--rdzv-endpoint",
         metavar="HOST:PORT",
-        help="Node 0's address, as torchrun's static rendezvous takes it (instead of "
-        "--master-addr/--master-port).",
+        help="static: node 0's address (instead of --master-addr/--master-port); c10d: "
+        "where the rendezvous store is (the first node there hosts it).",
     ),
     click.option(
         "--join-timeout",
