@@ -114,6 +114,15 @@ def test_resolve_auto_uses_the_cluster_and_the_command_line_wins() -> None:
     assert mine.master_addr == "10.0.0.1"
 
 
+def test_resolve_auto_without_a_cluster_is_this_one_node() -> None:
+    got = resolve_nodes(NodeRequest(nnodes="auto"), {"HOME": "/root", "MASTER_PORT": "9"})
+    assert (got.nodes, got.master_addr, got.master_port) == (
+        NodeGroup(source="none"),
+        "127.0.0.1",
+        None,
+    )
+
+
 def test_resolve_auto_mpi_needs_an_address() -> None:
     with pytest.raises(UsageError, match="openmpi names no node 0 address"):
         resolve_nodes(NodeRequest(nnodes="auto"), {**OPENMPI, "MASTER_ADDR": ""})

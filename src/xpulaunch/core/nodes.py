@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xpulaunch.core.cluster import ClusterJob, Expander, detect_cluster
+from xpulaunch.core.cluster import ClusterJob, Expander, find_cluster
 from xpulaunch.core.hostlist import expand_hostlist
 from xpulaunch.errors import UsageError
 from xpulaunch.model import NodeGroup
 
 LOOPBACK = "127.0.0.1"
+# NodeGroup.source of --nnodes auto where no cluster environment was found.
+NO_CLUSTER = "none"
 RDZV_BACKENDS = ("static", "c10d")
 # torchrun's default; every node must agree on it, so several nodes never guess a free port.
 DEFAULT_PORT = 29500
@@ -74,7 +76,7 @@ def resolve_nodes(
     if (request.nnodes or "").strip().lower() == "auto":
         if request.node_rank is not None:
             raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
-        return _from_cluster(addr, port, detect_cluster(env, expand))
+        return _from_cluster(addr, port, find_cluster(env, expand))
     nnodes = parse_nnodes(request.nnodes)
     node_rank = 0 if request.node_rank is None else request.node_rank
     if not 0 <= node_rank < nnodes:
@@ -133,7 +135,9 @@ def parse_nnodes(text: str | None) -> int:
     return first
 
 
-def _from_cluster(addr: str | None, port: int | None, job: ClusterJob) -> NodeSettings:
+def _from_cluster(addr: str | None, port: int | None, job: ClusterJob | None) -> NodeSettings:
+    if job is None:  # a workstation: the same command line runs the job on this one node
+        return NodeSettings(NodeGroup(source=NO_CLUSTER), addr or LOOPBACK, port)
     master_addr = addr or job.master_addr
     if not master_addr:
         if job.nnodes > 1:

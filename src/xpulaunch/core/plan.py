@@ -162,6 +162,10 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
             "(as torchrun does with several workers and no OMP_NUM_THREADS set)"
         )
     nodes = job.request.nodes
+    if nodes.source == "none":
+        notes.append(
+            "--nnodes auto: no Slurm, Kubeflow or MPI variables here, so one node (this one)"
+        )
     if nodes.nnodes > 1:
         first, last = nodes.node_rank * count, nodes.node_rank * count + count - 1
         ranks = f"global rank {first}" if count == 1 else f"global ranks {first}-{last}"
