@@ -104,6 +104,9 @@ if TYPE_CHECKING:
         MigDevice as MigDevice,
     )
     from xpulaunch.model import (
+        NodeGroup as NodeGroup,
+    )
+    from xpulaunch.model import (
         Plan as Plan,
     )
     from xpulaunch.model import (
@@ -182,8 +185,8 @@ _EXPORTS = {
     "xpulaunch.in_worker": ("heartbeat",),
     "xpulaunch.llamacpp": ("LlamaServer", "plan_llama", "serve_llama"),
     "xpulaunch.model": (
-        "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice", "Plan",
-        "Problem", "Unit", "Vendor", "WorkerPlan",
+        "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice", "NodeGroup",
+        "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",
     ),
     "xpulaunch.proc.events": (
         "Event", "Exited", "GaveUp", "HangDetected", "Ready", "Restarting", "Started",

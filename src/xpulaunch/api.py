@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
+from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
-from xpulaunch.model import DeviceMap, Inventory, Plan
+from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
 from xpulaunch.proc.program import resolve_program
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def plan(
     max_restarts: int | None = 0,
     extra_env: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    nodes: NodeGroup | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -106,6 +108,8 @@ def plan(
     are not restarted, None for no limit (:attr:`RunOptions.restart_limit` of the options
     the plan will run with). ``extra_env`` is given to every worker under the plan's own
     variables (device masks, ranks), which win; ``notes`` are added to the plan's.
+    the plan will run with). ``nodes``: this machine's place in a job of several nodes;
+    there ``master_port`` defaults to torchrun's 29500, since every node must name the same.
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -124,9 +128,10 @@ def plan(
         max_utilization_percent=max_utilization_percent,
         device_map=DeviceMap(device_map) if isinstance(device_map, str) else device_map,
         master_addr=master_addr,
-        master_port=master_port if master_port is not None else free_port(master_addr),
+        master_port=_master_port(master_port, master_addr, nodes),
         max_restarts=max_restarts,
         extra_env=tuple(sorted((extra_env or {}).items())),
+        nodes=nodes or NodeGroup(),
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
@@ -136,6 +141,14 @@ def plan(
 
         result = replace(result, notes=(*result.notes, *extra_notes))
     return result
+
+
+def _master_port(port: int | None, master_addr: str, nodes: NodeGroup | None) -> int:
+    if port is not None:
+        return port
+    if nodes is not None and nodes.nnodes > 1:
+        return DEFAULT_PORT
+    return free_port(master_addr)
 
 
 def worker_specs(

@@ -218,6 +218,20 @@ class WorkerPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """Where this machine stands in a job of several nodes (torchrun's static rendezvous).
+
+    ``source`` says who told us: None for the command line, else the cluster environment
+    (``slurm``, ``kubeflow``, ``openmpi``, ``pmi``). ``hosts``: every node's name, in node
+    rank order, where the environment lists them (Slurm's node list)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    source: str | None = None
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The answer to "which devices, and what does each child get?" (contract section 4)."""
 
@@ -228,6 +242,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     isolate: bool = False
     hierarchy: Hierarchy | None = None
+    nodes: NodeGroup = field(default_factory=NodeGroup)
 
     @property
     def lease_keys(self) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from xpulaunch.errors import UsageError, XpulaunchError
 
 XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
 CPU_ONLY = str(inventory_path("cpu-only.json"))
-COMMANDS = ("run", "devices", "llama", "status", "logs")
+COMMANDS = ("run", "devices", "llama", "status", "logs", "torchrun")
 
 
 def exit_status(*args: str) -> int:

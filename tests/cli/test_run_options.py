@@ -103,7 +103,7 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got == {
         "program": ("train.py",), "gpus": "auto", "backend": "auto", "dry_run": False,
         "as_json": False, "inventory": None, "min_free_memory": None, "max_utilization": None,
-        "nproc_per_node": "1", "isolate": False, "device_map": None, "master_addr": "127.0.0.1",
+        "nproc_per_node": "1", "isolate": False, "device_map": None, "master_addr": None,
         "master_port": None, "restart": None, "max_restarts": None, "backoff": "1:30:2",
         "stable_window": 60.0, "gang": None, "grace": 10.0, "log_dir": None, "ranks": None,
         "no_color": False, "lock_dir": None, "shared": False, "wait": False,
@@ -111,6 +111,8 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "heartbeat": False, "max_runtime": None,
         "events": None, "metrics_port": None, "metrics_host": "127.0.0.1",
         "metrics_interval": 10.0,
+        "nnodes": None, "node_rank": None, "rdzv_backend": None,
+        "rdzv_endpoint": None, "rdzv_id": None, "join_timeout": 600.0,
     }  # fmt: skip
 
 

@@ -87,6 +87,8 @@ def _argv(command: str) -> tuple[list[str], dict[str, str]]:
     if words[0] == "llama" and "--llama-backend" not in words:
         extra += ["--llama-backend", "cuda"]
     cut = words.index("--") if "--" in words else len(words)
+    if words[0] == "torchrun":  # torchrun passes everything after the script to the script
+        cut = 1
     return [CONSOLE, *words[:cut], *extra, *words[cut:]], env
 
 

@@ -24,6 +24,7 @@ COMMANDS = {
     "status": "xpulaunch.cli.status:status",
     "config": "xpulaunch.cli.config:config",
     "logs": "xpulaunch.cli.logs:logs",
+    "torchrun": "xpulaunch.cli.torchrun:torchrun",
 }
 DEFAULT_COMMAND = "run"
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import click
 
 _HELP_NAMES = ("-h", "--help")
+AFTER_DASHDASH = "xpulaunch.program_args_after_dashdash"
 
 
 def split_args(args: Sequence[str], arity: Mapping[str, int]) -> tuple[list[str], list[str]]:
@@ -50,6 +51,8 @@ class ProgramCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         arity = self._option_arity()
         ours, program = split_args(args, arity)
+        # How many of PROGRAM's arguments the user put after "--" (meant for PROGRAM for sure).
+        ctx.meta[AFTER_DASHDASH] = len(args) - args.index("--") - 1 if "--" in args else 0
         if program and not _lacks_value(ours, arity):
             ours = [*ours, "--", *program]
         # else: click reports the missing PROGRAM, or the option missing its value (with

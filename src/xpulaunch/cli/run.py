@@ -11,6 +11,14 @@ import click
 from xpulaunch import api
 from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerate_config
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
+from xpulaunch.cli.multinode_options import (
+    final_plan,
+    meet_nodes,
+    multinode_options,
+    node_kwargs,
+    pop_node_request,
+    warn_torchrun_options,
+)
 from xpulaunch.cli.operations_options import LeaseEvents, open_events, operations_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
@@ -19,7 +27,7 @@ from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
-from xpulaunch.proc.options import plan_restart_limit
+from xpulaunch.proc.options import parse_seconds, plan_restart_limit
 
 _run_only_options = option_group(
     click.option(
@@ -36,7 +44,11 @@ _run_only_options = option_group(
         help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one device, "
         "balanced for several).",
     ),
-    click.option("--master-addr", default="127.0.0.1", show_default=True),
+    click.option(
+        "--master-addr",
+        help="Node 0's address for the workers' rendezvous "
+        "[default: 127.0.0.1, or MASTER_ADDR / the cluster's with several nodes]",
+    ),
     click.option("--master-port", type=click.IntRange(1, 65535), help="Default: a free port."),
 )
 
@@ -46,6 +58,7 @@ _run_only_options = option_group(
 @_run_only_options
 @supervision_options
 @operations_options
+@multinode_options
 @lease_options
 @accelerate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -56,14 +69,18 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     xpulaunch's own options may also follow PROGRAM; everything else after PROGRAM, and
     everything after --, is passed to PROGRAM.
     """
+    warn_torchrun_options(program)
     leases = LeaseSettings.pop_from(options)
-    accelerate = apply_accelerate_config(options)
+    accelerate = apply_accelerate_config(options)  # may fill run's options, the nodes' too
+    node_request, join_timeout = pop_node_request(options)
+    options["join_timeout_s"] = parse_seconds(join_timeout, "--join-timeout", 0.0)
     kwargs = {**_plan_kwargs(options), **accelerate}
+    kwargs.update(node_kwargs(node_request, kwargs["parent_env"], options))
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()
         plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)
-        print_plan(plan, as_json)
+        print_plan(final_plan(plan, options, kwargs["max_restarts"]), as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
@@ -92,7 +109,11 @@ def _execute(
     with WaitReporter() as reporter:
         lease_events = LeaseEvents(events, reporter)
         plan, lease = leases.allocate(
-            lambda unavailable: api.plan(program, **kwargs, unavailable=unavailable),
+            lambda unavailable: final_plan(
+                api.plan(program, **kwargs, unavailable=unavailable),
+                options,
+                kwargs["max_restarts"],
+            ),
             on_wait=lease_events.on_wait,
             command=["xpulaunch", *program],
         )
@@ -103,6 +124,7 @@ def _execute(
         # Checked before the summary line: a mistake prints one line, not a start and an error.
         check_ranks(run_options.console_ranks, [w.name for w in plan.workers])
         click.echo(f"xpulaunch: {_summary(plan)}", err=True)
+        meet_nodes(plan, kwargs, options["join_timeout_s"])
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
         return run_plan(

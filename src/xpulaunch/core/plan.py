@@ -8,7 +8,7 @@ plan document (``xpulaunch.plan/1``, contract section 4) is produced by :func:`t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap, masks
@@ -25,6 +25,7 @@ from xpulaunch.model import (
     DeviceMap,
     Hierarchy,
     Inventory,
+    NodeGroup,
     Plan,
     Unit,
     Vendor,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 SCHEMA = "xpulaunch.plan/1"
+ONE_NODE = NodeGroup()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,8 @@ class LaunchRequest:
     # Variables every worker gets on top (an accelerate config's ACCELERATE_* settings);
     # device masks and rank variables are the plan's own and win over these.
     extra_env: tuple[tuple[str, str], ...] = ()
+    # This machine's place in a job of several nodes; one node by default.
+    nodes: NodeGroup = field(default_factory=NodeGroup)
 
 
 def make_plan(
@@ -97,6 +101,7 @@ def make_plan(
         notes=(*notes, *selection_notes, *worker_notes),
         isolate=request.isolate,
         hierarchy=hierarchy if backend is Backend.XPU else None,
+        nodes=request.nodes,
     )
 
 
@@ -167,6 +172,19 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
             "OMP_NUM_THREADS=1 for every worker "
             "(as torchrun does with several workers and no OMP_NUM_THREADS set)"
         )
+    nodes = job.request.nodes
+    if nodes.source == "none":
+        notes.append(
+            "--nnodes auto: no Slurm, Kubeflow or MPI variables here, so one node (this one)"
+        )
+    if nodes.nnodes > 1:
+        first, last = nodes.node_rank * count, nodes.node_rank * count + count - 1
+        ranks = f"global rank {first}" if count == 1 else f"global ranks {first}-{last}"
+        told = f" (from {nodes.source})" if nodes.source else ""
+        notes.append(
+            f"node {nodes.node_rank} of {nodes.nnodes}{told}: {ranks} of {nodes.nnodes * count}, "
+            f"rendezvous at {job.request.master_addr}:{job.request.master_port}"
+        )
     if units and job.request.isolate:
         notes.append("visibility: each worker sees only its own devices (--isolate)")
     elif units:
@@ -186,7 +204,7 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
         )
     )
     if request.distributed:
-        env.update(rank_env(rank, count, request.master_addr, request.master_port))
+        env.update(rank_env(rank, count, request.master_addr, request.master_port, request.nodes))
         env[MAX_RESTARTS_VAR] = "-1" if request.max_restarts is None else str(request.max_restarts)
         if count > 1 and "OMP_NUM_THREADS" not in parent_env:
             env["OMP_NUM_THREADS"] = "1"
@@ -197,7 +215,7 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
     env["XPULAUNCH_MAX_MEMORY"] = devicemap.max_memory_json(mine) if mine else None
     return WorkerPlan(
         name=str(rank),
-        rank=rank,
+        rank=request.nodes.node_rank * count + rank,
         local_rank=rank,
         argv=request.argv,
         env=env_diff(env, parent_env),
@@ -205,14 +223,26 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
     )
 
 
-def rank_env(rank: int, world: int, master_addr: str, master_port: int) -> dict[str, str]:
-    """torchrun's per-worker variables for a single-node job."""
+def rank_env(
+    local_rank: int,
+    nproc: int,
+    master_addr: str,
+    master_port: int,
+    nodes: NodeGroup = ONE_NODE,
+) -> dict[str, str]:
+    """torchrun's per-worker variables, as its local elastic agent writes them for one role
+    (``default``) under a static rendezvous: node ``node_rank`` of ``nnodes`` runs ``nproc``
+    workers, and a worker's global rank is ``node_rank * nproc + local_rank``."""
+    rank = nodes.node_rank * nproc + local_rank
+    world = nodes.nnodes * nproc
     return {
         "RANK": str(rank),
-        "LOCAL_RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
         "WORLD_SIZE": str(world),
-        "LOCAL_WORLD_SIZE": str(world),
-        "GROUP_RANK": "0",
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": str(nodes.node_rank),
+        "GROUP_WORLD_SIZE": str(nodes.nnodes),
+        "ROLE_NAME": "default",
         "ROLE_RANK": str(rank),
         "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": master_addr,
@@ -270,5 +300,11 @@ def to_dict(plan: Plan) -> dict[str, Any]:
         "device_map": plan.device_map.value if plan.device_map else None,
         "isolate": plan.isolate,
         "hierarchy": plan.hierarchy.value if plan.hierarchy else None,
+        "nodes": {
+            "nnodes": plan.nodes.nnodes,
+            "node_rank": plan.nodes.node_rank,
+            "source": plan.nodes.source,
+            "hosts": list(plan.nodes.hosts),
+        },
         "notes": list(plan.notes),
     }

@@ -1,0 +1,62 @@
+"""``xpulaunch torchrun [TORCHRUN_OPTIONS] SCRIPT [ARGS]...``: torchrun's command line, run by
+xpulaunch (device selection, leases, supervision and cleanup on top).
+
+The arguments are translated (:mod:`xpulaunch.cli.torchrun_args`) into an ``xpulaunch run``
+command line, which then runs as if typed. ``run``'s own options (``--gpus``, ``--isolate``,
+``--dry-run``, leases ...) may be mixed in before SCRIPT.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.torchrun_args import translate
+
+
+@click.command(
+    context_settings={
+        **CONTEXT_SETTINGS,
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+    }
+)
+@click.argument("args", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def torchrun(ctx: click.Context, args: tuple[str, ...]) -> object:
+    """torchrun's options (dash or underscore spellings), then SCRIPT and its arguments.
+
+    \b
+    Mapped:   --nnodes --node-rank --master-addr --master-port --rdzv-endpoint
+              --nproc-per-node N|auto|gpu|xpu|cpu --standalone --max-restarts --log-dir
+              --local-ranks-filter --shutdown-timeout (as --grace) -m/--module --no-python
+              --run-path --rdzv-conf join_timeout=S --rdzv-backend static|c10d --rdzv-id
+    Accepted: --monitor-interval --start-method --tee --redirects
+              --event-log-handler --role default --signals-to-handle (TERM, INT, HUP, QUIT)
+    Refused:  --local-addr --logs-specs --numa-binding --virtual-local-rank
+              --duplicate-stdout-filters --duplicate-stderr-filters --rdzv-backend etcd
+    Also:     every option of xpulaunch run, such as --gpus, --isolate, --dry-run.
+
+    xpulaunch's console always shows and its --log-dir always keeps both streams of every
+    worker, so --tee and --redirects change nothing. --nproc-per-node auto is one worker per
+    selected device (one on the CPU).
+    """
+    from xpulaunch.cli.run import run
+
+    arity = run_option_arity(run)
+    run_args = translate(list(args), arity, sys.executable)
+    with run.make_context(f"{ctx.command_path}", run_args, parent=ctx) as sub:
+        return run.invoke(sub)
+
+
+def run_option_arity(command: click.Command) -> dict[str, int]:
+    """``run``'s option names -> how many values each takes."""
+    arity: dict[str, int] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            takes = 0 if param.is_flag or param.count else param.nargs
+            for name in (*param.opts, *param.secondary_opts):
+                arity[name] = takes
+    return arity

@@ -1,0 +1,175 @@
+"""``--nnodes``, ``--node-rank``, ``--master-addr``/``--master-port``, ``--rdzv-*``: where
+this node stands in the job and where node 0 listens, with torchrun's meanings.
+
+Precedence: the command line, then ``MASTER_ADDR``/``MASTER_PORT`` and the cluster's
+variables (``--nnodes auto``, :mod:`xpulaunch.core.cluster`), then torchrun's defaults.
+Pure: the environment is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from xpulaunch.core.cluster import ClusterJob, Expander, find_cluster
+from xpulaunch.core.hostlist import expand_hostlist
+from xpulaunch.errors import UsageError
+from xpulaunch.model import NodeGroup
+
+LOOPBACK = "127.0.0.1"
+# NodeGroup.source of --nnodes auto where no cluster environment was found.
+NO_CLUSTER = "none"
+RDZV_BACKENDS = ("static", "c10d")
+# torchrun's default; every node must agree on it, so several nodes never guess a free port.
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequest:
+    """The multi-node options as typed; None where not given."""
+
+    nnodes: str | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticSpec:
+    """A job on torch's c10d rendezvous: ``min_nodes`` to ``max_nodes`` nodes meet at
+    ``endpoint`` under ``run_id``; torch assigns node ranks at every round."""
+
+    min_nodes: int
+    max_nodes: int
+    endpoint: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """The resolved answer; ``master_port`` None: one node, any free port will do.
+    ``elastic``: set for ``--rdzv-backend c10d`` (then the plan is this node's alone)."""
+
+    nodes: NodeGroup
+    master_addr: str
+    master_port: int | None
+    elastic: ElasticSpec | None = None
+
+
+def resolve_nodes(
+    request: NodeRequest, env: Mapping[str, str], expand: Expander = expand_hostlist
+) -> NodeSettings:
+    """Raises :class:`UsageError` with one line naming the option at fault. ``expand``:
+    how a Slurm host list becomes hosts."""
+    backend = (request.rdzv_backend or "static").lower()
+    if backend == "c10d":
+        return NodeSettings(NodeGroup(), LOOPBACK, None, elastic=elastic_spec(request))
+    if backend != "static":
+        raise UsageError(
+            f"--rdzv-backend {request.rdzv_backend}: expected static (MASTER_ADDR/MASTER_PORT) "
+            "or c10d (torch's elastic rendezvous)"
+        )
+    addr, port = _endpoint(request)
+    if (request.nnodes or "").strip().lower() == "auto":
+        if request.node_rank is not None:
+            raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
+        return _from_cluster(addr, port, find_cluster(env, expand))
+    nnodes = parse_nnodes(request.nnodes)
+    node_rank = 0 if request.node_rank is None else request.node_rank
+    if not 0 <= node_rank < nnodes:
+        raise UsageError(
+            f"--node-rank {node_rank}: expected 0 to {nnodes - 1} for --nnodes {nnodes}"
+        )
+    if nnodes == 1:  # one node: a free port, as before; a stray MASTER_* in the env is not ours
+        return NodeSettings(NodeGroup(), addr or LOOPBACK, port)
+    return NodeSettings(
+        NodeGroup(nnodes=nnodes, node_rank=node_rank),
+        addr or env.get("MASTER_ADDR") or LOOPBACK,
+        port or _env_port(env) or DEFAULT_PORT,
+    )
+
+
+def elastic_spec(request: NodeRequest) -> ElasticSpec:
+    """``--rdzv-backend c10d``: needs ``--rdzv-endpoint``; ``--nnodes`` N or MIN:MAX."""
+    given = [name for name, value in (("--node-rank", request.node_rank),
+             ("--master-addr", request.master_addr), ("--master-port", request.master_port))
+             if value is not None]  # fmt: skip
+    if given:
+        raise UsageError(
+            f"{given[0]}: with --rdzv-backend c10d, torch's rendezvous assigns node ranks and "
+            "the workers' master; give --rdzv-endpoint HOST:PORT"
+        )
+    if request.rdzv_endpoint is None:
+        raise UsageError(
+            "--rdzv-backend c10d: give --rdzv-endpoint HOST:PORT (the same on every node)"
+        )
+    _host, _port = _split_endpoint(request.rdzv_endpoint)
+    low, high = _node_range(request.nnodes or "1")
+    return ElasticSpec(low, high, request.rdzv_endpoint, request.rdzv_id or "none")
+
+
+def _node_range(text: str) -> tuple[int, int]:
+    low, _, high = text.strip().partition(":")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        raise UsageError(f"--nnodes {text!r}: expected N, MIN:MAX or auto") from None
+    if first < 1 or last < first:
+        raise UsageError(f"--nnodes {text!r}: expected N >= 1, or MIN:MAX with 1 <= MIN <= MAX")
+    return first, last
+
+
+def parse_nnodes(text: str | None) -> int:
+    """``N`` or ``N:N`` (torchrun's MIN:MAX with MIN == MAX is a fixed size)."""
+    if text is None:
+        return 1
+    first, last = _node_range(text)
+    if first != last:
+        raise UsageError(
+            f"--nnodes {text}: an elastic size needs --rdzv-backend c10d --rdzv-endpoint "
+            "HOST:PORT; the static rendezvous has a fixed --nnodes N"
+        )
+    return first
+
+
+def _from_cluster(addr: str | None, port: int | None, job: ClusterJob | None) -> NodeSettings:
+    if job is None:  # a workstation: the same command line runs the job on this one node
+        return NodeSettings(NodeGroup(source=NO_CLUSTER), addr or LOOPBACK, port)
+    master_addr = addr or job.master_addr
+    if not master_addr:
+        if job.nnodes > 1:
+            raise UsageError(
+                f"--nnodes auto: {job.source} names no node 0 address; give --master-addr "
+                "HOST (the same on every node) or set MASTER_ADDR"
+            )
+        master_addr = LOOPBACK
+    nodes = NodeGroup(job.nnodes, job.node_rank, source=job.source, hosts=job.hosts)
+    return NodeSettings(nodes, master_addr, port or job.master_port or DEFAULT_PORT)
+
+
+def _endpoint(request: NodeRequest) -> tuple[str | None, int | None]:
+    """``--master-addr``/``--master-port``, or torchrun's static ``--rdzv-endpoint``."""
+    if request.rdzv_endpoint is None:
+        return request.master_addr, request.master_port
+    if request.master_addr is not None or request.master_port is not None:
+        raise UsageError("--rdzv-endpoint: give it or --master-addr/--master-port, not both")
+    return _split_endpoint(request.rdzv_endpoint)
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, sep, port_text = endpoint.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise UsageError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port_text)
+
+
+def _env_port(env: Mapping[str, str]) -> int | None:
+    text = env.get("MASTER_PORT", "")
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise UsageError(f"MASTER_PORT={text!r}: expected a port 1-65535")
+    return int(text)

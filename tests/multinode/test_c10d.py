@@ -1,0 +1,95 @@
+"""``--rdzv-backend c10d``: nodes as separate xpulaunch processes on loopback, each running
+torch's elastic agent under its supervisor."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+
+from helpers import processes_marked, wait_for
+from node_helpers import EXAMPLES, HERE, Nodes, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+TRAIN = str(EXAMPLES / "train.py")
+WORKER = str(HERE / "elastic_worker.py")
+
+
+def c10d(port: int, nnodes: str, *extra: str) -> list[str]:
+    return ["--gpus", "none", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "--rdzv-id", "job", "--nnodes", nnodes, *extra]  # fmt: skip
+
+
+def listening(port: int) -> bool:
+    """Node 0's agent hosts the rendezvous store once this port answers."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def log_text(log_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted(log_dir.rglob("*.log")))
+
+
+def test_crash_on_one_node_restarts_every_node_and_resumes(nodes: Nodes, tmp_path: Path):
+    pytest.importorskip("torch")
+    reference = tmp_path / "reference"
+    one = nodes.start("--gpus", "none", "--nproc-per-node", "4", "--master-port", str(free_port()),
+                      TRAIN, "--ckpt-dir", str(reference), "--steps", "12")  # fmt: skip
+    assert nodes.finish(one)[0] == 0
+
+    port, ckpt = free_port(), tmp_path / "elastic"
+    job = ["--nproc-per-node", "2", "--max-restarts", "1", "--join-timeout", "120",
+           TRAIN, "--ckpt-dir", str(ckpt), "--steps", "12", "--crash-at-step", "8"]  # fmt: skip
+    node0 = nodes.start(*c10d(port, "2", *job))
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    node1 = nodes.start(*c10d(port, "2", *job))
+    status0, out0, err0 = nodes.finish(node0)
+    status1, out1, err1 = nodes.finish(node1)
+    assert (status0, status1) == (0, 0), err0[-3000:] + err1[-3000:]
+    out = out0 + out1
+    assert "simulated crash at step 8" in err0 + err1
+    assert sorted(re.findall(r"rank (\d): resumed from step 5", out)) == ["0", "1", "2", "3"]
+    assert sorted(set(re.findall(r"rank (\d)/4 local_rank", out))) == ["0", "1", "2", "3"]
+    got = json.loads((ckpt / "result.json").read_text())
+    assert got == json.loads((reference / "result.json").read_text())
+
+
+def test_kill_9_of_one_node_fails_the_other_and_leaves_nothing(nodes: Nodes, tmp_path: Path):
+    pytest.importorskip("torch")
+    port, tag = free_port(), f"tag-{tmp_path.name}"
+    logs = [tmp_path / "logs0", tmp_path / "logs1"]
+    job = ["--max-restarts", "0", "--join-timeout", "30", WORKER, "--tag", tag]
+    node0 = nodes.start(*c10d(port, "2", "--log-dir", str(logs[0]), *job))
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    node1 = nodes.start(*c10d(port, "2", "--log-dir", str(logs[1]), *job))
+    wait_for(lambda: "world 2" in log_text(logs[1]), "node 1's worker", timeout_s=180)
+
+    node1.send_signal(signal.SIGKILL)
+    status, _, err = nodes.finish(node0)
+    assert status != 0
+    assert "worker agent failed first: it exited with code 1" in err
+    assert "Traceback" not in err.split("worker agent failed first")[0].splitlines()[-1]
+    wait_for(lambda: not processes_marked((tag,)), "every process of both nodes gone", 60)
+
+
+def test_a_third_node_joins_at_the_next_round(nodes: Nodes, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    port = free_port()
+    logs = [tmp_path / f"logs{i}" for i in range(3)]
+    job = ["--join-timeout", "120", WORKER, "--until-world", "3"]
+    started = [nodes.start(*c10d(port, "2:3", "--log-dir", str(logs[0]), *job))]
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    started.append(nodes.start(*c10d(port, "2:3", "--log-dir", str(logs[1]), *job)))
+    wait_for(lambda: "world 2" in log_text(logs[0]), "a first round of two nodes", 180)
+    started.append(nodes.start(*c10d(port, "2:3", "--log-dir", str(logs[2]), *job)))
+    results = [nodes.finish(node) for node in started]
+    assert [status for status, _, _ in results] == [0, 0, 0], results[0][2][-3000:]
+    out = "".join(out for _, out, _ in results)
+    assert sorted(re.findall(r"ELASTIC rank (\d) done in a world of 3", out)) == ["0", "1", "2"]

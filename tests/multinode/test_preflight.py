@@ -1,0 +1,132 @@
+"""The pre-flight of a static multi-node job, with real xpulaunch processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from node_helpers import HERE, Nodes, free_port
+
+REPORT = str(HERE / "rank_report.py")
+
+
+def node_args(port: int, nnodes: int, rank: int, *extra: str) -> list[str]:
+    return ["--gpus", "none", "--nproc-per-node", "2", "--nnodes", str(nnodes),
+            "--node-rank", str(rank), "--master-port", str(port), *extra, REPORT]  # fmt: skip
+
+
+def reports(out: str) -> list[dict[str, str]]:
+    return [
+        json.loads(line.split("REPORT ", 1)[1]) for line in out.splitlines() if "REPORT" in line
+    ]
+
+
+def test_two_nodes_meet_and_get_global_ranks(nodes: Nodes) -> None:
+    port = free_port()
+    node0 = nodes.start(*node_args(port, 2, 0))
+    node1 = nodes.start(*node_args(port, 2, 1))
+    status0, out0, err0 = nodes.finish(node0)
+    status1, out1, err1 = nodes.finish(node1)
+    assert (status0, status1) == (0, 0), err0 + err1
+    assert "waiting for 1 of 2 nodes on port" in err0
+    assert "node 1 is here" in err0
+    assert "reaching node 0 at 127.0.0.1:" in err1
+    got = sorted(reports(out0) + reports(out1), key=lambda r: int(r["RANK"]))
+    assert [(r["RANK"], r["LOCAL_RANK"], r["GROUP_RANK"]) for r in got] == [
+        ("0", "0", "0"), ("1", "1", "0"), ("2", "0", "1"), ("3", "1", "1"),
+    ]  # fmt: skip
+    for report in got:
+        assert report["WORLD_SIZE"] == report["ROLE_WORLD_SIZE"] == "4"
+        assert report["ROLE_RANK"] == report["RANK"]
+        assert report["LOCAL_WORLD_SIZE"] == report["GROUP_WORLD_SIZE"] == "2"
+        assert report["ROLE_NAME"] == "default"
+        assert (report["MASTER_ADDR"], report["MASTER_PORT"]) == ("127.0.0.1", str(port))
+
+
+def test_wrong_address_is_a_one_line_error_and_nothing_starts(nodes: Nodes) -> None:
+    port = free_port()  # nobody listens there
+    node1 = nodes.start(*node_args(port, 2, 1, "--join-timeout", "2"))
+    status, out, err = nodes.finish(node1)
+    assert status != 0
+    assert f"cannot reach node 0 at 127.0.0.1:{port} within 2 s" in err
+    assert "Traceback" not in err
+    assert "REPORT" not in out
+
+
+def test_node_0_alone_says_who_is_missing(nodes: Nodes) -> None:
+    node0 = nodes.start(*node_args(free_port(), 3, 0, "--join-timeout", "2"))
+    status, out, err = nodes.finish(node0)
+    assert status != 0
+    assert "waiting for 2 of 3 nodes" in err
+    assert "node(s) 1, 2 did not reach node 0" in err
+    assert err.strip().splitlines()[-1].startswith("xpulaunch: error:")
+    assert "REPORT" not in out
+
+
+def test_a_node_that_disagrees_on_the_size_is_refused(nodes: Nodes) -> None:
+    port = free_port()
+    node0 = nodes.start(*node_args(port, 2, 0, "--join-timeout", "20"))
+    stray = nodes.start(*node_args(port, 3, 1, "--join-timeout", "20"))
+    status, _, err = nodes.finish(stray)
+    assert status != 0
+    assert "refused: node 0 runs --nnodes 2, this node --nnodes 3" in err
+    node0.kill()
+    nodes.finish(node0)
+
+
+SLURM_STEP = {
+    "SLURM_JOB_ID": "48213", "SLURM_NNODES": "2", "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NODEID": "1",
+    "SLURM_STEP_NODELIST": "gpu-a[1-2]", "SLURM_JOB_NODELIST": "gpu-a[1-2]",
+}  # fmt: skip
+
+
+def fake_scontrol(bin_dir: Path, hosts: str) -> Path:
+    """An ``scontrol`` that records its arguments and prints ``hosts``, one per line."""
+    bin_dir.mkdir()
+    calls = bin_dir / "calls"
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nfor h in {hosts}; do echo $h; done\n')
+    script.chmod(0o755)
+    return calls
+
+
+def dry_run_plan(env: dict[str, str]) -> tuple[dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "xpulaunch", "--dry-run", "--json", "--gpus", "none",
+         "--nnodes", "auto", REPORT],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("printed", "master", "warned"),
+    [("gpu-a1 gpu-a2", "gpu-a1", False), ("ib-a1 ib-a2", "ib-a1", True)],
+)
+def test_slurm_hosts_cross_checked_with_scontrol(
+    tmp_path: Path, printed: str, master: str, warned: bool
+) -> None:
+    calls = fake_scontrol(tmp_path / "bin", printed)
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    plan, err = dry_run_plan({**SLURM_STEP, "PATH": path})
+    assert calls.read_text().split() == ["show", "hostnames", "gpu-a[1-2]"]
+    assert plan["nodes"] == {"nnodes": 2, "node_rank": 1, "source": "slurm",
+                             "hosts": printed.split()}  # fmt: skip
+    assert plan["workers"][0]["env"]["MASTER_ADDR"] == master
+    assert plan["workers"][0]["env"]["MASTER_PORT"] == "28213"
+    assert plan["workers"][0]["rank"] == 1
+    assert ("using it" in err) is warned
+
+
+def test_slurm_without_scontrol_uses_our_parser(tmp_path: Path) -> None:
+    plan, _ = dry_run_plan({**SLURM_STEP, "PATH": os.path.dirname(sys.executable)})
+    assert plan["nodes"]["hosts"] == ["gpu-a1", "gpu-a2"]
+    assert plan["workers"][0]["env"]["GROUP_RANK"] == "1"

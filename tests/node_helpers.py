@@ -1,0 +1,47 @@
+"""Nodes of a multi-node job, each a separate ``python -m xpulaunch`` on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent / "multinode"
+EXAMPLES = Path(__file__).parents[1] / "examples"
+NODE_TIMEOUT_S = 240  # four torch imports on a loaded two-core machine, with room to spare
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class Nodes:
+    """Starts ``xpulaunch`` processes and makes sure none outlives the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(self.tmp_path), "NO_COLOR": "1"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "xpulaunch", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        self.started.append(process)
+        return process
+
+    def finish(self, process: subprocess.Popen[str]) -> tuple[int, str, str]:
+        out, err = process.communicate(timeout=NODE_TIMEOUT_S)
+        return process.returncode, out, err
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
