@@ -12,6 +12,7 @@ stderr as written (unprefixed), ``n`` counting from 0 like torchrun's ``attempt_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -111,14 +112,20 @@ class LogSink:
         if self._config.log_dir is None:
             return None
         path = Path(self._config.log_dir) / f"attempt_{attempt}" / f"{name}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
+        handle: BinaryIO | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
+        except OSError as exc:
+            with self._lock:
+                self._log_failed(path, exc)
         with self._lock:
             old = self._files.pop(name, None)
-            self._files[name], self._paths[name] = handle, path
+            if handle is not None:
+                self._files[name], self._paths[name] = handle, path
         if old is not None:
-            old.close()
-        return path
+            _close_quietly(old)
+        return path if handle is not None else None
 
     def log_path(self, name: str) -> Path | None:
         with self._lock:
@@ -138,10 +145,24 @@ class LogSink:
             self._tails[name].extend((first + i, is_err, text) for i, text in enumerate(texts))
             handle = self._files.get(name)
             if handle is not None:
-                handle.write(b"".join(line + b"\n" for line in lines))
+                self._write_file(name, handle, b"".join(line + b"\n" for line in lines))
             if shown:
                 prefix = self._prefix[name]
                 self._console(is_err, b"".join(prefix + line + b"\n" for line in lines))
+
+    def _write_file(self, name: str, handle: BinaryIO, data: bytes) -> None:
+        """Append to a log file; a full disk or an I/O error only ends that file (with one
+        warning): log files are a convenience, supervision and the console go on."""
+        try:
+            handle.write(data)
+        except OSError as exc:
+            del self._files[name]
+            _close_quietly(handle)
+            self._log_failed(self._paths[name], exc)
+
+    def _log_failed(self, path: Path, exc: OSError) -> None:
+        text = f"xpulaunch: warning: log file {path}: {exc.strerror or exc}; no longer written\n"
+        self._console(True, text.encode())
 
     def message(self, text: str) -> None:
         """One line of the supervisor's own (summary, restarts) on the error stream."""
@@ -185,4 +206,10 @@ class LogSink:
         with self._lock:
             files, self._files = list(self._files.values()), {}
         for handle in files:
-            handle.close()
+            _close_quietly(handle)
+
+
+def _close_quietly(handle: BinaryIO) -> None:
+    """Close a log file; unbuffered, so nothing is left to flush (and lost) but the close."""
+    with contextlib.suppress(OSError):  # NFS may report a failed write-back only at close
+        handle.close()
