@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xpulaunch.proc.console import Console
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import BinaryIO
@@ -87,8 +89,8 @@ class LogSink:
         err: BinaryIO | None = None,
     ) -> None:
         self._config = config
-        self._out: BinaryIO | None = out or sys.stdout.buffer
-        self._err: BinaryIO | None = err or sys.stderr.buffer
+        err_stream = err or sys.stderr.buffer
+        self._out, self._err = Console(out or sys.stdout.buffer), Console(err_stream)
         self._lock = threading.Lock()
         self._files: dict[str, BinaryIO] = {}
         self._paths: dict[str, Path] = {}
@@ -96,7 +98,7 @@ class LogSink:
         self._tails = {n: deque[tuple[int, bool, str]](maxlen=config.tail_lines) for n in names}
         self._count = dict.fromkeys(names, 0)
         width = max((len(n) for n in names), default=1)
-        colour = _wants_colour(config, self._err)
+        colour = _wants_colour(config, err_stream)
         self._prefix = {n: self._make_prefix(n, i, width, colour) for i, n in enumerate(names)}
 
     def _make_prefix(self, name: str, index: int, width: int, colour: bool) -> bytes:
@@ -171,19 +173,9 @@ class LogSink:
                 self._console(True, f"xpulaunch: {text}\n".encode())
 
     def _console(self, is_err: bool, data: bytes) -> None:
-        stream = self._err if is_err else self._out
-        if stream is None:
-            return
-        try:
-            stream.write(data)
-            stream.flush()
-        except OSError:
-            # The reader went away (``xpulaunch ... | head``: EPIPE) or the terminal closed
-            # (EIO). Keep supervising and keep the log files; stop writing to that stream.
-            if is_err:
-                self._err = None
-            else:
-                self._out = None
+        """Never blocks: see :mod:`xpulaunch.proc.console` (a reader that went away only
+        ends that stream; supervision and the log files go on)."""
+        (self._err if is_err else self._out).write(data)
 
     def mark(self, name: str) -> int:
         """The number the next line of ``name`` will get (for ``tail(since=...)``)."""
@@ -207,6 +199,11 @@ class LogSink:
             files, self._files = list(self._files.values()), {}
         for handle in files:
             _close_quietly(handle)
+        self._out.close()
+        dropped = self._out.dropped_lines_total
+        if dropped:
+            self.message(f"{dropped} lines of output dropped: the console was not reading")
+        self._err.close()
 
 
 def _close_quietly(handle: BinaryIO) -> None:
