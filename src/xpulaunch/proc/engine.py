@@ -122,6 +122,7 @@ class Engine:
     def run(self) -> None:
         try:
             self._initial_start()
+            self._check_finished()  # an aborted start may leave nothing that would wake the loop
             while self._status is None:
                 self._iterate()
         except BaseException as exc:  # noqa: BLE001 (re-raised by wait())
@@ -198,6 +199,7 @@ class Engine:
                 gang.advance(GangEvent.STOP)
                 gang.ended_at_s = self.clock()
             self.begin_stop([w for w in gang.workers if w.alive], signal.SIGKILL, 0.0)
+            self._maybe_down(gang)  # a gang with nothing running is down now: nothing will reap
 
     def _start_gang(self, gang: Gang, *, first: bool = False) -> None:
         now = self.clock()
@@ -381,7 +383,9 @@ class Engine:
 
     def _final_status(self) -> tuple[int, str]:
         if self.launch_error is not None:
-            return START_FAILED_STATUS, self.launch_error
+            failed = next((w for w in self.workers if w.failure_reason == self.launch_error), None)
+            code = failed.exit_code if failed and failed.exit_code else START_FAILED_STATUS
+            return code, self.launch_error
         failed = [g for g in self.gangs if g.phase is Phase.FAILED]
         if failed:
             first = min(failed, key=lambda g: g.ended_at_s).first_failure

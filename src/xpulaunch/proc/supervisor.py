@@ -117,8 +117,8 @@ class Supervisor:
             self._engine.request_stop(self._early_signal, None)
         error = self._engine.wait_started()
         if error is not None:
-            self.wait()
-            raise LaunchError(error)
+            status = self.wait()
+            raise LaunchError(error, exit_code=status)
 
     def _make_engine(self) -> Engine:
         records.sweep(self._record_dir)

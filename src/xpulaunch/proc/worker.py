@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from xpulaunch.proc.spec import WorkerSpec
 
 _READ_BYTES = 64 * 1024
-START_FAILED_STATUS = 127  # what a shell reports for a command it cannot run
+START_FAILED_STATUS = 127  # what a shell reports for a command it cannot find
+CANNOT_EXECUTE_STATUS = 126  # ... and for one it found but cannot run (POSIX sh, 2.8.2)
 
 
 class WorkerOwner(Protocol):
@@ -119,12 +120,15 @@ class Worker:
             proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds)
         except (OSError, subprocess.SubprocessError) as exc:
             why = describe_start_error(spec.argv[0], exc)
-            return self._start_failed(f"cannot start worker {self.name}: {why}")
+            status = START_FAILED_STATUS
+            if not isinstance(exc, FileNotFoundError):
+                status = CANNOT_EXECUTE_STATUS
+            return self._start_failed(f"cannot start worker {self.name}: {why}", status)
         self._started(proc, spec, attempt)
         return None
 
-    def _start_failed(self, reason: str) -> str:
-        self.exit_code, self.failure_reason = START_FAILED_STATUS, reason
+    def _start_failed(self, reason: str, status: int = START_FAILED_STATUS) -> str:
+        self.exit_code, self.failure_reason = status, reason
         self.state = WorkerState.STOPPING  # nothing runs; the gang decides what comes next
         return reason
 
