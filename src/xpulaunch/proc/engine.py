@@ -383,8 +383,8 @@ class Engine:
 
     def _final_status(self) -> tuple[int, str]:
         if self.launch_error is not None:
-            failed = next((w for w in self.workers if w.failure_reason == self.launch_error), None)
-            code = failed.exit_code if failed and failed.exit_code else START_FAILED_STATUS
+            codes = [w.exit_code for w in self.workers if w.failure_reason == self.launch_error]
+            code = next((c for c in codes if c), START_FAILED_STATUS)
             return code, self.launch_error
         failed = [g for g in self.gangs if g.phase is Phase.FAILED]
         if failed:
