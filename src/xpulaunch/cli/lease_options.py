@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from xpulaunch.cli.bounds import SECONDS
 from xpulaunch.cli.options import option_group
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ lease_options = option_group(
     ),
     click.option(
         "--wait-timeout",
-        type=click.FloatRange(min=0),
+        type=SECONDS,
         metavar="SECONDS",
         help="Give up waiting after SECONDS (implies --wait).",
     ),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch import api
+from xpulaunch.cli.bounds import POSITIVE_SECONDS, SECONDS
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
@@ -27,7 +28,7 @@ from xpulaunch.proc.signals import forwarding
 if TYPE_CHECKING:
     from xpulaunch.proc.leases import Lease
 
-_SECONDS = click.FloatRange(min=0, min_open=True)
+_SECONDS = POSITIVE_SECONDS
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -119,7 +120,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=10.0,
     show_default=True,
     envvar="XPULAUNCH_GRACE",
@@ -148,6 +149,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     parent_env = dict(os.environ)
     leases = LeaseSettings.pop_from(options)
     request = _request(server_args, options)
+    parse_backoff(options["backoff"])  # checked for a dry run too
     path = options["inventory"]
     inventory = _inventory(path, parent_env)
     if dry_run:

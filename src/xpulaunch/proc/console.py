@@ -44,6 +44,7 @@ class Console:
         self._dropped_lines = 0  # since the last write that fitted
         self.dropped_lines_total = 0
         self._closed = False
+        self._writing = False  # the writer thread holds a chunk it has not written yet
         self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -84,7 +85,7 @@ class Console:
         with self._idle:
             self._closed = True
             self._idle.notify_all()
-            while self._chunks and self._thread is not None:
+            while (self._chunks or self._writing) and self._stream is not None:
                 left_s = deadline_s - time.monotonic()
                 if left_s <= 0 or not self._idle.wait(left_s):
                     break
@@ -103,14 +104,16 @@ class Console:
 
     def _next_chunk(self) -> bytes | None:
         with self._idle:
+            self._writing = False
+            if not self._chunks:
+                self._idle.notify_all()  # close() waits for the writer to be idle
             while not self._chunks:
                 if self._closed:
                     return None
                 self._idle.wait()
             data = self._chunks.popleft()
             self._buffered_bytes -= len(data)
-            if not self._chunks:
-                self._idle.notify_all()  # close() waits for an empty buffer
+            self._writing = True
         return data
 
     def _write_fd(self, data: bytes) -> bool:
