@@ -32,6 +32,7 @@ from xpulaunch.proc import records
 from xpulaunch.proc.engine import Engine
 from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
 from xpulaunch.proc.guardian import start_guardian
+from xpulaunch.proc.limits import ensure_open_files
 from xpulaunch.proc.logs import LogConfig, LogSink
 from xpulaunch.proc.processes import now_ticks, start_ticks
 from xpulaunch.proc.spec import Probe, WorkerSpec
@@ -108,6 +109,7 @@ class Supervisor:
         with self._lock:
             if self._engine is not None:
                 return
+            ensure_open_files(len(self._specs))
             self._engine = self._make_engine()
             self._thread = threading.Thread(
                 target=self._engine.run, name="xpulaunch-supervisor", daemon=True
