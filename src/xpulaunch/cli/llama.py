@@ -35,7 +35,7 @@ _SECONDS = POSITIVE_SECONDS
 @click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
 @click.option(
     "--replicas",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1024),
     default=1,
     show_default=True,
     help="Servers to start, each on its own devices and port.",
