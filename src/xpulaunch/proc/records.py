@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 def runtime_dir(env: Mapping[str, str]) -> str:
     """``$XDG_RUNTIME_DIR/xpulaunch``, else ``/tmp/xpulaunch-<uid>``: private to the user."""
     base = env.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base):
+    # The XDG spec says to ignore a relative XDG_RUNTIME_DIR (it would put job records under
+    # whatever the current directory is), as the lock directory does.
+    if base and os.path.isabs(base) and os.path.isdir(base):
         return os.path.join(base, "xpulaunch", "jobs")
     return os.path.join(f"/tmp/xpulaunch-{os.getuid()}", "jobs")
 
