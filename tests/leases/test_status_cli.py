@@ -115,7 +115,8 @@ def test_status_through_the_real_entry_point(
     done = _xpulaunch("status", "--lock-dir", str(planted))
     assert done.returncode == 1 and done.stdout == ""  # a LeaseError: one line, no traceback
     assert done.stderr == (
-        f"xpulaunch: error: {planted}/unit-0000%3A01%3A00.0.lock is not a regular file; "
+        f"xpulaunch: error: {planted}/unit-0000%3A01%3A00.0.lock (made by user "
+        f"{pwd.getpwuid(os.getuid()).pw_name}) is not a regular file; "
         "remove it or use --lock-dir DIR (or XPULAUNCH_LOCK_DIR)\n"
     )
 
