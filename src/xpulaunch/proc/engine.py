@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from concurrent.futures import Future
 
+    from xpulaunch.proc.cgroup import JobCgroup
     from xpulaunch.proc.guardian import GuardianHandle
     from xpulaunch.proc.logs import LogSink
     from xpulaunch.proc.processes import JobProcess
@@ -78,14 +79,17 @@ class Engine:
         record: JobRecord,
         lease_fds: tuple[int, ...] = (),
         release_leases: bool = False,
+        cgroup: JobCgroup | None = None,
     ) -> None:
         self.policy, self.grace_s, self.clock = policy, grace_s, clock
+        self.cgroup = cgroup
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
         self.guardian, self.record = guardian, record
         self.loop = Loop(clock)
         self.workers = [
-            Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id) for spec in specs
+            Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id, cgroup=cgroup)
+            for spec in specs
         ]
         groups = [self.workers] if policy.gang else [[w] for w in self.workers]
         self.gangs = [Gang(workers) for workers in groups]
@@ -327,7 +331,14 @@ class Engine:
             return []
         sessions = {w.pid: w.start_ticks for w in workers if w.pid is not None}
         exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
-        return find_job(self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude)
+        return find_job(
+            self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude,
+            cgroup=self._cgroup_path,
+        )  # fmt: skip
+
+    @property
+    def _cgroup_path(self) -> str | None:
+        return self.cgroup.path if self.cgroup is not None else None
 
     def _owned(self, workers: Sequence[Worker], found: list[JobProcess]) -> list[JobProcess]:
         sessions = {w.pid for w in workers}
@@ -373,7 +384,10 @@ class Engine:
             return
         if not job_gone:
             exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
-            strays = find_job(self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude)
+            strays = find_job(
+                self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude,
+                cgroup=self._cgroup_path,
+            )  # fmt: skip
             if strays:  # a marked process no worker owns any more (changed its marker?)
                 signal_processes(strays, signal.SIGKILL)
                 self.loop.call_at(self.clock() + RECHECK_S, lambda: None)  # look again then
@@ -415,6 +429,8 @@ class Engine:
         for worker in self.workers:
             if worker.alive:
                 worker.kill_group()
+        if self.cgroup is not None:
+            self.cgroup.kill()
         if self.guardian is not None:
             return  # closing its pipe without "done" makes it kill whatever is left
         signal_processes(self.scan(self.workers), signal.SIGKILL)
@@ -432,6 +448,8 @@ class Engine:
             self.guardian.close(done=self._crash is None, wait=wait)
         for fd in self._lease_fds:
             os.close(fd)
+        if self.cgroup is not None and finished:
+            self.cgroup.remove()  # empty: _check_finished saw no member left
         if self._crash is None:
             self.record.remove()
         else:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.proc import records
+from xpulaunch.proc.cgroup import job_cgroup
 from xpulaunch.proc.engine import Engine
 from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
 from xpulaunch.proc.guardian import start_guardian
@@ -101,6 +102,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._early_signal: int | None = None
+        self.cgroup_note = ""  # why the job has no cgroup of its own ("" when it has one)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -126,16 +128,20 @@ class Supervisor:
         records.sweep(self._record_dir)
         since = now_ticks()
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
-        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds)
+        cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
+        cgroup_path = cgroup.path if cgroup is not None else None
+        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds, cgroup_path)
         header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
         if watchdog is not None:
             header["guardian"] = _identity(watchdog.pid)
+        if cgroup_path is not None:
+            header["cgroup"] = cgroup_path
         record = records.JobRecord(self._record_dir, self.job_id, header)
         return Engine(
             self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
             on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
             settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
-            release_leases=self._release_leases,
+            release_leases=self._release_leases, cgroup=cgroup,
         )  # fmt: skip
 
     def wait(self, timeout: float | None = None) -> int | None:

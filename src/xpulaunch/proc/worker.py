@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
     from typing import IO
 
+    from xpulaunch.proc.cgroup import JobCgroup
     from xpulaunch.proc.events import Event
     from xpulaunch.proc.logs import LogSink
     from xpulaunch.proc.loop import Loop
@@ -76,9 +77,16 @@ def describe_start_error(argv0: str, exc: BaseException) -> str:
 
 class Worker:
     def __init__(
-        self, spec: WorkerSpec, owner: WorkerOwner, *, loop: Loop, sink: LogSink, job_id: str
+        self,
+        spec: WorkerSpec,
+        owner: WorkerOwner,
+        *,
+        loop: Loop,
+        sink: LogSink,
+        job_id: str,
+        cgroup: JobCgroup | None = None,
     ) -> None:
-        self.name, self.spec = spec.name, spec
+        self.name, self.spec, self._cgroup = spec.name, spec, cgroup
         self._owner, self._loop, self._sink, self._job_id = owner, loop, sink, job_id
         self.state = WorkerState.PENDING
         self.proc: subprocess.Popen[bytes] | None = None
@@ -116,16 +124,30 @@ class Worker:
         env = start_env(spec.env, job_id=self._job_id, worker=self.name, attempt=attempt)
         self._sink.open_attempt(self.name, attempt)
         self._first_line = self._sink.mark(self.name)
+        cgroup_fd = self._cgroup_fd()
         try:
-            proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds)
+            proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)
         except (OSError, subprocess.SubprocessError) as exc:
             why = describe_start_error(spec.argv[0], exc)
             status = START_FAILED_STATUS
             if not isinstance(exc, FileNotFoundError):
                 status = CANNOT_EXECUTE_STATUS
             return self._start_failed(f"cannot start worker {self.name}: {why}", status)
+        finally:
+            if cgroup_fd is not None:
+                os.close(cgroup_fd)
         self._started(proc, spec, attempt)
         return None
+
+    def _cgroup_fd(self) -> int | None:
+        """The worker's leaf ``cgroup.procs`` to join; None without a job cgroup (or when the
+        leaf cannot be made: the worker then runs in the supervisor's cgroup)."""
+        if self._cgroup is None:
+            return None
+        try:
+            return self._cgroup.open_procs(self.name)
+        except OSError:
+            return None
 
     def _start_failed(self, reason: str, status: int = START_FAILED_STATUS) -> str:
         self.exit_code, self.failure_reason = status, reason
