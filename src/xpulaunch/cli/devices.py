@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.render import terminal_safe
 from xpulaunch.core.inventory import dumps
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def devices(as_json: bool, inventory_file: str | None, debug: bool, use_torch: b
         return
     if inventory_file is not None:
         click.echo(f"inventory: {inventory_file} (not probed)")
-    click.echo(render_table(inventory, debug=debug))
+    click.echo(terminal_safe(render_table(inventory, debug=debug)))
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:

@@ -10,6 +10,7 @@ import click
 
 from xpulaunch.cli.lease_options import lock_dir_option
 from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.render import terminal_safe
 from xpulaunch.proc.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
@@ -21,7 +22,11 @@ SCHEMA = "xpulaunch.status/1"
 def status(as_json: bool, lock_dir: str | None) -> int:
     """Show device leases and launches waiting for devices."""
     report = LeaseManager(lock_dir).status()
-    click.echo(json.dumps(status_document(report), indent=2) if as_json else status_text(report))
+    click.echo(
+        json.dumps(status_document(report), indent=2)
+        if as_json
+        else terminal_safe(status_text(report))
+    )
     return 0
 
 
