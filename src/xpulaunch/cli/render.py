@@ -12,7 +12,6 @@ from xpulaunch import api
 from xpulaunch.core.units import format_bytes
 from xpulaunch.model import SET_AT_START, Plan, Unit
 
-
 # C0 controls but the newline, DEL, and C1 controls: an ESC in a device name (from a driver,
 # an inventory file, another user's command line) would be a terminal escape sequence.
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
