@@ -37,3 +37,13 @@ def test_a_log_dir_that_fails_later_does_not_stop_the_job(launch: Launch, tmp_pa
     assert (status, "Traceback" in err) == (0, False), err
     assert "ran" in out
     assert "log file" in err
+
+
+def test_a_crash_loop_keeps_the_first_and_the_last_attempts(launch: Launch, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    args = ["--log-dir", str(log_dir), "--max-restarts", "30", "--backoff", "0"]
+    code, _, err = finish(launch("run", *args, "python3", "-c", "print('x'); exit(3)"))
+    assert code == 3, err
+    kept = sorted(int(p.name.split("_")[1]) for p in log_dir.iterdir())
+    assert kept == [0, *range(11, 31)]
+    assert (log_dir / "attempt_30" / "0.log").read_text() == "x\n"

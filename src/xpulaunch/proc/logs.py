@@ -7,7 +7,8 @@ lines fast. A line longer than ``MAX_LINE_BYTES`` without a newline is emitted i
 that a runaway writer cannot make the supervisor grow without bound.
 
 Layout with ``log_dir``: ``<log_dir>/attempt_<n>/<name>.log`` holding the worker's stdout and
-stderr as written (unprefixed), ``n`` counting from 0 like torchrun's ``attempt_<n>``.
+stderr as written (unprefixed), ``n`` counting from 0 like torchrun's ``attempt_<n>``. Only
+``attempt_0`` and the last ``KEEP_ATTEMPTS`` attempts are kept.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO
 
 MAX_LINE_BYTES = 64 * 1024
+KEEP_ATTEMPTS = 20  # besides attempt_0
 # Cyan, yellow, green, magenta, blue, bright cyan ... red stays free for errors.
 _COLOURS = (b"36", b"33", b"32", b"35", b"34", b"96", b"93", b"92", b"95", b"94")
 _RESET = b"\x1b[0m"
@@ -127,7 +129,20 @@ class LogSink:
                 self._files[name], self._paths[name] = handle, path
         if old is not None:
             _close_quietly(old)
+        self._prune(name, attempt)
         return path if handle is not None else None
+
+    def _prune(self, name: str, attempt: int) -> None:
+        """Keep ``attempt_0`` (the first failure) and the last :data:`KEEP_ATTEMPTS`
+        attempts of a worker's logs: a crash loop must not fill the disk with directories."""
+        old = attempt - KEEP_ATTEMPTS
+        if old < 1 or self._config.log_dir is None:
+            return
+        folder = Path(self._config.log_dir) / f"attempt_{old}"
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove
+            (folder / f"{name}.log").unlink()
+        with contextlib.suppress(OSError):  # other workers' logs are still there
+            folder.rmdir()
 
     def log_path(self, name: str) -> Path | None:
         with self._lock:
