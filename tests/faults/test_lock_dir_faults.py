@@ -75,3 +75,31 @@ def _me() -> str:
     import pwd
 
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def test_sigint_stops_a_waiting_launch_even_when_ignored_at_start(
+    launch: Launch, tmp_path: Path
+) -> None:
+    import signal
+
+    locks = tmp_path / "locks"
+    inv = inventory(tmp_path)
+    marker = tmp_path / "holding"
+    hold = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(600)"
+    holder = launch("run", "--lock-dir", str(locks), "--inventory", inv, "--gpus", "1",
+                    sys.executable, "-c", hold)  # fmt: skip
+    wait_for(marker.exists, "the holder to run")
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    waiter = launch(
+        "run", "--lock-dir", str(locks), "--inventory", inv, "--gpus", "1", "--wait", "true",
+        preexec_fn=ignore_sigint,
+    )  # fmt: skip
+    wait_for(lambda: list(locks.glob("wait-*.ticket")), "the waiter to queue")
+    waiter.send_signal(signal.SIGINT)
+    code, _, err = finish(waiter, timeout_s=30)  # it used to wait on, deaf to SIGINT
+    assert code == 130, err
+    holder.send_signal(signal.SIGTERM)
+    finish(holder)
