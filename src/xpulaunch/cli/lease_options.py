@@ -25,6 +25,7 @@ import click
 
 from xpulaunch.cli.bounds import SECONDS
 from xpulaunch.cli.options import option_group
+from xpulaunch.cli.render import terminal_safe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
@@ -131,7 +132,7 @@ class WaitReporter:
         self._ignored_sigint = False
 
     def __call__(self, status: WaitStatus) -> None:
-        line = "xpulaunch: " + wait_line(status)
+        line = "xpulaunch: " + terminal_safe(wait_line(status))  # names other users' commands
         if self._tty:
             width = shutil.get_terminal_size().columns - 1
             self._stream.write("\r\x1b[K" + line[:width])
