@@ -28,6 +28,7 @@ Choices, each for a reason:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -65,7 +66,9 @@ def _child_setup(
     prctl: Callable[..., int], parent_pid: int, death_signal: int, cgroup_fd: int | None
 ) -> None:
     if cgroup_fd is not None:  # join the worker's cgroup before anything can fork
-        os.write(cgroup_fd, b"0")
+        # EBUSY/EOPNOTSUPP (a parent with controllers enabled): run uncontained, not fail.
+        with contextlib.suppress(OSError):
+            os.write(cgroup_fd, b"0")
     if not death_signal:
         return
     if prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
