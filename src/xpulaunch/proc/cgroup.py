@@ -39,7 +39,7 @@ def own_cgroup_dir(mountinfo: str, proc_cgroup: str) -> str | None:
         before, _, after = line.partition(" - ")
         fields = before.split()
         if after.split()[:1] == [_CGROUP2_FSTYPE] and len(fields) >= 5 and fields[3] == "/":
-            return os.path.join(fields[4], relative.lstrip("/"))
+            return os.path.normpath(os.path.join(fields[4], relative.lstrip("/")))
     return None
 
 
