@@ -10,16 +10,17 @@ Everything here is what the CLI does, minus the printing::
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
-from pathlib import Path
+import stat
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
-from xpulaunch.errors import InventoryError, LaunchError
+from xpulaunch.errors import InventoryError, LaunchError, UsageError
 from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
 from xpulaunch.proc.program import resolve_program
 
@@ -48,7 +49,14 @@ def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> I
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory document (``xpulaunch devices --json`` output)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = _read_regular_file(path, inventory_doc.MAX_DOCUMENT_CHARS)
+        if len(data) > inventory_doc.MAX_DOCUMENT_CHARS:
+            raise InventoryError(
+                f"larger than {inventory_doc.MAX_DOCUMENT_CHARS // 2**20} MiB",
+                option="inventory",
+                value=os.fspath(path),
+            )
+        text = data.decode("utf-8")
     except OSError as exc:
         raise InventoryError(
             f"cannot read it ({exc.strerror})", option="inventory", value=os.fspath(path)
@@ -58,6 +66,18 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
             f"not UTF-8 text ({exc.reason})", option="inventory", value=os.fspath(path)
         ) from exc
     return inventory_doc.loads(text, source=str(path))
+
+
+def _read_regular_file(path: str | os.PathLike[str], limit_bytes: int) -> bytes:
+    """A regular file's bytes, at most ``limit_bytes`` (+1, so the parser sees it is too big).
+
+    Opened without blocking and checked before reading: a FIFO would block the open (and the
+    read) for ever, and ``/dev/zero`` never ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read(limit_bytes + 1)
 
 
 def inventory_document(inventory: Inventory) -> dict[str, Any]:
@@ -76,7 +96,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     and a worker that fails to bind fails the gang, which is then restarted on the same plan.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        try:
+            sock.bind((host, 0))
+        except OSError as exc:  # unresolvable (socket.gaierror), or not this host's address
+            raise UsageError(
+                f"cannot listen there ({exc.strerror or exc}); give an IPv4 address or name of "
+                "this host, or a --master-port too when the master runs elsewhere",
+                option="master_addr",
+                value=host,
+            ) from exc
         port: int = sock.getsockname()[1]
     return port
 

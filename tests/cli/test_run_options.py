@@ -152,7 +152,7 @@ def test_environment_variables_count_as_click_reads_them(monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize(
     ("args", "grace"),
-    [(["train.py", "--grace=-1"], -1.0), (["--grace", "1", "train.py", "--grace=2"], 2.0)],
+    [(["train.py", "--grace=0.5"], 0.5), (["--grace", "1", "train.py", "--grace=2"], 2.0)],
 )
 def test_repeated_options_last_one_wins(args: list[str], grace: float) -> None:
     assert values(run, *args)["grace"] == grace

@@ -406,3 +406,30 @@ def test_a_busy_host_fails_fast_with_one_line_and_starts_nothing(cli: Cli) -> No
     assert holder.proc.poll() is None  # and the holder was never disturbed
     Path(f"{info_path}.release").touch()
     assert holder.finish(timeout_s=20)[0] == 0
+
+
+@pytest.mark.slow
+def test_a_stopped_waiter_at_the_head_does_not_hold_the_line(cli: Cli) -> None:
+    inventory = cli.inventory(1)
+    info_path = cli.root / "info.json"
+    holder = cli.start("holder", inventory, "--gpus", "1", "--", JOB, "hold", info_path)
+    _info(info_path)
+    audit = cli.root / "audit.jsonl"
+    wait = ["--gpus", "1", "--wait", "--wait-timeout", "60"]
+    first = cli.start("first", inventory, *wait, *_audit_job(audit, "first"))
+    wait_for(lambda: any(w["waiting_for"] for w in cli.status()["waiting"]), "the first waiter")
+    second = cli.start("second", inventory, *wait, *_audit_job(audit, "second"))
+    wait_for(lambda: len(cli.status()["waiting"]) == 2, "the second waiter")
+    first.proc.send_signal(signal.SIGSTOP)  # Ctrl-Z at the head of the queue
+    try:
+        head = wait_for(lambda: [w for w in cli.status()["waiting"] if w["stopped"]], "stopped")
+        assert head[0]["pid"] == first.pid and "stopped" in head[0]["waiting_for"]
+        Path(f"{info_path}.release").touch()
+        assert holder.finish(timeout_s=20)[0] == 0
+        code, _out, err = second.finish(timeout_s=30)  # it used to wait behind the stopped one
+        assert code == 0, err
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+    code, _out, err = first.finish(timeout_s=30)  # continued: it takes its turn after all
+    assert code == 0, err
+    assert [r["tag"] for r in _audit(audit)] == ["second", "first"]

@@ -59,7 +59,7 @@ def test_status_json_shape_with_leases_and_a_waiter(
     assert entry["user"] == pwd.getpwuid(os.getuid()).pw_name and entry["holder_alive"] is True
     assert entry["since"][:4].isdigit() and "T" in entry["since"]  # ISO 8601, with offset
     [queued] = doc["waiting"]
-    assert set(queued) == {"position", "waiting_for", *HOLDER_KEYS}
+    assert set(queued) == {"position", "waiting_for", "stopped", *HOLDER_KEYS}
     assert queued["position"] == 1 and queued["pid"] == waiter.pid
     assert queued["command"] == ["lease_worker", "hold", "1"]
     assert _status_json(lock_dir)["leases"] == [] and _status_json(lock_dir)["waiting"] == []
@@ -115,7 +115,8 @@ def test_status_through_the_real_entry_point(
     done = _xpulaunch("status", "--lock-dir", str(planted))
     assert done.returncode == 1 and done.stdout == ""  # a LeaseError: one line, no traceback
     assert done.stderr == (
-        f"xpulaunch: error: {planted}/unit-0000%3A01%3A00.0.lock is not a regular file; "
+        f"xpulaunch: error: {planted}/unit-0000%3A01%3A00.0.lock (made by user "
+        f"{pwd.getpwuid(os.getuid()).pw_name}) is not a regular file; "
         "remove it or use --lock-dir DIR (or XPULAUNCH_LOCK_DIR)\n"
     )
 

@@ -289,7 +289,8 @@ def test_two_quick_ctrl_cs_while_the_console_is_blocked_exit_at_once(
     assert proc.returncode == 128 + signal.SIGINT, text[-2000:]
     assert "Traceback" not in text
     assert "xpulaunch: SIGINT: stopping llama-server (again to kill at once)" in text
-    assert "xpulaunch: SIGINT: killing every llama-server now" in text
+    # No "killing every llama-server now" is required: the loop no longer waits for the
+    # console, so the first SIGINT may have stopped the server before the second came.
     assert not leftovers(str(model_link))
 
 

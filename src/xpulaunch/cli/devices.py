@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.render import terminal_safe
 from xpulaunch.core.inventory import dumps
 from xpulaunch.core.known_issues import issues_of
 
@@ -75,11 +76,11 @@ def devices(
         return
     if inventory_file is not None:
         click.echo(f"inventory: {inventory_file} (not probed)")
-    click.echo(render_table(inventory, debug=debug))
+    click.echo(terminal_safe(render_table(inventory, debug=debug)))
     if show_processes:
         from xpulaunch.cli.device_processes import render_processes
 
-        click.echo(render_processes(inventory))
+        click.echo(terminal_safe(render_processes(inventory)))
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:

@@ -15,13 +15,17 @@ A dry run reserves nothing: ``settings.manager().unavailable()`` gives the mappi
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
 
+from xpulaunch.cli.bounds import SECONDS
 from xpulaunch.cli.options import option_group
+from xpulaunch.cli.render import terminal_safe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
@@ -57,7 +61,7 @@ lease_options = option_group(
     ),
     click.option(
         "--wait-timeout",
-        type=click.FloatRange(min=0),
+        type=SECONDS,
         metavar="SECONDS",
         help="Give up waiting after SECONDS (implies --wait).",
     ),
@@ -125,9 +129,10 @@ class WaitReporter:
         self._log_every_s = log_every_s
         self._last: tuple[int, str, float] | None = None  # position, reason, waited_s
         self._open_line = False
+        self._ignored_sigint = False
 
     def __call__(self, status: WaitStatus) -> None:
-        line = "xpulaunch: " + wait_line(status)
+        line = "xpulaunch: " + terminal_safe(wait_line(status))  # names other users' commands
         if self._tty:
             width = shutil.get_terminal_size().columns - 1
             self._stream.write("\r\x1b[K" + line[:width])
@@ -151,10 +156,26 @@ class WaitReporter:
             self._open_line = False
 
     def __enter__(self) -> WaitReporter:
+        self._ignored_sigint = _honour_sigint()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+        if self._ignored_sigint:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _honour_sigint() -> bool:
+    """Make SIGINT stop a waiting launch even when it was ignored at start (``nohup``, a
+    background job of a script): the run phase's handler stops the job on it whatever the
+    inherited disposition, so waiting must not be the one phase deaf to it. True when it was
+    ignored (and is restored afterwards)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return False
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return True
 
 
 def _ordinal(n: int) -> str:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch import api
+from xpulaunch.cli.bounds import POSITIVE_SECONDS, SECONDS
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.operations_options import llama_metrics_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS
@@ -28,14 +29,14 @@ from xpulaunch.proc.signals import forwarding
 if TYPE_CHECKING:
     from xpulaunch.proc.leases import Lease
 
-_SECONDS = click.FloatRange(min=0, min_open=True)
+_SECONDS = POSITIVE_SECONDS
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
 @click.option(
     "--replicas",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1024),
     default=1,
     show_default=True,
     help="Servers to start, each on its own devices and port.",
@@ -120,7 +121,7 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=10.0,
     show_default=True,
     envvar="XPULAUNCH_GRACE",
@@ -150,6 +151,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     parent_env = dict(os.environ)
     leases = LeaseSettings.pop_from(options)
     request = _request(server_args, options)
+    parse_backoff(options["backoff"])  # checked for a dry run too
     path = options["inventory"]
     inventory = _inventory(path, parent_env)
     if dry_run:

@@ -53,8 +53,14 @@ def _error_line(exc: click.ClickException | XpulaunchError) -> str:
     return exc.format_message() + hint
 
 
+MAX_ERROR_CHARS = 1000  # an error may quote the input, and inputs can be huge
+
+
 def _fail(message: str, code: int) -> None:
     one_line = " ".join(message.split())
+    if len(one_line) > MAX_ERROR_CHARS:
+        more = len(one_line) - MAX_ERROR_CHARS
+        one_line = f"{one_line[:MAX_ERROR_CHARS]}... ({more} more characters)"
     sys.stderr.write(f"xpulaunch: error: {one_line}\n")
     sys.exit(code)
 

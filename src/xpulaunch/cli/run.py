@@ -27,7 +27,7 @@ from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
 from xpulaunch.model import DeviceMap, Plan
-from xpulaunch.proc.options import parse_seconds, plan_restart_limit
+from xpulaunch.proc.options import check_run_values, parse_seconds, plan_restart_limit
 
 _run_only_options = option_group(
     click.option(
@@ -77,6 +77,7 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     kwargs = {**_plan_kwargs(options), **accelerate}
     kwargs.update(node_kwargs(node_request, kwargs["parent_env"], options))
     if dry_run:
+        check_run_values(options)  # what a real run would refuse, a dry run refuses too
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if kwargs["inventory"] else leases.manager().unavailable()
         plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)

@@ -10,6 +10,7 @@ import click
 
 from xpulaunch.cli.lease_options import lock_dir_option
 from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.render import terminal_safe
 from xpulaunch.proc.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
@@ -21,7 +22,11 @@ SCHEMA = "xpulaunch.status/1"
 def status(as_json: bool, lock_dir: str | None) -> int:
     """Show device leases and launches waiting for devices."""
     report = LeaseManager(lock_dir).status()
-    click.echo(json.dumps(status_document(report), indent=2) if as_json else status_text(report))
+    click.echo(
+        json.dumps(status_document(report), indent=2)
+        if as_json
+        else terminal_safe(status_text(report))
+    )
     return 0
 
 
@@ -43,7 +48,19 @@ def _lease_entry(lease: LeaseRecord) -> dict[str, object]:
 
 def _waiter_entry(waiter: WaiterRecord) -> dict[str, object]:
     fields = _holder_fields(waiter.holder)
-    return {"position": waiter.position, **fields, "waiting_for": waiter.waiting_for}
+    return {
+        "position": waiter.position,
+        **fields,
+        "waiting_for": _waiting_for(waiter),
+        "stopped": waiter.stopped,
+    }
+
+
+def _waiting_for(waiter: WaiterRecord) -> str | None:
+    """What it waits for; a stopped waiter's own last reason is stale, so say that instead."""
+    if waiter.stopped:
+        return "nothing: stopped (Ctrl-Z?); later launches go first until it is continued"
+    return waiter.waiting_for
 
 
 def _holder_fields(holder: HolderInfo | None) -> dict[str, object]:
@@ -90,7 +107,7 @@ def _lease_row(lease: LeaseRecord) -> tuple[str, ...]:
 
 def _waiter_row(waiter: WaiterRecord) -> tuple[str, ...]:
     holder = waiter.holder
-    reason = waiter.waiting_for or "its turn"
+    reason = _waiting_for(waiter) or "its turn"
     if holder is None:
         return (str(waiter.position), "?", "?", "?", "?", "?", reason)
     waited = f"{max(time.time() - holder.since_s, 0):.0f} s"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from xpulaunch.cli.bounds import SECONDS
 from xpulaunch.cli.options import option_group
 from xpulaunch.proc.options import DEFAULT_MAX_RESTARTS
 
@@ -21,7 +22,7 @@ supervision_options = option_group(
     ),
     click.option(
         "--max-restarts",
-        type=int,
+        type=click.IntRange(min=-1),
         envvar="XPULAUNCH_MAX_RESTARTS",
         metavar="N",
         help=f"Restarts allowed inside the stability window (-1: no limit; default "
@@ -38,7 +39,7 @@ supervision_options = option_group(
     ),
     click.option(
         "--stable-window",
-        type=float,
+        type=SECONDS,
         default=60.0,
         show_default=True,
         envvar="XPULAUNCH_STABLE_WINDOW",
@@ -53,7 +54,7 @@ supervision_options = option_group(
     ),
     click.option(
         "--grace",
-        type=float,
+        type=SECONDS,
         default=10.0,
         show_default=True,
         envvar="XPULAUNCH_GRACE",

@@ -7,6 +7,7 @@ the bad key as a path (``devices[1].memory_total_bytes``) and what would be vali
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping  # also at run time: isinstance checks
 from typing import TYPE_CHECKING
 
@@ -34,12 +35,28 @@ _DEVICE_KEYS = (
 )
 
 
+# Bounds on what a document may hold: far above any machine, far below what would make
+# parsing it a problem (an inventory of a node with 8 GPUs is a few kB).
+MAX_DOCUMENT_CHARS = 4 * 1024 * 1024
+MAX_TILES = 64
+MAX_INDEX = 65535
+# Identifiers end up in comma-separated visibility masks (CUDA_VISIBLE_DEVICES=GPU-..,GPU-..):
+# a comma, a space or an "=" inside one would split it or change its meaning.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
 def loads(text: str, *, source: str = "inventory") -> Inventory:
     """Parse an inventory document from JSON text."""
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise InventoryError(f"{source}: larger than {MAX_DOCUMENT_CHARS // 2**20} MiB")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InventoryError(f"{source}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError as exc:
+        raise InventoryError(f"{source}: JSON nested too deeply") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits (int_max_str_digits)
+        raise InventoryError(f"{source}: not valid JSON ({str(exc)[:80]})") from exc
     return from_dict(doc, source=source)
 
 
@@ -123,12 +140,12 @@ def _device(raw: object, where: str) -> Device:
         bus = normalized
     return Device(
         vendor=vendor,
-        index=_int(raw, "index", where, minimum=0, required=True) or 0,
+        index=_int(raw, "index", where, minimum=0, maximum=MAX_INDEX, required=True) or 0,
         name=_opt_str(raw, "name", where),
         pci_bus_id=bus,
-        uuid=_opt_str(raw, "uuid", where),
+        uuid=_identifier(raw, "uuid", where),
         integrated=_bool(raw, "integrated", where),
-        tiles=_int(raw, "tiles", where, minimum=1) or 1,
+        tiles=_int(raw, "tiles", where, minimum=1, maximum=MAX_TILES) or 1,
         memory_total_bytes=_int(raw, "memory_total_bytes", where, minimum=0),
         memory_used_bytes=_int(raw, "memory_used_bytes", where, minimum=0),
         utilization_percent=_percent(raw, "utilization_percent", where),
@@ -143,7 +160,7 @@ def _device(raw: object, where: str) -> Device:
 def _mig(raw: object, where: str) -> MigDevice:
     if not isinstance(raw, Mapping):
         raise InventoryError(f"{where}: must be an object")
-    uuid = _opt_str(raw, "uuid", where)
+    uuid = _identifier(raw, "uuid", where)
     if not uuid or not uuid.startswith("MIG-"):
         raise InventoryError(f"{where}.uuid: {uuid!r} is not a MIG UUID like 'MIG-...'")
     return MigDevice(
@@ -192,6 +209,17 @@ def _opt_str(raw: Mapping[str, object], key: str, where: str) -> str | None:
     raise InventoryError(f"{where}.{key}: must be a string or null, not {value!r}")
 
 
+def _identifier(raw: Mapping[str, object], key: str, where: str) -> str | None:
+    value = _opt_str(raw, key, where)
+    if value is not None and not _IDENTIFIER.fullmatch(value):
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        raise InventoryError(
+            f"{where}.{key}: {shown!r} is not an identifier (1 to 128 letters, digits, and "
+            "'-_.:'; a comma would split a visibility mask)"
+        )
+    return value
+
+
 def _bool(raw: Mapping[str, object], key: str, where: str) -> bool:
     value = raw.get(key, False)
     if isinstance(value, bool):
@@ -200,14 +228,22 @@ def _bool(raw: Mapping[str, object], key: str, where: str) -> bool:
 
 
 def _int(
-    raw: Mapping[str, object], key: str, where: str, *, minimum: int, required: bool = False
+    raw: Mapping[str, object],
+    key: str,
+    where: str,
+    *,
+    minimum: int,
+    maximum: int = 2**63 - 1,
+    required: bool = False,
 ) -> int | None:
     value = raw.get(key)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         need = "an integer" + (f" >= {minimum}" if minimum else "")
-        raise InventoryError(f"{where}.{key}: must be {need}, not {value!r}")
+        need += f" and <= {maximum}" if maximum < 2**63 - 1 else ""
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise InventoryError(f"{where}.{key}: must be {need}, not {shown}")
     return value
 
 

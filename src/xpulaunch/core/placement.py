@@ -16,13 +16,20 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
+# A bound far above any node (8 GPUs x tiles x a few workers each), far below what makes
+# planning itself run out of memory (a plan of 10**8 workers).
+MAX_WORKERS = 4096
+
+
 def worker_count(nproc_per_node: int | None, units: int) -> int:
     """``None`` means ``auto``: one worker per unit (one on the CPU)."""
     if nproc_per_node is None:
         return max(units, 1)
-    if nproc_per_node < 1:
+    if not 1 <= nproc_per_node <= MAX_WORKERS:
         raise UsageError(
-            "must be at least 1, or auto", option="nproc_per_node", value=nproc_per_node
+            f"must be from 1 to {MAX_WORKERS}, or auto",
+            option="nproc_per_node",
+            value=nproc_per_node,
         )
     return nproc_per_node
 

@@ -90,6 +90,9 @@ class Selection:
     notes: tuple[str, ...] = field(default=())
 
 
+MAX_GPUS_CHARS = 4096  # room for 64 device UUIDs with their commas
+
+
 def parse_gpus(text: str) -> GpuRequest:
     """Parse ``--gpus`` the way ``docker run --gpus`` splits counts from lists.
 
@@ -97,6 +100,12 @@ def parse_gpus(text: str) -> GpuRequest:
     ('0', '2')
     """
     value = text.strip()
+    if len(value) > MAX_GPUS_CHARS:
+        raise UsageError(
+            f"{len(value)} characters; expected at most {MAX_GPUS_CHARS}",
+            option="gpus",
+            value=value[:40] + "...",
+        )
     lowered = value.lower()
     if lowered in ("auto", "all", "none"):
         return GpuRequest(GpuMode(lowered))

@@ -14,6 +14,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.plan import url_host
 
 HEALTH_PATH = "/health"
@@ -101,7 +102,15 @@ def free_port(host: str, exclude: Collection[int] = ()) -> int:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     for _ in range(100):
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((address, 0))
+            try:
+                sock.bind((address, 0))
+            except OSError as exc:  # unresolvable (socket.gaierror), or not this host's address
+                raise UsageError(
+                    f"cannot listen there ({exc.strerror or exc}); give an address or name "
+                    "of this host",
+                    option="host",
+                    value=host,
+                ) from exc
             port: int = sock.getsockname()[1]
         if port not in exclude:
             return port

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from concurrent.futures import Future
 
+    from xpulaunch.proc.cgroup import JobCgroup
     from xpulaunch.proc.guardian import GuardianHandle
     from xpulaunch.proc.logs import LogSink
     from xpulaunch.proc.processes import JobProcess
@@ -83,16 +84,19 @@ class Engine:
         lease_fds: tuple[int, ...] = (),
         release_leases: bool = False,
         watch: Watch = Watch(),  # noqa: B008 (frozen value)
+        cgroup: JobCgroup | None = None,
     ) -> None:
         self.policy, self.grace_s, self.clock = policy, grace_s, clock
         self.watch = watch
+        self.cgroup = cgroup
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
         self.guardian, self.record = guardian, record
         self.loop = Loop(clock)
         self.workers = [
             Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id,
-                   run_dir=watch.run_dir, heartbeat=watch.heartbeat) for spec in specs
+                   run_dir=watch.run_dir, heartbeat=watch.heartbeat, cgroup=cgroup)
+            for spec in specs
         ]  # fmt: skip
         timeout_s = watch.hang_timeout_s
         self.hangs = (
@@ -138,6 +142,7 @@ class Engine:
     def run(self) -> None:
         try:
             self._initial_start()
+            self._check_finished()  # an aborted start may leave nothing that would wake the loop
             while self._status is None:
                 self._iterate()
         except BaseException as exc:  # noqa: BLE001 (re-raised by wait())
@@ -218,6 +223,7 @@ class Engine:
                 gang.advance(GangEvent.STOP)
                 gang.ended_at_s = self.clock()
             self.begin_stop([w for w in gang.workers if w.alive], signal.SIGKILL, 0.0)
+            self._maybe_down(gang)  # a gang with nothing running is down now: nothing will reap
 
     def _start_gang(self, gang: Gang, *, first: bool = False) -> None:
         now = self.clock()
@@ -354,7 +360,14 @@ class Engine:
             return []
         sessions = {w.pid: w.start_ticks for w in workers if w.pid is not None}
         exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
-        return find_job(self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude)
+        return find_job(
+            self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude,
+            cgroup=self._cgroup_path,
+        )  # fmt: skip
+
+    @property
+    def _cgroup_path(self) -> str | None:
+        return self.cgroup.path if self.cgroup is not None else None
 
     def _owned(self, workers: Sequence[Worker], found: list[JobProcess]) -> list[JobProcess]:
         sessions = {w.pid for w in workers}
@@ -400,7 +413,10 @@ class Engine:
             return
         if not job_gone:
             exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
-            strays = find_job(self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude)
+            strays = find_job(
+                self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude,
+                cgroup=self._cgroup_path,
+            )  # fmt: skip
             if strays:  # a marked process no worker owns any more (changed its marker?)
                 signal_processes(strays, signal.SIGKILL)
                 self.loop.call_at(self.clock() + RECHECK_S, lambda: None)  # look again then
@@ -410,7 +426,9 @@ class Engine:
 
     def _final_status(self) -> tuple[int, str]:
         if self.launch_error is not None:
-            return START_FAILED_STATUS, self.launch_error
+            codes = [w.exit_code for w in self.workers if w.failure_reason == self.launch_error]
+            code = next((c for c in codes if c), START_FAILED_STATUS)
+            return code, self.launch_error
         failed = [g for g in self.gangs if g.phase is Phase.FAILED]
         if failed:
             first = min(failed, key=lambda g: g.ended_at_s).first_failure
@@ -444,6 +462,8 @@ class Engine:
         for worker in self.workers:
             if worker.alive:
                 worker.kill_group()
+        if self.cgroup is not None:
+            self.cgroup.kill()
         if self.guardian is not None:
             return  # closing its pipe without "done" makes it kill whatever is left
         signal_processes(self.scan(self.workers), signal.SIGKILL)
@@ -461,6 +481,8 @@ class Engine:
             self.guardian.close(done=self._crash is None, wait=wait)
         for fd in self._lease_fds:
             os.close(fd)
+        if self.cgroup is not None and finished:
+            self.cgroup.remove()  # empty: _check_finished saw no member left
         if self._crash is None:
             self.record.remove()
         else:

@@ -42,6 +42,7 @@ if __name__ == "__main__" and not __package__:
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # After the path fix above: stage 2 finds the package only through it.
+from xpulaunch.proc.cgroup import JobCgroup
 from xpulaunch.proc.processes import find_job
 
 if TYPE_CHECKING:
@@ -92,12 +93,16 @@ class GuardianHandle:
 
 
 def start_guardian(
-    job_id: str, since_ticks: int, record: str, lease_fds: tuple[int, ...]
+    job_id: str,
+    since_ticks: int,
+    record: str,
+    lease_fds: tuple[int, ...],
+    cgroup: str | None = None,
 ) -> GuardianHandle | None:
     """Start the guardian of a job; None when it cannot be started (then only
     ``PR_SET_PDEATHSIG`` and the record sweep cover a dead supervisor)."""
     read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
-    argv = command(sys.executable, job_id, since_ticks, record)
+    argv = command(sys.executable, job_id, since_ticks, record, cgroup)
     try:
         # No pdeathsig and its own session: it must outlive us and ignore the terminal.
         proc = subprocess.Popen(
@@ -131,16 +136,21 @@ EOF
 """
 
 
-def command(python: str, job_id: str, since_ticks: int, record: str) -> list[str]:
+def command(
+    python: str, job_id: str, since_ticks: int, record: str, cgroup: str | None = None
+) -> list[str]:
     """The guardian's argv: stage 1, which execs stage 2 (:func:`stage_two`) on EOF."""
-    stage_2 = stage_two(python, job_id, since_ticks, record)
+    stage_2 = stage_two(python, job_id, since_ticks, record, cgroup)
     return ["/bin/sh", "-c", SHELL_STAGE, "xpulaunch-guardian", *stage_2]
 
 
-def stage_two(python: str, job_id: str, since_ticks: int, record: str) -> list[str]:
+def stage_two(
+    python: str, job_id: str, since_ticks: int, record: str, cgroup: str | None = None
+) -> list[str]:
     """Stage 2's argv: this file under ``python``, without site-packages or PYTHON*."""
     here = os.path.abspath(__file__)
-    return [python, "-S", "-E", "-s", here, job_id, str(since_ticks), record]
+    argv = [python, "-S", "-E", "-s", here, job_id, str(since_ticks), record]
+    return [*argv, cgroup] if cgroup else argv
 
 
 def read_workers(lines: Iterable[bytes]) -> dict[int, int] | None:
@@ -158,15 +168,22 @@ def read_workers(lines: Iterable[bytes]) -> dict[int, int] | None:
     return workers
 
 
-def kill_job(job_id: str, workers: dict[int, int], since_ticks: int) -> None:
+def kill_job(
+    job_id: str, workers: dict[int, int], since_ticks: int, cgroup: str | None = None
+) -> None:
     """SIGKILL every process of the job until none is left (a D-state one may take long).
 
-    ``workers`` maps each worker's pid (its session id) to its start ticks.
+    ``workers`` maps each worker's pid (its session id) to its start ticks; ``cgroup`` is the
+    job's cgroup, if it has one.
     """
     me, delay_s = frozenset({os.getpid()}), 0.02
     while True:
-        found = find_job(job_id, workers, since_ticks=since_ticks, exclude=me)
+        if cgroup is not None:
+            JobCgroup(cgroup).kill()
+        found = find_job(job_id, workers, since_ticks=since_ticks, exclude=me, cgroup=cgroup)
         if not found:
+            if cgroup is not None:
+                JobCgroup(cgroup).remove()
             return
         for process in found:  # find_job never returns pid 0 or 1
             try:
@@ -178,17 +195,20 @@ def kill_job(job_id: str, workers: dict[int, int], since_ticks: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``guardian.py JOB_ID SINCE_TICKS [RECORD_FILE]``; stdin: the supervisor's pipe, or
+    """``guardian.py JOB_ID SINCE_TICKS [RECORD_FILE [CGROUP]]``; stdin: the supervisor's pipe, or
     what stage 1 kept of it."""
     # The terminal's Ctrl-C and hang-up are for the supervisor, which forwards them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     job_id, since_ticks = argv[0], int(argv[1])
     record = argv[2] if len(argv) > 2 else None
+    cgroup = argv[3] if len(argv) > 3 else None
     workers = read_workers(sys.stdin.buffer)
     if workers is None:
+        if cgroup is not None:
+            JobCgroup(cgroup).remove()  # the supervisor removes it too; whoever is last
         return 0
-    kill_job(job_id, workers, since_ticks)
+    kill_job(job_id, workers, since_ticks, cgroup)
     if record:
         with contextlib.suppress(FileNotFoundError):  # a sweep removed it, or none was written
             os.unlink(record)

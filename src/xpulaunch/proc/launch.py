@@ -34,6 +34,7 @@ from xpulaunch.proc.events import (
 from xpulaunch.proc.gpu import NvmlSettle
 from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.options import (
+    DEFAULT_BACKOFF,
     make_log_dir,
     operations_settings,
     parse_backoff,
@@ -81,7 +82,7 @@ class RunOptions:
     def from_cli(cls, values: Mapping[str, Any]) -> RunOptions:
         """From the command's keyword arguments (others are ignored); creates ``--log-dir``."""
         restart, max_restarts = restart_settings(values)
-        first_s, cap_s, factor = parse_backoff(str(values.get("backoff") or "1:30:2"))
+        first_s, cap_s, factor = parse_backoff(str(values.get("backoff") or DEFAULT_BACKOFF))
         return cls(
             restart=restart,
             max_restarts=max_restarts,

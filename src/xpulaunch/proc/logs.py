@@ -7,14 +7,15 @@ lines fast. A line longer than ``MAX_LINE_BYTES`` without a newline is emitted i
 that a runaway writer cannot make the supervisor grow without bound.
 
 Layout with ``log_dir``: ``<log_dir>/attempt_<n>/<name>.log`` holding the worker's stdout and
-stderr as written, ``n`` counting from 0 like torchrun's ``attempt_<n>``. Each line of a log
-file starts with the time it was read, ``2026-11-23T23:32:13.123Z`` (UTC) and a space, so that
-a hang or a slow step can be placed in time afterwards; the console keeps the plain
-``[name]`` prefix.
+stderr as written, ``n`` counting from 0 like torchrun's ``attempt_<n>``. Only ``attempt_0``
+and the last ``KEEP_ATTEMPTS`` attempts are kept. Each line of a log file starts with the time
+it was read, ``2026-11-23T23:32:13.123Z`` (UTC) and a space, so that a hang or a slow step can
+be placed in time afterwards; the console keeps the plain ``[name]`` prefix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -24,11 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xpulaunch.proc.console import Console
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import BinaryIO
 
 MAX_LINE_BYTES = 64 * 1024
+KEEP_ATTEMPTS = 20  # besides attempt_0
 # Cyan, yellow, green, magenta, blue, bright cyan ... red stays free for errors.
 _COLOURS = (b"36", b"33", b"32", b"35", b"34", b"96", b"93", b"92", b"95", b"94")
 _RESET = b"\x1b[0m"
@@ -99,8 +103,8 @@ class LogSink:
     ) -> None:
         self._config = config
         self._wall_clock = wall_clock
-        self._out: BinaryIO | None = out or sys.stdout.buffer
-        self._err: BinaryIO | None = err or sys.stderr.buffer
+        err_stream = err or sys.stderr.buffer
+        self._out, self._err = Console(out or sys.stdout.buffer), Console(err_stream)
         self._lock = threading.Lock()
         self._files: dict[str, BinaryIO] = {}
         self._paths: dict[str, Path] = {}
@@ -108,7 +112,7 @@ class LogSink:
         self._tails = {n: deque[tuple[int, bool, str]](maxlen=config.tail_lines) for n in names}
         self._count = dict.fromkeys(names, 0)
         width = max((len(n) for n in names), default=1)
-        colour = _wants_colour(config, self._err)
+        colour = _wants_colour(config, err_stream)
         self._prefix = {n: self._make_prefix(n, i, width, colour) for i, n in enumerate(names)}
 
     def _make_prefix(self, name: str, index: int, width: int, colour: bool) -> bytes:
@@ -124,14 +128,33 @@ class LogSink:
         if self._config.log_dir is None:
             return None
         path = Path(self._config.log_dir) / f"attempt_{attempt}" / f"{name}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
+        handle: BinaryIO | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
+        except OSError as exc:
+            with self._lock:
+                self._log_failed(path, exc)
         with self._lock:
             old = self._files.pop(name, None)
-            self._files[name], self._paths[name] = handle, path
+            if handle is not None:
+                self._files[name], self._paths[name] = handle, path
         if old is not None:
-            old.close()
-        return path
+            _close_quietly(old)
+        self._prune(name, attempt)
+        return path if handle is not None else None
+
+    def _prune(self, name: str, attempt: int) -> None:
+        """Keep ``attempt_0`` (the first failure) and the last :data:`KEEP_ATTEMPTS`
+        attempts of a worker's logs: a crash loop must not fill the disk with directories."""
+        old = attempt - KEEP_ATTEMPTS
+        if old < 1 or self._config.log_dir is None:
+            return
+        folder = Path(self._config.log_dir) / f"attempt_{old}"
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove
+            (folder / f"{name}.log").unlink()
+        with contextlib.suppress(OSError):  # other workers' logs are still there
+            folder.rmdir()
 
     def log_path(self, name: str) -> Path | None:
         with self._lock:
@@ -152,10 +175,25 @@ class LogSink:
             handle = self._files.get(name)
             if handle is not None:
                 stamp = log_stamp(self._wall_clock())
-                handle.write(b"".join(stamp + line + b"\n" for line in lines))
+                data = b"".join(stamp + line + b"\n" for line in lines)
+                self._write_file(name, handle, data)
             if shown:
                 prefix = self._prefix[name]
                 self._console(is_err, b"".join(prefix + line + b"\n" for line in lines))
+
+    def _write_file(self, name: str, handle: BinaryIO, data: bytes) -> None:
+        """Append to a log file; a full disk or an I/O error only ends that file (with one
+        warning): log files are a convenience, supervision and the console go on."""
+        try:
+            handle.write(data)
+        except OSError as exc:
+            del self._files[name]
+            _close_quietly(handle)
+            self._log_failed(self._paths[name], exc)
+
+    def _log_failed(self, path: Path, exc: OSError) -> None:
+        text = f"xpulaunch: warning: log file {path}: {exc.strerror or exc}; no longer written\n"
+        self._console(True, text.encode())
 
     def message(self, text: str) -> None:
         """One line of the supervisor's own (summary, restarts) on the error stream."""
@@ -164,19 +202,9 @@ class LogSink:
                 self._console(True, f"xpulaunch: {text}\n".encode())
 
     def _console(self, is_err: bool, data: bytes) -> None:
-        stream = self._err if is_err else self._out
-        if stream is None:
-            return
-        try:
-            stream.write(data)
-            stream.flush()
-        except OSError:
-            # The reader went away (``xpulaunch ... | head``: EPIPE) or the terminal closed
-            # (EIO). Keep supervising and keep the log files; stop writing to that stream.
-            if is_err:
-                self._err = None
-            else:
-                self._out = None
+        """Never blocks: see :mod:`xpulaunch.proc.console` (a reader that went away only
+        ends that stream; supervision and the log files go on)."""
+        (self._err if is_err else self._out).write(data)
 
     def mark(self, name: str) -> int:
         """The number the next line of ``name`` will get (for ``tail(since=...)``)."""
@@ -199,4 +227,15 @@ class LogSink:
         with self._lock:
             files, self._files = list(self._files.values()), {}
         for handle in files:
-            handle.close()
+            _close_quietly(handle)
+        self._out.close()
+        dropped = self._out.dropped_lines_total
+        if dropped:
+            self.message(f"{dropped} lines of output dropped: the console was not reading")
+        self._err.close()
+
+
+def _close_quietly(handle: BinaryIO) -> None:
+    """Close a log file; unbuffered, so nothing is left to flush (and lost) but the close."""
+    with contextlib.suppress(OSError):  # NFS may report a failed write-back only at close
+        handle.close()

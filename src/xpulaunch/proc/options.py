@@ -18,6 +18,7 @@ from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 
 DEFAULT_MAX_RESTARTS = 3
+DEFAULT_BACKOFF = "1:30:2"
 
 
 def restart_settings(values: Mapping[str, Any]) -> tuple[RestartMode, int | None]:
@@ -40,6 +41,17 @@ def restart_limit(mode: RestartMode, max_restarts: int | None) -> int | None:
 def plan_restart_limit(values: Mapping[str, Any]) -> int | None:
     """:func:`restart_limit` of the command's values, for the plan (a dry run too)."""
     return restart_limit(*restart_settings(values))
+
+
+def check_run_values(values: Mapping[str, Any]) -> None:
+    """Every check of the supervision options that a real run makes (through
+    :meth:`~xpulaunch.proc.launch.RunOptions.from_cli`), without its side effects: a dry run
+    accepts exactly what a real run accepts."""
+    restart_settings(values)
+    parse_backoff(str(values.get("backoff") or DEFAULT_BACKOFF))
+    parse_seconds(values.get("stable_window"), "--stable-window", 60.0)
+    parse_seconds(values.get("grace"), "--grace", 10.0)
+    parse_ranks(values.get("ranks"))
 
 
 def make_log_dir(value: str | None) -> str | None:

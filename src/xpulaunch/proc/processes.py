@@ -155,6 +155,7 @@ def find_job(
     *,
     since_ticks: int = 0,
     exclude: frozenset[int] = frozenset(),
+    cgroup: str | None = None,
 ) -> list[JobProcess]:
     """Live processes of a job: members of its workers' sessions, or carrying its marker.
 
@@ -173,6 +174,19 @@ def find_job(
         marked = job_id is not None and env.get(JOB_ID_VAR) == job_id
         if marked or info.sid in ours:
             found.append(JobProcess(info, env.get(WORKER_VAR)))
+    if cgroup is not None:  # members of the job's cgroup, whatever their session, marker, user
+        found += _cgroup_members(cgroup, {p.info.pid for p in found} | exclude)
+    return found
+
+
+def _cgroup_members(cgroup: str, skip: set[int] | frozenset[int]) -> list[JobProcess]:
+    from xpulaunch.proc.cgroup import JobCgroup
+
+    found = []
+    for pid, worker in JobCgroup(cgroup).members().items():
+        info = process_info(pid) if pid not in skip and pid > 1 else None
+        if info is not None and not info.gone:
+            found.append(JobProcess(info, worker))
     return found
 
 

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 def runtime_dir(env: Mapping[str, str]) -> str:
     """``$XDG_RUNTIME_DIR/xpulaunch``, else ``/tmp/xpulaunch-<uid>``: private to the user."""
     base = env.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base):
+    # The XDG spec says to ignore a relative XDG_RUNTIME_DIR (it would put job records under
+    # whatever the current directory is), as the lock directory does.
+    if base and os.path.isabs(base) and os.path.isdir(base):
         return os.path.join(base, "xpulaunch", "jobs")
     return os.path.join(f"/tmp/xpulaunch-{os.getuid()}", "jobs")
 
@@ -128,7 +130,21 @@ def _sweep_one(path: str) -> int:
         return 0  # the job is still looked after
     sessions = {int(e["pid"]): int(e["start"]) for e in entries[1:] if "pid" in e}
     since = int(head.get("since", 0))
-    found = find_job(str(head.get("job")), sessions, since_ticks=since)
+    cgroup = _job_cgroup(head.get("cgroup"), str(head.get("job")))
+    found = find_job(str(head.get("job")), sessions, since_ticks=since, cgroup=cgroup)
     killed = sum(signal_pid(p.info.pid, signal.SIGKILL) for p in found)
+    if cgroup is not None:
+        from xpulaunch.proc.cgroup import JobCgroup
+
+        JobCgroup(cgroup).kill()
+        JobCgroup(cgroup).remove()
     _unlink(path)
     return killed
+
+
+def _job_cgroup(path: object, job_id: str) -> str | None:
+    """The recorded cgroup, if it is one of ours (a record file is only as trusted as the
+    user's runtime directory, but never let it name another cgroup to kill)."""
+    if not isinstance(path, str) or os.path.basename(path) != f"xpulaunch-{job_id}":
+        return None
+    return path if os.path.isdir(path) else None

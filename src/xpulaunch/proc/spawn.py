@@ -28,6 +28,7 @@ Choices, each for a reason:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -61,7 +62,15 @@ def _prctl() -> Callable[..., int]:
     return prctl
 
 
-def _child_setup(prctl: Callable[..., int], parent_pid: int, death_signal: int) -> None:
+def _child_setup(
+    prctl: Callable[..., int], parent_pid: int, death_signal: int, cgroup_fd: int | None
+) -> None:
+    if cgroup_fd is not None:  # join the worker's cgroup before anything can fork
+        # EBUSY/EOPNOTSUPP (a parent with controllers enabled): run uncontained, not fail.
+        with contextlib.suppress(OSError):
+            os.write(cgroup_fd, b"0")
+    if not death_signal:
+        return
     if prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
         os._exit(126)
     if os.getppid() != parent_pid:  # the supervisor died before the prctl took effect
@@ -75,17 +84,21 @@ def spawn(
     cwd: str | None = None,
     pass_fds: Sequence[int] = (),
     death_signal: int | None = 9,
+    cgroup_fd: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start one worker; raises ``OSError`` when the program cannot be executed."""
+    """Start one worker; raises ``OSError`` when the program cannot be executed.
+
+    ``cgroup_fd``: a leaf's ``cgroup.procs``, which the child joins before it execs (so the
+    preexec way is taken: setpriv cannot join a cgroup)."""
     argv, parent_pid, preexec = list(argv), os.getpid(), None
-    setpriv = _setpriv() if death_signal else None
+    setpriv = _setpriv() if death_signal and cgroup_fd is None else None
     if death_signal and setpriv and _exec_will_succeed(argv[0], env, cwd):
         argv = [setpriv, "--pdeathsig", signal.Signals(death_signal).name, "--", *argv]
-    elif death_signal:
-        prctl, signum = _prctl(), death_signal
+    elif death_signal or cgroup_fd is not None:
+        prctl, signum = _prctl(), death_signal or 0
 
         def preexec() -> None:
-            _child_setup(prctl, parent_pid, signum)
+            _child_setup(prctl, parent_pid, signum, cgroup_fd)
 
     proc = subprocess.Popen(
         argv,

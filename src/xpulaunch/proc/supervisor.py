@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.proc import records
+from xpulaunch.proc.cgroup import job_cgroup
 from xpulaunch.proc.engine import Engine
 from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
 from xpulaunch.proc.guardian import start_guardian
 from xpulaunch.proc.hang import Watch
+from xpulaunch.proc.limits import ensure_open_files
 from xpulaunch.proc.logs import LogConfig, LogSink
 from xpulaunch.proc.processes import now_ticks, start_ticks
 from xpulaunch.proc.spec import Probe, WorkerSpec
@@ -118,6 +120,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._early_signal: int | None = None
+        self.cgroup_note = ""  # why the job has no cgroup of its own ("" when it has one)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -126,6 +129,7 @@ class Supervisor:
         with self._lock:
             if self._engine is not None:
                 return
+            ensure_open_files(len(self._specs))
             self._engine = self._make_engine()
             self._thread = threading.Thread(
                 target=self._engine.run, name="xpulaunch-supervisor", daemon=True
@@ -135,23 +139,27 @@ class Supervisor:
             self._engine.request_stop(self._early_signal, None)
         error = self._engine.wait_started()
         if error is not None:
-            self.wait()
-            raise LaunchError(error)
+            status = self.wait()
+            raise LaunchError(error, exit_code=status)
 
     def _make_engine(self) -> Engine:
         records.sweep(self._record_dir)
         since = now_ticks()
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
-        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds)
+        cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
+        cgroup_path = cgroup.path if cgroup is not None else None
+        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds, cgroup_path)
         header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
         if watchdog is not None:
             header["guardian"] = _identity(watchdog.pid)
+        if cgroup_path is not None:
+            header["cgroup"] = cgroup_path
         record = records.JobRecord(self._record_dir, self.job_id, header)
         return Engine(
             self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
             on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
             settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
-            release_leases=self._release_leases, watch=self._watch(),
+            release_leases=self._release_leases, watch=self._watch(), cgroup=cgroup,
         )  # fmt: skip
 
     def _watch(self) -> Watch:

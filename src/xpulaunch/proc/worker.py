@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO
 
+    from xpulaunch.proc.cgroup import JobCgroup
     from xpulaunch.proc.events import Event
     from xpulaunch.proc.logs import LogSink
     from xpulaunch.proc.loop import Loop
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from xpulaunch.proc.spec import WorkerSpec
 
 _READ_BYTES = 64 * 1024
-START_FAILED_STATUS = 127  # what a shell reports for a command it cannot run
+START_FAILED_STATUS = 127  # what a shell reports for a command it cannot find
+CANNOT_EXECUTE_STATUS = 126  # ... and for one it found but cannot run (POSIX sh, 2.8.2)
 
 
 class WorkerOwner(Protocol):
@@ -89,8 +91,9 @@ class Worker:
         job_id: str,
         run_dir: Path | None = None,
         heartbeat: bool = False,
+        cgroup: JobCgroup | None = None,
     ) -> None:
-        self.name, self.spec = spec.name, spec
+        self.name, self.spec, self._cgroup = spec.name, spec, cgroup
         self._owner, self._loop, self._sink, self._job_id = owner, loop, sink, job_id
         self._run_dir = run_dir  # TORCHELASTIC_ERROR_FILE (and heartbeat) go under it
         self._heartbeat = heartbeat
@@ -141,11 +144,18 @@ class Worker:
             env[HEARTBEAT_FILE_VAR] = str(self.heartbeat_file)
         self._sink.open_attempt(self.name, attempt)
         self._first_line = self._sink.mark(self.name)
+        cgroup_fd = self._cgroup_fd()
         try:
-            proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds)
+            proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)
         except (OSError, subprocess.SubprocessError) as exc:
             why = describe_start_error(spec.argv[0], exc)
-            return self._start_failed(f"cannot start worker {self.name}: {why}")
+            status = START_FAILED_STATUS
+            if not isinstance(exc, FileNotFoundError):
+                status = CANNOT_EXECUTE_STATUS
+            return self._start_failed(f"cannot start worker {self.name}: {why}", status)
+        finally:
+            if cgroup_fd is not None:
+                os.close(cgroup_fd)
         self._started(proc, spec, attempt)
         return None
 
@@ -173,8 +183,18 @@ class Worker:
                 return found
         return from_stderr(tail)
 
-    def _start_failed(self, reason: str) -> str:
-        self.exit_code, self.failure_reason = START_FAILED_STATUS, reason
+    def _cgroup_fd(self) -> int | None:
+        """The worker's leaf ``cgroup.procs`` to join; None without a job cgroup (or when the
+        leaf cannot be made: the worker then runs in the supervisor's cgroup)."""
+        if self._cgroup is None:
+            return None
+        try:
+            return self._cgroup.open_procs(self.name)
+        except OSError:
+            return None
+
+    def _start_failed(self, reason: str, status: int = START_FAILED_STATUS) -> str:
+        self.exit_code, self.failure_reason = status, reason
         self.state = WorkerState.STOPPING  # nothing runs; the gang decides what comes next
         return reason
 

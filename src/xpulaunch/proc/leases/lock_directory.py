@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
+import pwd
 import stat
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ from pathlib import Path
 from xpulaunch.errors import LeaseError
 
 ALLOCATION_LOCK = "allocate.lock"
+ALLOCATION_LOCK_TIMEOUT_S = 30.0
 _HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
 # flock(2) on filesystems without working locks (some NFS mounts, FUSE, odd container mounts).
 _NO_LOCK_ERRNOS = frozenset(
@@ -115,12 +119,15 @@ class LockDirectory:
             fd = _open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK, mode, create=create)
         except OSError as exc:
             raise LeaseError(
-                f"cannot open {path}: {exc.strerror}; every user of a lock directory must be "
-                f"able to write to it (a shared one: chmod 1777), or {_HINT}"
+                f"cannot open {path} (made by {owner_of(path)}): {exc.strerror}; every user of "
+                f"a lock directory must be able to write to it (a shared one: chmod 1777), "
+                f"or {_HINT}"
             ) from exc
         if fd is not None and not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise LeaseError(f"{path} is not a regular file; remove it or {_HINT}")
+            raise LeaseError(
+                f"{path} (made by {owner_of(path)}) is not a regular file; remove it or {_HINT}"
+            )
         return fd
 
     def must_open(self, name: str, access: int) -> int:
@@ -141,16 +148,30 @@ class LockDirectory:
 
     @contextmanager
     def allocation_lock(self) -> Iterator[None]:
-        """Hold the directory-wide allocation lock (blocking: holders keep it milliseconds)."""
+        """Hold the directory-wide allocation lock. Our holders keep it for milliseconds, but
+        anyone who can open the file can hold it for ever (``flock allocate.lock sleep inf``
+        in a shared directory), so it is waited for with a deadline and a message naming the
+        holder, never silently for good."""
         fd = self.must_open(ALLOCATION_LOCK, os.O_RDONLY)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:
-                raise self._lock_failure(exc) from exc
+            self._lock_with_deadline(fd, allocation_lock_timeout_s())
             yield
         finally:
             os.close(fd)  # our only descriptor of it: closing releases the lock
+
+    def _lock_with_deadline(self, fd: int, timeout_s: float) -> None:
+        deadline_s = time.monotonic() + timeout_s
+        delay_s = 0.001
+        while not self.try_lock(fd):
+            if time.monotonic() >= deadline_s:
+                holder = lock_holder(fd)
+                raise LeaseError(
+                    f"{self.join(ALLOCATION_LOCK)} has been locked for {timeout_s:g} s by "
+                    f"{holder}; xpulaunch holds it for milliseconds, so something else holds "
+                    f"it: stop that process, or {_HINT}"
+                )
+            time.sleep(min(delay_s, max(deadline_s - time.monotonic(), 0)))
+            delay_s = min(delay_s * 2, 0.1)
 
     def _lock_failure(self, exc: OSError) -> LeaseError:
         if exc.errno in _NO_LOCK_ERRNOS:
@@ -168,6 +189,60 @@ class LockDirectory:
         except OSError as exc:
             raise LeaseError(f"cannot list lock directory {self.root}: {exc.strerror}") from exc
         return [n for n in entries if n.startswith(prefix) and n.endswith(suffix)]
+
+
+def allocation_lock_timeout_s() -> float:
+    """``XPULAUNCH_LOCK_TIMEOUT`` seconds, else :data:`ALLOCATION_LOCK_TIMEOUT_S`."""
+    text = os.environ.get("XPULAUNCH_LOCK_TIMEOUT", "")
+    try:
+        value = float(text) if text else ALLOCATION_LOCK_TIMEOUT_S
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise LeaseError(f"XPULAUNCH_LOCK_TIMEOUT={text[:40]!r}: expected a number of seconds >= 0")
+    return value
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the flock on ``fd``'s file, from ``/proc/locks`` (``pid 12 (flock ...)``)."""
+    st = os.fstat(fd)
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return "another process"
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
+            return _describe_pid(int(fields[4]))
+    return "another process"
+
+
+def _describe_pid(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read(4096).split(b"\0")
+        owner = _user_name(os.stat(f"/proc/{pid}").st_uid)
+    except OSError:
+        return f"pid {pid}"
+    command = " ".join(a.decode(errors="replace") for a in argv if a)[:80]
+    return f"pid {pid} ({command}, user {owner})"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def owner_of(path: str) -> str:
+    """``user bob`` for the owner of ``path`` (for messages about planted files)."""
+    try:
+        return "user " + _user_name(os.lstat(path).st_uid).removeprefix("uid ")
+    except OSError:
+        return "an unknown user"
 
 
 def _make_dir(path: str | os.PathLike[str], mode: int) -> None:

@@ -144,6 +144,16 @@ def _hostname() -> str:
     return os.uname().nodename  # what socket.gethostname() returns on Linux
 
 
+def _is_stopped(holder: HolderInfo) -> bool:
+    """Is this host's waiter ``holder`` stopped by a signal (state T) or a tracer (t)?"""
+    from xpulaunch.proc.processes import process_info
+
+    if holder.hostname != _hostname() or not holder.alive():
+        return False
+    info = process_info(holder.pid)
+    return info is not None and info.state in ("T", "t")
+
+
 def _start_time_s(pid: int) -> float | None:
     """When ``pid`` started (seconds since the epoch); None when it is gone or a zombie,
     which holds no files."""
@@ -169,6 +179,7 @@ class WaiterRecord:
     position: int  # 1 = next in line
     holder: HolderInfo | None  # None: its ticket has no readable record
     waiting_for: str | None
+    stopped: bool = False  # stopped (Ctrl-Z, SIGSTOP): it does not hold the line meanwhile
 
 
 class Ticket:
@@ -237,9 +248,9 @@ class WaitQueue:
             if record is not None:
                 reason = record.get("waiting_for")
                 waiting_for = reason if isinstance(reason, str) else None
-                found.append(
-                    WaiterRecord(len(found) + 1, HolderInfo.from_dict(record), waiting_for)
-                )
+                holder = HolderInfo.from_dict(record)
+                stopped = holder is not None and _is_stopped(holder)
+                found.append(WaiterRecord(len(found) + 1, holder, waiting_for, stopped))
         return found
 
     def _probe(self, name: str) -> Mapping[str, object] | None:
@@ -303,7 +314,10 @@ def _take_turn(
 ) -> tuple[T | str, int]:
     """One look at the queue and, when first in line, one attempt; with our position."""
     with directory.allocation_lock():
-        ahead = len(WaitQueue(directory).live(ahead_of=ticket))
+        # A stopped waiter (Ctrl-Z) keeps its place but does not hold the line: it takes its
+        # turn again once continued, and nobody waits behind a terminal left suspended.
+        waiters = WaitQueue(directory).live(ahead_of=ticket)
+        ahead = sum(1 for w in waiters if not w.stopped)
         if ahead:
             return f"{ahead} earlier launch(es) go first", ahead + 1
         outcome = attempt()

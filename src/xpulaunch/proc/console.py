@@ -1,0 +1,156 @@
+"""The supervisor's console streams, written so that a reader who stops reading never
+blocks the supervisor.
+
+A write to a pipe or terminal blocks while its reader does not read: a paused pager, a
+terminal stopped with Ctrl-S, a stuck log shipper. If the loop thread made that write, stop
+signals, ``--grace`` deadlines and restarts would all wait for the reader. So the loop only
+appends to a bounded buffer and one writer thread per stream makes the blocking
+``os.write``. When the buffer is full, new output is dropped and counted, and a line saying
+how much was lost is written once the reader catches up (the journald and Docker log-driver
+choice: never block the producer; say what was dropped).
+
+The descriptor is written with ``os.write`` rather than through ``sys.stdout.buffer``: a
+thread blocked inside a ``BufferedWriter`` holds its lock, and the interpreter would then hang
+(or abort) flushing that stream at exit. Setting ``O_NONBLOCK`` instead is not an option: it
+belongs to the open file description, shared with the shell and every other process on the
+terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+BUFFER_LIMIT_BYTES = 4 * 1024 * 1024
+CLOSE_WAIT_S = 2.0  # how long the end of a job waits for a slow reader to take the rest
+
+
+class Console:
+    """One output stream. :meth:`write` never blocks; a writer thread drains the buffer."""
+
+    def __init__(self, stream: BinaryIO, limit_bytes: int = BUFFER_LIMIT_BYTES) -> None:
+        self._fd = _file_descriptor(stream)
+        self._stream: BinaryIO | None = stream
+        self._limit_bytes = limit_bytes
+        self._chunks: deque[bytes] = deque()
+        self._buffered_bytes = 0
+        self._dropped_lines = 0  # since the last write that fitted
+        self.dropped_lines_total = 0
+        self._closed = False
+        self._writing = False  # the writer thread holds a chunk it has not written yet
+        self._idle = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def broken(self) -> bool:
+        """The reader went away (EPIPE, EIO): nothing more is written."""
+        return self._stream is None
+
+    def write(self, data: bytes) -> None:
+        if self._stream is None:
+            return
+        if self._fd is None:  # an in-memory stream (tests, embedding): it cannot block
+            self._write_now(data)
+            return
+        with self._idle:
+            data = self._gap_note() + data  # the reader caught up after a gap: mark it
+            if self._buffered_bytes + len(data) > self._limit_bytes:
+                lines = data.count(b"\n") - (1 if self._dropped_lines else 0)
+                self._dropped_lines += lines
+                self.dropped_lines_total += lines
+                return
+            self._dropped_lines = 0
+            self._chunks.append(data)
+            self._buffered_bytes += len(data)
+            self._idle.notify_all()
+        self._ensure_thread()
+
+    def _gap_note(self) -> bytes:
+        if not self._dropped_lines:
+            return b""
+        text = f"xpulaunch: {self._dropped_lines} lines of output dropped here: "
+        return (text + "the console was not reading\n").encode()
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Give the reader up to ``wait_s`` to take what is buffered; then abandon it (the
+        writer is a daemon thread: a reader that never reads cannot keep us alive)."""
+        deadline_s = time.monotonic() + wait_s
+        with self._idle:
+            self._closed = True
+            self._idle.notify_all()
+            while (self._chunks or self._writing) and self._stream is not None:
+                left_s = deadline_s - time.monotonic()
+                if left_s <= 0 or not self._idle.wait(left_s):
+                    break
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._drain, name="xpulaunch-console", daemon=True
+            )
+            self._thread.start()
+
+    def _drain(self) -> None:
+        while (data := self._next_chunk()) is not None:
+            if not self._write_fd(data):
+                return
+
+    def _next_chunk(self) -> bytes | None:
+        with self._idle:
+            self._writing = False
+            if not self._chunks:
+                self._idle.notify_all()  # close() waits for the writer to be idle
+            while not self._chunks:
+                if self._closed:
+                    return None
+                self._idle.wait()
+            data = self._chunks.popleft()
+            self._buffered_bytes -= len(data)
+            self._writing = True
+        return data
+
+    def _write_fd(self, data: bytes) -> bool:
+        assert self._fd is not None
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError:
+            # The reader went away (``xpulaunch ... | head``: EPIPE) or the terminal closed
+            # (EIO). Keep supervising and keep the log files; stop writing to that stream.
+            self._give_up()
+            return False
+        return True
+
+    def _write_now(self, data: bytes) -> None:
+        assert self._stream is not None
+        try:
+            self._stream.write(data)
+            self._stream.flush()
+        except OSError:
+            self._give_up()
+
+    def _give_up(self) -> None:
+        with self._idle:
+            self._stream = None
+            self._chunks.clear()
+            self._idle.notify_all()
+
+
+def _file_descriptor(stream: BinaryIO) -> int | None:
+    """The stream's descriptor, with what Python buffered for it written out first; None for
+    a stream without one."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.BytesIO: UnsupportedOperation (OSError)
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()
+    return fd

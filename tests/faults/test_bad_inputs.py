@@ -1,0 +1,112 @@
+"""Hostile or broken inputs: each is refused at once with one line, never a traceback, a
+hang or unbounded memory."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fault_cli import Launch, finish
+
+CUDA = {
+    "vendor": "nvidia", "index": 0, "name": "NVIDIA H100", "pci_bus_id": "0000:01:00.0",
+    "uuid": "GPU-11111111-2222-3333-4444-555555555555", "memory_total_bytes": 80 * 2**30,
+}  # fmt: skip
+
+
+def document(tmp_path: Path, *devices: dict[str, object]) -> str:
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps({"schema": "xpulaunch.inventory/1", "devices": list(devices)}))
+    return str(path)
+
+
+def one_line_error(launch: Launch, *args: str, timeout_s: float = 60) -> str:
+    code, out, err = finish(launch(*args), timeout_s=timeout_s)
+    assert code != 0, out
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("xpulaunch: error: "), err[-3000:]
+    assert len(lines[0]) < 1200
+    return lines[0]
+
+
+def test_an_endless_inventory_is_refused(launch: Launch) -> None:
+    line = one_line_error(launch, "run", "--dry-run", "--inventory", "/dev/zero", "true")
+    assert "not a regular file" in line
+
+
+def test_a_fifo_inventory_does_not_block(launch: Launch, tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    line = one_line_error(launch, "devices", "--inventory", str(fifo), timeout_s=30)
+    assert "not a regular file" in line
+
+
+def test_a_huge_inventory_is_refused(launch: Launch, tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (5 * 2**20) + b"{}")
+    assert "larger than 4 MiB" in one_line_error(launch, "devices", "--inventory", str(big))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("[" * 100_000, "nested too deeply"), ('{"a": ' + "9" * 5000 + "}", "not valid JSON")],
+)
+def test_pathological_json_is_one_line(launch: Launch, tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    assert why in one_line_error(launch, "run", "--dry-run", "--inventory", str(path), "true")
+
+
+def test_a_uuid_with_a_comma_is_refused(launch: Launch, tmp_path: Path) -> None:
+    bad = {**CUDA, "uuid": "GPU-aaaa,GPU-bbbb"}
+    line = one_line_error(
+        launch, "run", "--dry-run", "--inventory", document(tmp_path, bad), "true"
+    )
+    assert "devices[0].uuid" in line and "comma" in line
+
+
+def test_tiles_have_an_upper_bound(launch: Launch, tmp_path: Path) -> None:
+    bad = {**CUDA, "tiles": 10**9}
+    line = one_line_error(
+        launch, "run", "--dry-run", "--inventory", document(tmp_path, bad), "true"
+    )
+    assert "tiles" in line and "<= 64" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--gpus", "9" * 5000], "--gpus"),
+        (["--min-free-memory", "9" * 35 + "G"], "larger than any device"),
+        (["--min-free-memory", "1" * 40_000], "is not a size"),
+        (["--nproc-per-node", "100000000"], "from 1 to 4096"),
+        (["--master-addr", "no-such-host.invalid"], "--master-addr"),
+        (["--master-addr", "192.0.2.1"], "cannot listen there"),  # TEST-NET-1: not ours
+    ],
+)
+def test_bad_run_options_are_one_line(
+    launch: Launch, tmp_path: Path, args: list[str], expected: str
+) -> None:
+    inventory = document(tmp_path, CUDA)
+    for dry in (["--dry-run"], []):
+        line = one_line_error(launch, "run", *dry, "--inventory", inventory, *args, "true")
+        assert expected in line
+
+
+def test_an_unresolvable_llama_host_is_one_line(launch: Launch, tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    line = one_line_error(
+        launch, "llama", "--dry-run", "-m", str(model), "--host", "no-such-host.invalid",
+        "--llama-backend", "cuda", "--inventory", document(tmp_path, CUDA),
+    )  # fmt: skip
+    assert "--host" in line and "cannot listen there" in line
+
+
+def test_a_40_kb_input_is_not_echoed_in_full(launch: Launch) -> None:
+    line = one_line_error(launch, "run", "--dry-run", "--gpus", "x" * 40_000, "true")
+    assert "more characters" in line or "..." in line

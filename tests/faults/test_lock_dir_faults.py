@@ -1,0 +1,105 @@
+"""A lock directory that others hold or plant files in: a deadline and a message naming who."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fault_cli import Launch, finish
+from helpers import wait_for
+from xpulaunch.proc.leases.file_names import lock_file_name
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o666)
+fcntl.flock(fd, fcntl.LOCK_EX)
+open(sys.argv[1] + ".held", "w").close()
+time.sleep(600)
+"""
+BUS = "0000:01:00.0"
+
+
+def inventory(tmp_path: Path) -> str:
+    path = tmp_path / "inventory.json"
+    device = {"vendor": "nvidia", "index": 0, "name": "NVIDIA H100", "pci_bus_id": BUS}
+    path.write_text(json.dumps({"schema": "xpulaunch.inventory/1", "devices": [device]}))
+    return str(path)
+
+
+def test_a_held_allocation_lock_times_out_naming_its_holder(launch: Launch, tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    lock = locks / "allocate.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)])
+    try:
+        wait_for(Path(f"{lock}.held").exists, "the stranger to hold allocate.lock")
+        proc = launch(
+            "run", "--lock-dir", str(locks), "--inventory", inventory(tmp_path), "--gpus", "1",
+            "true", env={"XPULAUNCH_LOCK_TIMEOUT": "1"},
+        )  # fmt: skip
+        code, _, err = finish(proc, timeout_s=60)  # it used to wait for ever, silently
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code != 0
+    [line] = err.strip().splitlines()
+    assert "allocate.lock has been locked for 1 s by" in line
+    assert f"pid {holder.pid}" in line
+
+
+def test_a_planted_lease_file_names_its_owner(launch: Launch, tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    os.mkdir(locks / lock_file_name(BUS))  # not a regular file: the device cannot be leased
+    proc = launch("run", "--lock-dir", str(locks), "--inventory", inventory(tmp_path), "true")
+    code, _, err = finish(proc)
+    assert code != 0
+    [line] = err.strip().splitlines()
+    assert "is not a regular file" in line
+    assert f"made by user {_me()}" in line
+
+
+def test_a_relative_xdg_runtime_dir_writes_nothing_here(launch: Launch, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "rel").mkdir(parents=True)
+    proc = launch("run", "true", cwd=work, env={"XDG_RUNTIME_DIR": "rel"})
+    code, _, err = finish(proc)
+    assert code == 0, err
+    assert list((work / "rel").iterdir()) == []
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def test_sigint_stops_a_waiting_launch_even_when_ignored_at_start(
+    launch: Launch, tmp_path: Path
+) -> None:
+    import signal
+
+    locks = tmp_path / "locks"
+    inv = inventory(tmp_path)
+    marker = tmp_path / "holding"
+    hold = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(600)"
+    holder = launch("run", "--lock-dir", str(locks), "--inventory", inv, "--gpus", "1",
+                    sys.executable, "-c", hold)  # fmt: skip
+    wait_for(marker.exists, "the holder to run")
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    waiter = launch(
+        "run", "--lock-dir", str(locks), "--inventory", inv, "--gpus", "1", "--wait", "true",
+        preexec_fn=ignore_sigint,
+    )  # fmt: skip
+    wait_for(lambda: list(locks.glob("wait-*.ticket")), "the waiter to queue")
+    waiter.send_signal(signal.SIGINT)
+    code, _, err = finish(waiter, timeout_s=30)  # it used to wait on, deaf to SIGINT
+    assert code == 130, err
+    holder.send_signal(signal.SIGTERM)
+    finish(holder)
