@@ -204,12 +204,16 @@ def test_sweep_kills_what_dead_jobs_left(child: Argv, tmp_path: Path, procs: lis
     gone.wait()
     head = {"job": "dead-job", "since": since, "supervisor": dead_identity, "guardian": None}
     (directory / "dead-job.jsonl").write_text(json.dumps(head) + "\n")
+    (directory / "dead-job.run" / "attempt_0").mkdir(parents=True)  # its error files' folder
     live_head = {"job": "live-job", "since": since, "supervisor": _identity(os.getpid())}
     (directory / "live-job.jsonl").write_text(json.dumps(live_head) + "\n")
+    (directory / "live-job.run").mkdir()
     assert records.sweep(directory) == 1
     assert left.wait(timeout=10) == -signal.SIGKILL
     assert not (directory / "dead-job.jsonl").exists()
+    assert not (directory / "dead-job.run").exists()
     assert (directory / "live-job.jsonl").exists()  # its supervisor (we) is alive
+    assert (directory / "live-job.run").exists()
 
 
 def test_sweep_never_kills_a_reused_pid(child: Argv, tmp_path: Path, procs: list) -> None:

@@ -20,11 +20,6 @@ import click
 from xpulaunch.core.config import Layer, Setting, merge, normalise_key
 from xpulaunch.errors import UsageError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the backport, on 3.10
-    import tomli as tomllib
-
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -69,6 +64,11 @@ def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    # Imported here: most commands run where no config file exists, and never need a parser.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - the backport, on 3.10
+        import tomli as tomllib
     try:
         with path.open("rb") as stream:
             table: dict[str, Any] = tomllib.load(stream)

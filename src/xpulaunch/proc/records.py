@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from typing import TYPE_CHECKING
 
@@ -138,6 +139,8 @@ def _sweep_one(path: str) -> int:
 
         JobCgroup(cgroup).kill()
         JobCgroup(cgroup).remove()
+    # The job's private run directory (its workers' error files), if it was left behind.
+    shutil.rmtree(path.removesuffix(".jsonl") + ".run", ignore_errors=True)
     _unlink(path)
     return killed
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -164,11 +163,23 @@ class Supervisor:
 
     def _watch(self) -> Watch:
         private = self._log_dir is None
-        run_dir = self._log_dir or tempfile.mkdtemp(prefix="xpulaunch-run-")
+        run_dir = self._log_dir or self._private_run_dir()
         return Watch(
             run_dir=Path(run_dir), remove_run_dir=private, hang_timeout_s=self._hang_timeout_s,
             heartbeat=self._heartbeat, max_runtime_s=self._max_runtime_s,
         )  # fmt: skip
+
+    def _private_run_dir(self) -> str:
+        """Where the workers' error files go without ``--log-dir``: beside the job's record
+        (the user's private runtime directory), else a new temporary directory."""
+        path = os.path.join(self._record_dir, f"{self.job_id}.run")
+        try:
+            os.makedirs(path, mode=0o700)
+        except OSError:
+            import tempfile
+
+            return tempfile.mkdtemp(prefix="xpulaunch-run-")
+        return path
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until every worker is down for good; the exit status, or None on timeout."""
