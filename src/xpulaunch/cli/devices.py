@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.cli.render import terminal_safe
+from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.core.inventory import dumps
 from xpulaunch.core.known_issues import issues_of
 

@@ -25,7 +25,7 @@ import click
 
 from xpulaunch.cli.bounds import SECONDS
 from xpulaunch.cli.options import option_group
-from xpulaunch.cli.render import terminal_safe
+from xpulaunch.cli.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 
 import click
 
 from xpulaunch import api
+from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.core.units import format_bytes
 from xpulaunch.model import SET_AT_START, Plan, Unit
-
-# C0 controls but the newline, DEL, and C1 controls: an ESC in a device name (from a driver,
-# an inventory file, another user's command line) would be a terminal escape sequence.
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with control characters shown as ``\\x1b`` instead of acted on by the terminal
-    (for tables and plans; JSON escapes them itself, worker output is passed on as written)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
 def print_plan(plan: Plan, as_json: bool, *, servers: bool = False) -> None:

@@ -10,7 +10,7 @@ import click
 
 from xpulaunch.cli.lease_options import lock_dir_option
 from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.cli.render import terminal_safe
+from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.proc.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
