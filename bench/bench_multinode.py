@@ -21,8 +21,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from bench_supervisor import bench_env  # the same directory: run as bench/bench_multinode.py
 
@@ -87,26 +89,32 @@ def processes(way: str, ckpt: Path) -> list[tuple[list[str], dict[str, str]]]:
 
 
 def time_to_first_step(way: str, env: dict[str, str], ckpt: Path) -> float:
-    """Seconds from the first start to the first "step 1" line of any process."""
+    """Seconds from the first start to rank 0's "step 1" line. With c10d the rendezvous decides
+    which node holds global rank 0, so every process's output is watched."""
     start = time.perf_counter()
     started = [
         subprocess.Popen(argv, env={**env, **extra}, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL if QUIET else None, text=True)
         for argv, extra in processes(way, ckpt)
     ]  # fmt: skip
-    first = started[0].stdout
-    assert first is not None
-    took = None
-    for line in first:  # global rank 0 is on the first process of every way
-        if "step 1 loss" in line:
-            took = time.perf_counter() - start
-            break
+    seen: list[float] = []
+
+    def watch(stream: IO[str]) -> None:
+        for line in stream:  # read to the end, so that no process blocks on a full pipe
+            if "step 1 loss" in line and not seen:
+                seen.append(time.perf_counter() - start)
+
+    readers = [threading.Thread(target=watch, args=(p.stdout,)) for p in started]
+    for reader in readers:
+        reader.start()
     for process in started:
         if process.wait(timeout=300) != 0:
             raise SystemExit(f"{way}: a process exited with {process.returncode}")
-    if took is None:
+    for reader in readers:
+        reader.join()
+    if not seen:
         raise SystemExit(f"{way}: rank 0 printed no step")
-    return took
+    return seen[0]
 
 
 WAYS = ("bare", "xpulaunch-static", "torchrun-static", "xpulaunch-c10d", "torchrun-c10d")
