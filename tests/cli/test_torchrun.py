@@ -11,13 +11,13 @@ import pytest
 
 from helpers import inventory_path
 from xpulaunch.cli.main import main
+from xpulaunch.cli.program import option_arity
 from xpulaunch.cli.run import run
-from xpulaunch.cli.torchrun import run_option_arity
 from xpulaunch.cli.torchrun_args import FLAGS, REFUSED, VALUED, canonical, translate
 from xpulaunch.errors import UsageError
 
 PY = "/usr/bin/python3"
-OURS = run_option_arity(run)
+OURS = option_arity(run)
 CPU_ONLY = str(inventory_path("cpu-only.json"))
 
 

@@ -60,13 +60,18 @@ class ProgramCommand(click.Command):
         return super().parse_args(ctx, ours)
 
     def _option_arity(self) -> dict[str, int]:
-        arity: dict[str, int] = {}
-        for param in self.params:
-            if isinstance(param, click.Option):
-                takes = 0 if param.is_flag or param.count else param.nargs
-                for name in (*param.opts, *param.secondary_opts):
-                    arity[name] = takes
-        return arity
+        return option_arity(self)
+
+
+def option_arity(command: click.Command) -> dict[str, int]:
+    """``command``'s option names -> how many values each takes (0 for flags)."""
+    arity: dict[str, int] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            takes = 0 if param.is_flag or param.count else param.nargs
+            for name in (*param.opts, *param.secondary_opts):
+                arity[name] = takes
+    return arity
 
 
 def _lacks_value(ours: list[str], arity: Mapping[str, int]) -> bool:

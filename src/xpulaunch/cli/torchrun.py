@@ -13,6 +13,7 @@ import sys
 import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.program import option_arity
 from xpulaunch.cli.torchrun_args import translate
 
 
@@ -45,18 +46,7 @@ def torchrun(ctx: click.Context, args: tuple[str, ...]) -> object:
     """
     from xpulaunch.cli.run import run
 
-    arity = run_option_arity(run)
+    arity = option_arity(run)
     run_args = translate(list(args), arity, sys.executable)
     with run.make_context(f"{ctx.command_path}", run_args, parent=ctx) as sub:
         return run.invoke(sub)
-
-
-def run_option_arity(command: click.Command) -> dict[str, int]:
-    """``run``'s option names -> how many values each takes."""
-    arity: dict[str, int] = {}
-    for param in command.params:
-        if isinstance(param, click.Option):
-            takes = 0 if param.is_flag or param.count else param.nargs
-            for name in (*param.opts, *param.secondary_opts):
-                arity[name] = takes
-    return arity
