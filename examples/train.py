@@ -150,6 +150,10 @@ def main() -> int:
     if rank == 0:
         result = {"steps": args.steps, "weights": digest, "world_size": world}
         (args.ckpt_dir / "result.json").write_text(json.dumps(result))
+    # Every rank done before any tears its process group down: a rank that destroys it while
+    # a peer's gloo threads still talk to it can abort ("terminate called without an active
+    # exception"), seen with four CPU ranks on two cores.
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
