@@ -1,8 +1,9 @@
-"""Human sizes: ``8GiB`` -> bytes and back."""
+"""Human units: sizes (``8GiB`` -> bytes and back) and UTC time stamps."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 from xpulaunch.errors import UsageError
 
@@ -43,3 +44,10 @@ def format_bytes(value: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} TiB"  # pragma: no cover - loop always returns
+
+
+def iso_utc(wall_s: float) -> str:
+    """``2026-11-23T23:32:13.123Z`` for ``wall_s`` seconds since the epoch (milliseconds, UTC):
+    the one time stamp of log lines, events and run summaries."""
+    stamp = datetime.fromtimestamp(wall_s, timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")

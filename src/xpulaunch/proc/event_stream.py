@@ -20,9 +20,9 @@ import re
 import sys
 import threading
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
 
 if TYPE_CHECKING:
@@ -40,9 +40,8 @@ def event_name(event: Event) -> str:
 
 def event_record(event: Event, wall_s: float) -> dict[str, object]:
     """The JSON object of one event (``wall_s``: seconds since the epoch)."""
-    stamp = datetime.fromtimestamp(wall_s, timezone.utc).isoformat(timespec="milliseconds")
     record: dict[str, object] = {
-        "schema": SCHEMA, "event": event_name(event), "time": stamp.replace("+00:00", "Z"),
+        "schema": SCHEMA, "event": event_name(event), "time": iso_utc(wall_s),
     }  # fmt: skip
     for field in dataclasses.fields(event):
         record[field.name] = _plain(getattr(event, field.name))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.units import iso_utc
 from xpulaunch.proc.console import Console
 
 if TYPE_CHECKING:
@@ -84,9 +85,7 @@ def _wants_colour(config: LogConfig, stream: BinaryIO) -> bool:
 
 def log_stamp(wall_s: float) -> bytes:
     """``2026-11-23T23:32:13.123Z `` for a log file line read at ``wall_s``."""
-    seconds = int(wall_s)
-    millis = int((wall_s - seconds) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)).encode() + b".%03dZ " % millis
+    return iso_utc(wall_s).encode() + b" "
 
 
 class LogSink:

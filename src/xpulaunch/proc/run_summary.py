@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.units import iso_utc
 from xpulaunch.proc.events import Exited, HangDetected, Started, Stopped, Unhealthy
 
 if TYPE_CHECKING:
@@ -32,11 +32,6 @@ if TYPE_CHECKING:
 
 SCHEMA = "xpulaunch.run/1"
 FILE_NAME = "summary.json"
-
-
-def iso_utc(wall_s: float) -> str:
-    stamp = datetime.fromtimestamp(wall_s, timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
 
 
 class RunSummary:
