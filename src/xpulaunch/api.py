@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 import stat
 from typing import TYPE_CHECKING
 
@@ -20,8 +19,9 @@ from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
-from xpulaunch.errors import InventoryError, LaunchError, UsageError
+from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
+from xpulaunch.proc import ports
 from xpulaunch.proc.program import resolve_program
 
 if TYPE_CHECKING:
@@ -89,24 +89,13 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A currently free TCP port for MASTER_PORT.
-
-    Binding port 0 and closing it leaves a small window in which another process may take the
-    port (torchrun's own ``_get_free_port`` has the same race); rank 0 binds it as it starts,
-    and a worker that fails to bind fails the gang, which is then restarted on the same plan.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, 0))
-        except OSError as exc:  # unresolvable (socket.gaierror), or not this host's address
-            raise UsageError(
-                f"cannot listen there ({exc.strerror or exc}); give an IPv4 address or name of "
-                "this host, or a --master-port too when the master runs elsewhere",
-                option="master_addr",
-                value=host,
-            ) from exc
-        port: int = sock.getsockname()[1]
-    return port
+    """A currently free TCP port for MASTER_PORT: rank 0 binds it as it starts, and a worker
+    that fails to bind fails the gang, which is then restarted on the same plan."""
+    hint = (
+        "give an IPv4 address or name of this host, or a --master-port too when the master "
+        "runs elsewhere"
+    )
+    return ports.free_port(host, option="master_addr", hint=hint)
 
 
 def plan(

@@ -9,13 +9,12 @@ wedged server accepts connections (the kernel queues them) but never answers.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Collection
 from typing import Any
 
-from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.plan import url_host
+from xpulaunch.proc import ports
 
 HEALTH_PATH = "/health"
 
@@ -92,26 +91,8 @@ def fetch_metrics(url: str, timeout_s: float) -> str:
 
 
 def free_port(host: str, exclude: Collection[int] = ()) -> int:
-    """A port nobody listens on now, for ``host`` (IPv4 or IPv6), not in ``exclude``.
-
-    Bind-then-close leaves a window in which another process may take the port.
-    llama-server then fails with ``couldn't bind HTTP server socket`` and the
-    runner moves that replica to another port (:mod:`xpulaunch.llamacpp.server`).
-    """
-    address = host.split(",", maxsplit=1)[0].strip() or "127.0.0.1"
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    for _ in range(100):
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((address, 0))
-            except OSError as exc:  # unresolvable (socket.gaierror), or not this host's address
-                raise UsageError(
-                    f"cannot listen there ({exc.strerror or exc}); give an address or name "
-                    "of this host",
-                    option="host",
-                    value=host,
-                ) from exc
-            port: int = sock.getsockname()[1]
-        if port not in exclude:
-            return port
-    raise OSError(f"no free port on {address} outside {sorted(exclude)}")
+    """A free port for a replica on ``host``. If another process takes it first, llama-server
+    fails with ``couldn't bind HTTP server socket`` and the runner moves that replica to
+    another port (:mod:`xpulaunch.llamacpp.server`)."""
+    hint = "give an address or name of this host"
+    return ports.free_port(host, option="host", hint=hint, exclude=exclude)
