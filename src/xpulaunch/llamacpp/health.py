@@ -22,27 +22,14 @@ HEALTH_PATH = "/health"
 def health_status(host: str, port: int, timeout_s: float) -> int:
     """The HTTP status of ``GET /health``; raises ``OSError`` when there is no answer, or
     when the whole answer took longer than ``timeout_s``."""
-    # Imported here: http.client pulls in ssl and email, which only a llama run needs.
-    import http.client
-
     began = time.monotonic()
-    connection = http.client.HTTPConnection(url_host(host).strip("[]"), port, timeout=timeout_s)
-    try:
-        connection.request("GET", HEALTH_PATH)
-        response = connection.getresponse()
-        response.read()
-        took_s = time.monotonic() - began
-        if took_s > timeout_s:
-            # The socket timeout bounds each read, not the answer: a server too busy to
-            # serve /health promptly trickles it out. Slow is unhealthy too.
-            raise TimeoutError(f"/health answered in {took_s:.1f} s, over {timeout_s:g} s")
-        return response.status
-    except http.client.HTTPException as exc:
-        # A malformed or cut-off answer is no answer; OSError is what the supervisor's
-        # probe runner counts as an unhealthy check.
-        raise ConnectionError(f"bad HTTP answer from {host}:{port}: {exc!r}") from exc
-    finally:
-        connection.close()
+    status, _ = _request(url_host(host), port, "GET", HEALTH_PATH, timeout_s=timeout_s)
+    took_s = time.monotonic() - began
+    if took_s > timeout_s:
+        # The socket timeout bounds each read, not the answer: a server too busy to serve
+        # /health promptly trickles it out. Slow is unhealthy too.
+        raise TimeoutError(f"/health answered in {took_s:.1f} s, over {timeout_s:g} s")
+    return status
 
 
 def is_healthy(host: str, port: int, timeout_s: float) -> bool:
@@ -52,42 +39,45 @@ def is_healthy(host: str, port: int, timeout_s: float) -> bool:
 
 def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30.0) -> Any:
     """``POST /completion`` and return the decoded JSON answer (raises ``OSError``)."""
-    host_port = url.removeprefix("http://")
-    host, _, port = host_port.rpartition(":")
-    import http.client
-
-    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
     body = json.dumps({"prompt": prompt, "n_predict": n_predict})
-    try:
-        connection.request("POST", "/completion", body, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        data = response.read()
-    except http.client.HTTPException as exc:
-        raise ConnectionError(f"bad HTTP answer from {url}: {exc!r}") from exc
-    finally:
-        connection.close()
-    if response.status != 200:
-        raise ConnectionError(f"{url}/completion: HTTP {response.status}: {data[:200]!r}")
+    status, data = _request(*_host_port(url), "POST", "/completion", body, timeout_s=timeout_s)
+    if status != 200:
+        raise ConnectionError(f"{url}/completion: HTTP {status}: {data[:200]!r}")
     return json.loads(data)
 
 
 def fetch_metrics(url: str, timeout_s: float) -> str:
     """``GET /metrics`` of a llama-server started with ``--metrics`` (raises ``OSError``)."""
+    status, data = _request(*_host_port(url), "GET", "/metrics", timeout_s=timeout_s)
+    if status != 200:
+        raise ConnectionError(f"{url}/metrics: HTTP {status}")
+    return data.decode(errors="replace")
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    return host, int(port)
+
+
+def _request(
+    host: str, port: int, method: str, path: str, body: str | None = None, *, timeout_s: float
+) -> tuple[int, bytes]:
+    """One HTTP request: (status, the whole answer). A malformed or cut-off answer is no
+    answer: ``ConnectionError``, an ``OSError``, which is what the supervisor's health
+    check runner counts as a failed check."""
+    # Imported here: http.client pulls in ssl and email, which only a llama run needs.
     import http.client
 
-    host, _, port = url.removeprefix("http://").rpartition(":")
-    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+    connection = http.client.HTTPConnection(host.strip("[]"), port, timeout=timeout_s)
+    headers = {"Content-Type": "application/json"} if body is not None else {}
     try:
-        connection.request("GET", "/metrics")
+        connection.request(method, path, body, headers)
         response = connection.getresponse()
-        data = response.read()
+        return response.status, response.read()
     except http.client.HTTPException as exc:
-        raise ConnectionError(f"bad HTTP answer from {url}/metrics: {exc!r}") from exc
+        raise ConnectionError(f"bad HTTP answer from {host}:{port}{path}: {exc!r}") from exc
     finally:
         connection.close()
-    if response.status != 200:
-        raise ConnectionError(f"{url}/metrics: HTTP {response.status}")
-    return data.decode(errors="replace")
 
 
 def free_port(host: str, exclude: Collection[int] = ()) -> int:
