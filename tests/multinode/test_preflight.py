@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +132,75 @@ def test_slurm_without_scontrol_uses_our_parser(tmp_path: Path) -> None:
     plan, _ = dry_run_plan({**SLURM_STEP, "PATH": os.path.dirname(sys.executable)})
     assert plan["nodes"]["hosts"] == ["gpu-a1", "gpu-a2"]
     assert plan["workers"][0]["env"]["GROUP_RANK"] == "1"
+
+
+ROUND = str(HERE / "round_worker.py")
+
+
+def round_args(port: int, rank: int, log: Path, *extra: str) -> list[str]:
+    return ["--gpus", "none", "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", str(rank),
+            "--master-port", str(port), "--backoff", "0", *extra,
+            ROUND, "--log", str(log), "--slow", "3"]  # fmt: skip
+
+
+def test_nodes_meet_again_before_a_restart(nodes: Nodes, tmp_path: Path) -> None:
+    """Node 1's workers fail at once, node 0's only 3 s later: node 1 must not start its new
+    workers before node 0's old ones are gone (it would join the old round's store)."""
+    port, log = free_port(), tmp_path / "rounds.log"
+    node0 = nodes.start(*round_args(port, 0, log, "--max-restarts", "1"))
+    node1 = nodes.start(*round_args(port, 1, log, "--max-restarts", "1"))
+    status0, out0, err0 = nodes.finish(node0)
+    status1, out1, err1 = nodes.finish(node1)
+    assert (status0, status1) == (0, 0), err0 + err1
+    assert err0.count("waiting for 1 of 2 nodes") == 2
+    assert err1.count("reaching node 0 at") == 2
+    assert sorted(re.findall(r"REPORT rank (\d) attempt 1", out0 + out1)) == ["0", "1", "2", "3"]
+    events = [line.split() for line in log.read_text().splitlines()]
+    first_ended = [float(e[4]) for e in events if e[:2] == ["end", "0"]]
+    second_started = [float(e[4]) for e in events if e[:2] == ["start", "1"]]
+    assert len(first_ended) == len(second_started) == 4
+    assert max(first_ended) <= min(second_started)
+
+
+@pytest.mark.parametrize(
+    ("quitter", "complaint"),
+    [(1, "node(s) 1 did not reach node 0 on port"), (0, "cannot reach node 0 at 127.0.0.1:")],
+)
+def test_a_node_that_does_not_come_back_fails_the_other(
+    nodes: Nodes, tmp_path: Path, quitter: int, complaint: str
+) -> None:
+    """The node that gives up (no restarts left) never meets again; the other one waits
+    --join-timeout for it, then fails with one line instead of restarting alone."""
+    port, log = free_port(), tmp_path / "rounds.log"
+    stayer = 1 - quitter
+    started = {
+        quitter: nodes.start(*round_args(port, quitter, log, "--max-restarts", "0")),
+        stayer: nodes.start(*round_args(port, stayer, log, "--max-restarts", "1",
+                                        "--join-timeout", "5")),
+    }  # fmt: skip
+    assert nodes.finish(started[quitter])[0] == 3
+    status, out, err = nodes.finish(started[stayer])
+    assert status == 3
+    assert complaint in err
+    assert "gave up" in err and "Traceback" not in err
+    assert "REPORT" not in out
+    assert not [line for line in log.read_text().splitlines() if line.startswith("start 1")]
+
+
+def test_a_port_that_answers_but_not_as_node_0_is_tried_again(nodes: Nodes) -> None:
+    """Like the old round's TCPStore, still listening on node 0's port when node 1 comes back
+    for a restart: it accepts the connection and never says ``here``. Node 1 hangs up and
+    tries again until node 0 itself listens there."""
+    port = free_port()
+    with socket.create_server(("127.0.0.1", port)) as store:
+        store.settimeout(120)
+        node1 = nodes.start(*node_args(port, 2, 1, "--join-timeout", "120"))
+        conn, _ = store.accept()
+        with conn:
+            conn.settimeout(120)
+            assert conn.recv(64).startswith(b"xpulaunch-preflight/")
+    node0 = nodes.start(*node_args(port, 2, 0))
+    status1, out1, err1 = nodes.finish(node1)
+    status0, out0, err0 = nodes.finish(node0)
+    assert (status0, status1) == (0, 0), err0 + err1
+    assert len(reports(out0) + reports(out1)) == 4

@@ -345,3 +345,24 @@ def test_a_restart_that_cannot_start_is_a_failure(child: Argv, record_dir: Path)
     assert of(events, GaveUp)[0].exit_code == 127
     assert sup.status()[0].state is WorkerState.FAILED
     assert sup.status()[0].attempt == 1
+
+
+def test_a_settle_hook_that_refuses_fails_the_gang(child: Argv, record_dir: Path) -> None:
+    """A ``settle`` hook that raises LaunchError (the other nodes never came back) fails the
+    gang with its message instead of restarting it; any other exception is a bug."""
+    asked: list[tuple[str, ...]] = []
+
+    def settle(names: object) -> None:
+        asked.append(tuple(names))  # type: ignore[call-overload]
+        raise LaunchError("node(s) 1 did not reach node 0")
+
+    policy = RestartPolicy(max_restarts=3, backoff_initial_s=0.0)
+    workers = [spec("0", child("exit_with.py", 4)), spec("1", child("exit_with.py", 0))]
+    sup, events = supervise(workers, policy, record_dir, settle=settle)
+    sup.start()
+    assert sup.wait(30) == 4
+    assert asked == [("0", "1")]
+    assert len(of(events, Started)) == 2  # the first start only
+    (gave_up,) = of(events, GaveUp)
+    assert (gave_up.exit_code, gave_up.reason) == (4, "node(s) 1 did not reach node 0")
+    assert {w.state for w in sup.status()} == {WorkerState.FAILED}

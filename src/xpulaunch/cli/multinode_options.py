@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from xpulaunch.cli.options import option_group
 from xpulaunch.core.nodes import NodeRequest, resolve_nodes
 from xpulaunch.model import Plan
+
+if TYPE_CHECKING:
+    from xpulaunch.proc.preflight import Meeting
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 
@@ -95,21 +98,21 @@ def node_kwargs(
     }
 
 
-def meet_nodes(plan: Plan, kwargs: dict[str, Any], timeout_s: float) -> None:
-    """With several nodes, wait (bounded) until every node is there: see
-    :mod:`xpulaunch.proc.preflight`."""
+def node_meeting(plan: Plan, kwargs: dict[str, Any], timeout_s: float) -> Meeting | None:
+    """With several static nodes, how they meet (bounded) before the workers start and
+    before every restart: see :mod:`xpulaunch.proc.preflight`. None for one node (and for
+    c10d, whose plan is one agent on one node as far as the supervisor sees)."""
     if plan.nodes.nnodes < 2:
-        return
-    from xpulaunch.proc.preflight import Meeting, meet
+        return None
+    from xpulaunch.proc.preflight import Meeting
 
-    meeting = Meeting(
+    return Meeting(
         nnodes=plan.nodes.nnodes,
         node_rank=plan.nodes.node_rank,
         master_addr=kwargs["master_addr"],
         master_port=kwargs["master_port"],
         timeout_s=timeout_s,
     )
-    meet(meeting, lambda text: click.echo(f"xpulaunch: {text}", err=True))
 
 
 def warn_torchrun_options(program: tuple[str, ...]) -> None:

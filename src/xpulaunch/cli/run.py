@@ -13,9 +13,9 @@ from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerat
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.multinode_options import (
     final_plan,
-    meet_nodes,
     multinode_options,
     node_kwargs,
+    node_meeting,
     pop_node_request,
     warn_torchrun_options,
 )
@@ -125,12 +125,12 @@ def _execute(
         # Checked before the summary line: a mistake prints one line, not a start and an error.
         check_ranks(run_options.console_ranks, [w.name for w in plan.workers])
         click.echo(f"xpulaunch: {_summary(plan)}", err=True)
-        meet_nodes(plan, kwargs, options["join_timeout_s"])
         # Workers and the guardian inherit the lease fds; closing ours at the end never
         # unlocks a device that a surviving process of the job still holds.
         return run_plan(
             plan, kwargs["parent_env"], run_options, lease_fds=lease.fds, release_leases=True,
             job_id=lease.job_id, events=events, earlier_events=lease_events.got(plan, lease),
+            meeting=node_meeting(plan, kwargs, options["join_timeout_s"]),
         )  # fmt: skip
 
 

@@ -28,6 +28,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, decide
+from xpulaunch.errors import LaunchError
 from xpulaunch.proc.events import (
     Event,
     GaveUp,
@@ -266,12 +267,15 @@ class Engine:
             when = max(self.clock(), gang.ended_at_s + decision.delay_s)
             self.loop.call_at(when, lambda: self._after_backoff(gang))
         elif gang.phase is Phase.FAILED:
-            self._set_states(gang, WorkerState.FAILED)
-            failed = gang.first_failure
-            code = failed.exit_code if failed and failed.exit_code is not None else 1
-            self.emit(GaveUp(self.clock(), gang.names, code, decision.reason))
+            self._gave_up(gang, decision.reason)
         else:
             self._set_states(gang, WorkerState.EXITED)
+
+    def _gave_up(self, gang: Gang, reason: str) -> None:
+        self._set_states(gang, WorkerState.FAILED)
+        failed = gang.first_failure
+        code = failed.exit_code if failed and failed.exit_code is not None else 1
+        self.emit(GaveUp(self.clock(), gang.names, code, reason))
 
     @staticmethod
     def _set_states(gang: Gang, state: WorkerState) -> None:
@@ -289,9 +293,16 @@ class Engine:
         self.loop.submit(lambda: settle(names), lambda f: self._settled(gang, f))
 
     def _settled(self, gang: Gang, future: Future[None]) -> None:
-        future.result()  # a settle hook that raised is a bug: let the loop's handler see it
-        if gang.phase is Phase.SETTLING:  # else a stop came first
-            self._start_gang(gang)
+        refusal = future.exception()
+        if not isinstance(refusal, LaunchError):
+            future.result()  # any other exception is a bug: let the loop's handler see it
+        if gang.phase is not Phase.SETTLING:  # a stop came first
+            return
+        if refusal is not None:
+            gang.advance(GangEvent.REFUSED)
+            self._gave_up(gang, str(refusal))
+            return
+        self._start_gang(gang)
 
     # -- stopping ------------------------------------------------------------------------
     def _out_of_time(self) -> None:

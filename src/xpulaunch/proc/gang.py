@@ -7,12 +7,15 @@ through :meth:`Gang.advance` and the one table :data:`TRANSITIONS`::
     RUNNING  --ended, stop-->  STOPPING
     STOPPING --down_restart--> BACKOFF --start--> RUNNING
                                BACKOFF --settle--> SETTLING --start--> RUNNING
+                                                   SETTLING --refused--> FAILED
     STOPPING --down_done-->    DONE
     STOPPING --down_give_up--> FAILED
     STOPPING, BACKOFF, SETTLING --stop--> STOPPING
 
 A gang is restarted only when every process of every worker is gone (``down``), the backoff
-has passed and the ``settle`` hook (NVIDIA: VRAM released) has returned. A stop moves a
+has passed and the ``settle`` hook (NVIDIA: VRAM released; several static nodes: every node
+is down too) has returned; a hook that refuses the restart (it raised ``LaunchError``: the
+other nodes never came) fails the gang. A stop moves a
 waiting gang back to STOPPING, which is what cancels its pending backoff or settle callback:
 those act only in the phase they were scheduled for.
 """
@@ -46,6 +49,7 @@ class GangEvent(str, Enum):
     DOWN_GIVE_UP = "down_give_up"  # every process is gone; the decision: give up
     SETTLE = "settle"  # the backoff passed; the settle hook runs
     START = "start"  # the backoff passed (and the gang settled): start it again
+    REFUSED = "refused"  # the settle hook refused the restart
 
 
 TRANSITIONS: dict[tuple[Phase, GangEvent], Phase] = {
@@ -60,6 +64,7 @@ TRANSITIONS: dict[tuple[Phase, GangEvent], Phase] = {
     (Phase.BACKOFF, GangEvent.SETTLE): Phase.SETTLING,
     (Phase.BACKOFF, GangEvent.START): Phase.RUNNING,
     (Phase.SETTLING, GangEvent.START): Phase.RUNNING,
+    (Phase.SETTLING, GangEvent.REFUSED): Phase.FAILED,
 }
 
 FINAL_PHASES = frozenset({Phase.DONE, Phase.FAILED})

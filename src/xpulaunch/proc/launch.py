@@ -43,6 +43,7 @@ from xpulaunch.proc.options import (
     restart_limit,
     restart_settings,
 )
+from xpulaunch.proc.preflight import Meeting, meet
 from xpulaunch.proc.program import resolve_program
 from xpulaunch.proc.run_summary import RunSummary
 from xpulaunch.proc.signals import forwarding
@@ -126,6 +127,7 @@ def run_plan(
     job_id: str | None = None,
     events: EventStream | None = None,
     earlier_events: Sequence[Event] = (),
+    meeting: Meeting | None = None,
 ) -> int:
     """Run every worker of ``plan``; block until the job is over; return its exit status.
 
@@ -134,28 +136,38 @@ def run_plan(
     workers' ``XPULAUNCH_JOB_ID`` (see :class:`Supervisor`). ``events``: an open stream for
     the supervisor's events (the caller's, left open), else ``options.events`` is opened;
     ``earlier_events`` (the lease's, already written there) reach the summary and metrics.
-    With ``options.log_dir``, ``summary.json`` is written there at the end."""
+    With ``options.log_dir``, ``summary.json`` is written there at the end. ``meeting``: this
+    node's part in a static job of several nodes; the nodes meet before the first start and
+    before every gang restart (see :mod:`xpulaunch.proc.preflight`)."""
     policy = options.policy(plan)
     specs = specs_for_plan(plan, parent_env, cwd=options.cwd, lease_fds=lease_fds)
     check_ranks(options.console_ranks, [s.name for s in specs])
-    # Waiting for GPU memory matters only before a restart.
-    settle = gpu_settle(plan) if policy.mode is not RestartMode.NO else None
+    # Waiting for GPU memory and for the other nodes matters only before a restart.
+    restarts = policy.mode is not RestartMode.NO
+    gpus = gpu_settle(plan) if restarts else None
+    rejoin = meeting if restarts and policy.gang else None
     logs = LogConfig(
         log_dir=options.log_dir,
         console_names=options.console_ranks,
         color=_colour(options.color, parent_env),
     )
     reporter = Reporter(len(specs))
+
+    def say(text: str) -> None:  # a restart's meeting speaks once the supervisor below runs
+        supervisor.message(text)
+
     listeners: list[Callable[[Event], None]] = [reporter.on_event]
     supervisor = Supervisor(
         specs, policy, grace_s=options.grace_s, logs=logs,
         on_event=_fan_out(listeners),
-        lease_fds=lease_fds, release_leases=release_leases, settle=settle,
+        lease_fds=lease_fds, release_leases=release_leases, settle=_settle(gpus, rejoin, say),
         record_dir=records.runtime_dir(parent_env), job_id=job_id,
         hang_timeout_s=options.hang_timeout_s, heartbeat=options.heartbeat,
         max_runtime_s=options.max_runtime_s,
     )  # fmt: skip
     reporter.supervisor = supervisor
+    if meeting is not None:
+        meet(meeting, supervisor.message)
     with Operations(plan, options, supervisor, events) as operations:
         listeners.extend(operations.listeners)
         for event in earlier_events:
@@ -163,9 +175,27 @@ def run_plan(
         with forwarding(reporter.on_signal):
             supervisor.start()
             status = supervisor.wait()
-    for note in settle.notes if settle is not None else ():
+    for note in gpus.notes if gpus is not None else ():
         supervisor.message(note)
     return 1 if status is None else status
+
+
+def _settle(
+    gpus: NvmlSettle | None, meeting: Meeting | None, say: Callable[[str], None]
+) -> Callable[[Sequence[str]], None] | None:
+    """The supervisor's ``settle`` hook: the GPUs' memory released, then (several static
+    nodes) every node met again, its old workers gone; a meeting that fails raises
+    :class:`~xpulaunch.errors.LaunchError`, which fails the gang instead of restarting it.
+    ``say`` is called only once the supervisor runs."""
+    if meeting is None:
+        return gpus
+
+    def settle(names: Sequence[str]) -> None:
+        if gpus is not None:
+            gpus(names)
+        meet(meeting, say)
+
+    return settle
 
 
 def _fan_out(listeners: list[Callable[[Event], None]]) -> Callable[[Event], None]:

@@ -3,10 +3,19 @@
 A wrong ``--master-addr`` or a closed port otherwise shows up as workers hanging in
 ``init_process_group`` until gloo's or NCCL's own timeout (pytorch/pytorch#107021, #69197).
 So node 0 listens on the master port for a moment, every other node connects to it and says
-which node it is, and node 0 answers ``ok`` once all of them are in (or refuses a node that
-disagrees on the size of the job or repeats a node rank). Then node 0 closes the port and
-the workers start, rank 0's TCPStore binding that same port. This checks reachability only:
-the rendezvous itself is torch's (``MASTER_ADDR``/``MASTER_PORT``, ``env://``).
+which node it is; node 0 answers ``here`` at once and ``ok`` once all of them are in (or
+refuses a node that disagrees on the size of the job or repeats a node rank). Then node 0
+closes the port and the workers start, rank 0's TCPStore binding that same port. This checks
+reachability only: the rendezvous itself is torch's (``MASTER_ADDR``/``MASTER_PORT``,
+``env://``).
+
+The nodes meet again before every restart of a static job (the supervisor's ``settle`` hook,
+see :mod:`xpulaunch.proc.launch`): each node's workers fail on their own (the crashed one, the
+others on the broken collective), and without a meeting a node that restarts first can reach
+the dying TCPStore of the old round on node 0's port, join that round's leftovers and leave
+the others waiting for it forever. So a node that connects while the port still belongs to
+the old round's store gets no ``here`` and tries again, until node 0's own gang is down and
+node 0 listens again; no node starts its new workers before every node's old ones are gone.
 
 The clients close their connections first, so that the TIME_WAIT of the closed connections
 lands on them, not on node 0's port.
@@ -15,15 +24,19 @@ lands on them, not on node 0's port.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from xpulaunch.errors import LaunchError
 
 _HELLO = "xpulaunch-preflight/1"
 _POLL_S = 0.5  # how long one accept() or connect() waits before the deadline is checked again
+_ACK_S = 5.0  # a listener that has not said ``here`` by then is not node 0's pre-flight
+_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5)  # waits between connection attempts, then the last
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +115,8 @@ def _gather(
         rank = _admit(conn, meeting, joined)
         if rank is not None:
             joined[rank] = conn
+            with contextlib.suppress(OSError):  # it went away: its ok fails later, and it retries
+                conn.sendall(b"here\n")
             say(f"node {rank} is here ({peer[0]}); {_waiting(meeting, joined)}")
 
 
@@ -159,31 +174,58 @@ def _join(meeting: Meeting, say: Callable[[str], None]) -> None:
     deadline = time.monotonic() + meeting.timeout_s
     where = f"{meeting.master_addr}:{meeting.master_port}"
     say(f"node {meeting.node_rank} of {meeting.nnodes}: reaching node 0 at {where}")
-    with _connect(meeting, deadline, where) as conn:
-        conn.sendall(f"{_HELLO} {meeting.node_rank} {meeting.nnodes}\n".encode())
-        conn.settimeout(max(0.1, deadline - time.monotonic()))
-        try:
-            answer = _read_line(conn)
-        except TimeoutError:
-            answer = "timed out waiting for the other nodes"
-        except OSError as exc:
-            answer = f"connection lost ({exc.strerror})"
-    if answer != "ok":
-        raise LaunchError(f"node 0 at {where}: {answer or 'closed the connection'}")
-
-
-def _connect(meeting: Meeting, deadline: float, where: str) -> socket.socket:
-    """Connect, retrying until the deadline: node 0 may start later than this node."""
+    hello = f"{_HELLO} {meeting.node_rank} {meeting.nnodes}\n".encode()
     last = "no answer"
-    while time.monotonic() < deadline:
+    for attempt in itertools.count():
+        if attempt:
+            time.sleep(_RETRY_S[min(attempt, len(_RETRY_S)) - 1])  # a retry interval
+        if time.monotonic() >= deadline:
+            break
         try:
-            return socket.create_connection(
+            conn = socket.create_connection(
                 (meeting.master_addr, meeting.master_port), timeout=_POLL_S * 4
             )
-        except OSError as exc:
+        except OSError as exc:  # node 0 is not listening (yet, or again)
             last = exc.strerror or str(exc)
-            time.sleep(_POLL_S)  # a retry interval, not a synchronisation
+            continue
+        with conn:
+            answer = _hello(conn, hello, deadline)
+        if answer is None:  # not node 0's pre-flight: the old round's store, still dying
+            last = "the port answers, but not as an xpulaunch node 0"
+            continue
+        if answer != "ok":
+            raise LaunchError(f"node 0 at {where}: {answer}")
+        return
     raise LaunchError(
         f"cannot reach node 0 at {where} within {meeting.timeout_s:g} s ({last}); check "
         "--master-addr/--master-port (the same on every node) and that the port is open"
     )
+
+
+def _hello(conn: socket.socket, hello: bytes, deadline: float) -> str | None:
+    """Node 0's final answer (``ok``, or why not), or None when the listener is not node 0's
+    pre-flight (it did not say ``here`` in time): the caller connects again."""
+    answers = conn.makefile("rb")  # buffered: ``here`` and ``ok`` may come in one segment
+    try:
+        conn.sendall(hello)
+        conn.settimeout(max(0.1, min(_ACK_S, deadline - time.monotonic())))
+        first = _line(answers)
+    except OSError:  # a timeout, or the listener hung up on us
+        return None
+    if first.startswith("refused:"):
+        return first
+    if first != "here":
+        return None
+    conn.settimeout(max(0.1, deadline - time.monotonic()))
+    try:
+        return _line(answers) or "closed the connection"
+    except TimeoutError:
+        return "timed out waiting for the other nodes"
+    except OSError as exc:
+        return f"connection lost ({exc.strerror})"
+    finally:
+        answers.close()
+
+
+def _line(answers: BinaryIO) -> str:
+    return answers.readline(256).decode("ascii", "replace").strip()
