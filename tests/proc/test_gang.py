@@ -22,6 +22,7 @@ EXPECTED = {
     (P.BACKOFF, E.SETTLE): P.SETTLING,
     (P.BACKOFF, E.START): P.RUNNING,
     (P.SETTLING, E.START): P.RUNNING,
+    (P.SETTLING, E.REFUSED): P.FAILED,  # the settle hook refused: the other nodes are gone
 }
 
 
