@@ -37,7 +37,7 @@ class RunLogs:
     def workers(self, attempt: int) -> list[str]:
         """The workers with logs in ``attempt`` (numeric names in numeric order)."""
         folder = self.root / f"attempt_{attempt}"
-        if self.layout is LogLayout.TORCHRUN:
+        if self.layout == LogLayout.TORCHRUN:
             names = [p.name for p in folder.iterdir() if p.is_dir()]
         else:
             names = [p.stem for p in folder.glob("*.log")]
@@ -45,13 +45,13 @@ class RunLogs:
 
     def files(self, attempt: int, name: str) -> list[Path]:
         folder = self.root / f"attempt_{attempt}"
-        if self.layout is LogLayout.TORCHRUN:
+        if self.layout == LogLayout.TORCHRUN:
             return [folder / name / stream for stream in _STREAM_FILES]
         return [folder / f"{name}.log"]
 
     @property
     def stamped(self) -> bool:
-        return self.layout is LogLayout.XPULAUNCH
+        return self.layout == LogLayout.XPULAUNCH
 
 
 def open_run(path: Path) -> RunLogs:

@@ -112,7 +112,7 @@ def make_run_log_dir(
     in torchrun's layout a new ``<log_dir>/<run_id>_<random>``, as torchrun's
     ``DefaultLogsSpecs`` makes it (``run_id``: the rendezvous id, torchrun's default
     ``none``). ``log_dir`` must exist (:func:`xpulaunch.proc.options.make_log_dir`)."""
-    if log_dir is None or layout is LogLayout.XPULAUNCH:
+    if log_dir is None or layout == LogLayout.XPULAUNCH:
         return log_dir
     try:
         return tempfile.mkdtemp(prefix=f"{run_id or 'none'}_", dir=log_dir)
@@ -196,13 +196,13 @@ class LogSink:
     def _where(self, name: str, attempt: int) -> Path:
         """Our layout: the worker's log file; torchrun's: the worker's folder."""
         attempt_dir = Path(self._config.log_dir or ".") / f"attempt_{attempt}"
-        if self._config.layout is LogLayout.TORCHRUN:
+        if self._config.layout == LogLayout.TORCHRUN:
             return attempt_dir / self._folders[name]
         return attempt_dir / f"{name}.log"
 
     def _open(self, where: Path) -> dict[bool, BinaryIO]:
         """The file of each stream (keyed by ``is_err``), kept open for the attempt."""
-        if self._config.layout is LogLayout.XPULAUNCH:
+        if self._config.layout == LogLayout.XPULAUNCH:
             where.parent.mkdir(parents=True, exist_ok=True)
             handle = open(where, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
             return {False: handle, True: handle}
@@ -218,7 +218,7 @@ class LogSink:
         """Where ``name``'s attempt ``attempt`` gets its ``TORCHELASTIC_ERROR_FILE``: in
         torchrun's layout its ``error.json`` beside its logs, as torchrun puts it; else
         ``attempt_<n>/<name>.error.json`` under ``run_dir`` (the log dir, or a private one)."""
-        if self._config.layout is LogLayout.TORCHRUN and self._config.log_dir is not None:
+        if self._config.layout == LogLayout.TORCHRUN and self._config.log_dir is not None:
             return self._where(name, attempt) / "error.json"
         return run_dir / f"attempt_{attempt}" / f"{name}.error.json"
 
@@ -229,7 +229,7 @@ class LogSink:
         if old < 1 or self._config.log_dir is None:
             return
         gone = self._where(name, old)
-        if self._config.layout is LogLayout.TORCHRUN:
+        if self._config.layout == LogLayout.TORCHRUN:
             shutil.rmtree(gone, ignore_errors=True)  # the worker's folder: logs, error.json
         else:
             with contextlib.suppress(OSError):  # gone already, or not ours to remove
@@ -267,7 +267,7 @@ class LogSink:
     def _stamp(self) -> bytes:
         """Our layout stamps each line; torchrun's files hold exactly what the worker wrote
         (tools grep and parse them as such)."""
-        if self._config.layout is LogLayout.TORCHRUN:
+        if self._config.layout == LogLayout.TORCHRUN:
             return b""
         return log_stamp(self._wall_clock())
 
