@@ -1,16 +1,28 @@
-"""``xpulaunch torchrun --standalone --nproc_per_node=2 examples/train.py``, for real."""
+"""``xpulaunch torchrun --standalone --nproc_per_node=2 examples/train.py``, for real: its
+``--log-dir`` in torchrun's layout, and a job given only by torchrun's ``PET_*`` variables."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from node_helpers import EXAMPLES, Nodes
+from node_helpers import EXAMPLES, HERE, Nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def the_run(log_dir: Path, run_id: str) -> Path:
+    """The one ``<run_id>_<random>`` directory that torchrun's layout makes in ``log_dir``."""
+    runs = list(log_dir.iterdir())
+    assert len(runs) == 1 and re.fullmatch(run_id + r"_\w{8}", runs[0].name), runs
+    return runs[0]
 
 
 def test_torchrun_standalone_line_runs(nodes: Nodes, tmp_path: Path) -> None:
@@ -23,3 +35,76 @@ def test_torchrun_standalone_line_runs(nodes: Nodes, tmp_path: Path) -> None:
     assert status == 0, err
     assert sorted(re.findall(r"rank (\d)/2 local_rank (\d)", out)) == [("0", "0"), ("1", "1")]
     assert json.loads((tmp_path / "result.json").read_text())["world_size"] == 2
+
+
+def test_log_dir_in_torchruns_layout_across_a_restart(nodes: Nodes, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    logs, ckpt = tmp_path / "logs", tmp_path / "ckpt"
+    job = nodes.start(
+        "torchrun", "--standalone", "--nproc_per_node=2", "--max-restarts=1", "--log_dir",
+        str(logs), "--gpus", "none", str(EXAMPLES / "train.py"), "--ckpt-dir", str(ckpt),
+        "--steps", "3", "--ckpt-every", "1", "--crash-at-step", "2",
+    )  # fmt: skip
+    status, _, err = nodes.finish(job)
+    assert status == 0, err
+    run = the_run(logs, UUID)  # --standalone: a new uuid, as torchrun names it
+    assert sorted(p.name for p in run.iterdir()) == ["attempt_0", "attempt_1", "summary.json"]
+    first, second = run / "attempt_0", run / "attempt_1"
+    assert sorted(p.name for p in first.iterdir()) == ["0", "1"]
+    assert sorted(p.name for p in (first / "1").iterdir()) == ["stderr.log", "stdout.log"]
+    # The lines exactly as the workers wrote them, each stream in its own file.
+    assert (first / "0" / "stdout.log").read_text().startswith("rank 0/2 local_rank 0 ")
+    assert "rank 1: simulated crash at step 2\n" in (first / "1" / "stderr.log").read_text()
+    assert "simulated crash" not in (first / "1" / "stdout.log").read_text()
+    assert "rank 0: resumed from step 1\n" in (second / "0" / "stdout.log").read_text()
+    assert "rank 1: done at step 3 weights" in (second / "1" / "stdout.log").read_text()
+    assert json.loads((run / "summary.json").read_text())["exit_code"] == 0
+    shown = subprocess.run(
+        [sys.executable, "-m", "xpulaunch", "logs", str(logs), "--rank", "1", "--attempt", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "rank 1: simulated crash at step 2" in shown.stdout
+
+
+def test_a_failing_workers_error_json_is_where_torchrun_puts_it(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    logs = tmp_path / "logs"
+    job = nodes.start(
+        "torchrun", "--nproc-per-node", "2", "--log-dir", str(logs), "--gpus", "none",
+        str(HERE / "record_failure.py"),
+    )  # fmt: skip
+    status, _, err = nodes.finish(job)
+    assert status == 1, err
+    attempt = the_run(logs, "none") / "attempt_0"  # torchrun's default --rdzv-id
+    error = json.loads((attempt / "1" / "error.json").read_text())
+    assert error["message"]["message"] == "ValueError: bad batch on local rank 1"
+    assert not (attempt / "0" / "error.json").exists()
+    assert (attempt / "0" / "stdout.log").read_text() == "local rank 0 to stdout\n"
+    assert (attempt / "0" / "stderr.log").read_text() == "local rank 0 to stderr\n"
+    assert "ValueError: bad batch" in (attempt / "1" / "stderr.log").read_text()
+    assert "worker 1 failed first: it raised ValueError: bad batch on local rank 1" in err
+    assert f"full log: {attempt / '1'}" in err
+
+
+def test_a_job_given_only_by_pet_variables(
+    nodes: Nodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    logs, ckpt = tmp_path / "logs", tmp_path / "ckpt"
+    pet = {"PET_STANDALONE": "1", "PET_NPROC_PER_NODE": "2", "PET_LOG_DIR": str(logs),
+           "PET_MAX_RESTARTS": "0"}  # fmt: skip
+    for name, value in pet.items():  # what a PyTorchJob or a wrapper script sets
+        monkeypatch.setenv(name, value)
+    job = nodes.start(
+        "torchrun", "--gpus", "none", str(EXAMPLES / "train.py"), "--ckpt-dir", str(ckpt),
+        "--steps", "2",
+    )  # fmt: skip
+    status, out, err = nodes.finish(job)
+    assert status == 0, err
+    assert sorted(re.findall(r"rank (\d)/2 local_rank (\d)", out)) == [("0", "0"), ("1", "1")]
+    attempt = the_run(logs, UUID) / "attempt_0"
+    for rank in ("0", "1"):
+        assert f"rank {rank}: done at step 2" in (attempt / rank / "stdout.log").read_text()

@@ -1,9 +1,12 @@
 """``xpulaunch logs [RUN] [--rank R] [--attempt N] [-f]``: a run's log files, read back.
 
 RUN is the ``--log-dir`` the run wrote (default ``XPULAUNCH_LOG_DIR``, else the current
-directory). Without ``--rank`` every worker's lines are merged by their time stamps and
-prefixed ``[name]`` as on the console; ``--attempt`` defaults to the last one. ``-f`` keeps
-printing new lines until the run writes its ``summary.json`` (or Ctrl-C).
+directory); in torchrun's layout also the run's own ``<run_id>_<random>`` directory (a
+``--log-dir`` holding several runs means the latest). Without ``--rank`` every worker's lines
+are prefixed ``[name]`` as on the console, merged by their time stamps in our layout, worker
+after worker (stdout, then stderr) in torchrun's, whose lines carry no time. ``--attempt``
+defaults to the last one. ``-f`` keeps printing new lines until the run writes its
+``summary.json`` (or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.errors import UsageError
-from xpulaunch.proc.log_reader import LogFollower, attempts, run_ended, worker_names
+from xpulaunch.proc.log_reader import LogFollower, RunLogs, open_run, run_ended
 
 FOLLOW_INTERVAL_S = 0.5  # how often -f looks for new lines (tail -f looks every second)
 
@@ -28,15 +31,17 @@ FOLLOW_INTERVAL_S = 0.5  # how often -f looks for new lines (tail -f looks every
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run ends.")
 def logs(run_dir: str | None, ranks: str | None, attempt: int | None, follow: bool) -> int:
     """Print the log files of a run started with --log-dir."""
-    root = Path(run_dir or ".")
-    known = attempts(root)
+    run = open_run(Path(run_dir or "."))
+    if run.runs > 1:
+        click.echo(f"xpulaunch: {run.root}: the latest of {run.runs} runs", err=True)
+    known = run.attempts()
     chosen = known[-1] if attempt is None else attempt
     if chosen not in known:
-        raise UsageError(f"--attempt {chosen}: {root} has attempts {_listing(known)}")
-    follower = LogFollower(_files(root, chosen, ranks))
-    prefix = len(follower.files) > 1
+        raise UsageError(f"--attempt {chosen}: {run.root} has attempts {_listing(known)}")
+    follower = LogFollower(_files(run, chosen, ranks), stamped=run.stamped)
+    prefix = len({name for name, _ in follower.files}) > 1
     _print(follower.read(), prefix=prefix)
-    while follow and not run_ended(root):
+    while follow and not run_ended(run.root):
         time.sleep(FOLLOW_INTERVAL_S)
         _print(follower.read(), prefix=prefix)
     if follow:
@@ -44,15 +49,15 @@ def logs(run_dir: str | None, ranks: str | None, attempt: int | None, follow: bo
     return 0
 
 
-def _files(root: Path, attempt: int, ranks: str | None) -> dict[str, Path]:
-    names = worker_names(root, attempt)
+def _files(run: RunLogs, attempt: int, ranks: str | None) -> list[tuple[str, Path]]:
+    names = run.workers(attempt)
     wanted = names if not ranks else [r.strip() for r in ranks.split(",")]
     unknown = [r for r in wanted if r not in names]
     if unknown:
         raise UsageError(
             f"--rank {','.join(unknown)}: no log in attempt {attempt}; there are {_listing(names)}"
         )
-    return {name: root / f"attempt_{attempt}" / f"{name}.log" for name in wanted}
+    return [(name, path) for name in wanted for path in run.files(attempt, name)]
 
 
 def _listing(items: list[int] | list[str]) -> str:

@@ -65,7 +65,21 @@ supervision_options = option_group(
         "--log-dir",
         type=click.Path(file_okay=False),
         envvar="XPULAUNCH_LOG_DIR",
-        help="Write DIR/attempt_N/WORKER.log for every worker and attempt.",
+        help="Write every worker's output of every attempt under DIR (see --log-layout).",
+    ),
+    click.option(
+        "--log-layout",
+        type=click.Choice(["xpulaunch", "torchrun"]),
+        default="xpulaunch",
+        show_default=True,
+        envvar="XPULAUNCH_LOG_LAYOUT",
+        help="--log-dir as DIR/attempt_N/WORKER.log (time-stamped lines), or as torchrun "
+        "writes it: DIR/RUNID_XXXXXXXX/attempt_N/LOCAL_RANK/{stdout,stderr}.log, error.json.",
+    ),
+    click.option(
+        "--log-run-id",
+        hidden=True,  # set by xpulaunch torchrun: its --rdzv-id, or the --standalone uuid
+        help="The run id that starts the run's directory name in torchrun's layout.",
     ),
     click.option(
         "--ranks",

@@ -1,13 +1,15 @@
 """``xpulaunch torchrun [TORCHRUN_OPTIONS] SCRIPT [ARGS]...``: torchrun's command line, run by
 xpulaunch (device selection, leases, supervision and cleanup on top).
 
-The arguments are translated (:mod:`xpulaunch.cli.torchrun_args`) into an ``xpulaunch run``
-command line, which then runs as if typed. ``run``'s own options (``--gpus``, ``--isolate``,
-``--dry-run``, leases ...) may be mixed in before SCRIPT.
+The arguments, and torchrun's ``PET_*`` variables for the options not given, are translated
+(:mod:`xpulaunch.cli.torchrun_args`) into an ``xpulaunch run`` command line, which then runs as
+if typed. ``run``'s own options (``--gpus``, ``--isolate``, ``--dry-run``, leases ...) may be
+mixed in before SCRIPT.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -40,13 +42,17 @@ def torchrun(ctx: click.Context, args: tuple[str, ...]) -> object:
               --duplicate-stdout-filters --duplicate-stderr-filters --rdzv-backend etcd
     Also:     every option of xpulaunch run, such as --gpus, --isolate, --dry-run.
 
-    xpulaunch's console always shows and its --log-dir always keeps both streams of every
-    worker, so --tee and --redirects change nothing. --nproc-per-node auto is one worker per
-    selected device (one on the CPU).
+    As in torchrun, an option not given is read from PET_<NAME> (PET_NPROC_PER_NODE=2,
+    PET_STANDALONE=1); the command line wins.
+
+    --log-dir DIR is laid out as torchrun's: DIR/RUNID_XXXXXXXX/attempt_N/LOCAL_RANK/ with
+    stdout.log, stderr.log (the lines as written) and error.json. xpulaunch's console always
+    shows and its log files always keep both streams of every worker, so --tee and --redirects
+    change nothing. --nproc-per-node auto is one worker per selected device (one on the CPU).
     """
     from xpulaunch.cli.run import run
 
     arity = option_arity(run)
-    run_args = translate(list(args), arity, sys.executable)
+    run_args = translate(list(args), arity, sys.executable, os.environ)
     with run.make_context(f"{ctx.command_path}", run_args, parent=ctx) as sub:
         return run.invoke(sub)

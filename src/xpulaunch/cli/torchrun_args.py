@@ -2,14 +2,19 @@
 
 Every torchrun option is known here by both its spellings (``--nproc-per-node`` and
 ``--nproc_per_node``), so none is ever forwarded to the script by mistake. Each one is mapped
-onto ours, accepted because it changes nothing here, or refused by name in one line.
-No I/O but the ``PATH`` lookup of a ``--no-python`` program (and ``os.cpu_count``).
+onto ours, accepted because it changes nothing here, or refused by name in one line. As in
+torchrun (``torch/distributed/argparse_util.py``), an option not on the command line is read
+from ``PET_<NAME>`` (``PET_NPROC_PER_NODE``; a flag such as ``PET_STANDALONE`` is on when its
+integer is not 0); the command line wins, and a refusal names the variable.
+No I/O but the ``PATH`` lookup of a ``--no-python`` program (and ``os.cpu_count``); the
+environment is an argument.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +43,20 @@ REFUSED = {
     "--duplicate-stderr-filters": "use --log-dir (every worker's output is kept there)",
 }
 _HANDLED_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
+# The two options torchrun declares without its ``env`` action: no PET_ variable sets them.
+NO_VARIABLE = frozenset({"--logs-specs", "--numa-binding"})
+# torchrun's argparse types other than str, checked here so that a bad value is refused by
+# the name the user gave it (the option, or its PET_ variable).
+_NUMBERS: dict[str, Callable[[str], object]] = {
+    "--max-restarts": int, "--node-rank": int, "--master-port": int,
+    "--shutdown-timeout": int, "--monitor-interval": float,
+}  # fmt: skip
+
+
+def variable(option: str) -> str:
+    """torchrun's variable for an option: ``PET_`` and its argparse ``dest`` in capitals
+    (``--nproc-per-node`` -> ``PET_NPROC_PER_NODE``, ``-m/--module`` -> ``PET_MODULE``)."""
+    return "PET_" + option[2:].replace("-", "_").upper()
 
 
 def canonical(option: str) -> str | None:
@@ -58,20 +77,58 @@ class Translation:
     flags: set[str] = field(default_factory=set)
     values: dict[str, str] = field(default_factory=dict)
     program: list[str] = field(default_factory=list)
+    from_env: dict[str, str] = field(default_factory=dict)  # option -> "PET_NAME=value"
+
+    def given(self, option: str, shown: str = "") -> str:
+        """``option`` as the user gave it, for a message: ``--rdzv-backend etcd`` (``shown``
+        after the option), or ``PET_RDZV_BACKEND=etcd`` when it came from the environment."""
+        return self.from_env.get(option) or f"{option} {shown}".rstrip()
 
 
-def translate(args: Sequence[str], ours: Mapping[str, int], python: str) -> list[str]:
+def translate(
+    args: Sequence[str],
+    ours: Mapping[str, int],
+    python: str,
+    env: Mapping[str, str],
+    *,
+    new_run_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+) -> list[str]:
     """torchrun's ``args`` -> ``xpulaunch run`` arguments (ending ``-- PROGRAM ARGS...``).
 
     ``ours``: run's own option names and how many values each takes (they may be mixed in,
-    e.g. ``--gpus``); ``python``: the interpreter for ``-m`` and scripts."""
-    done = _read(args, ours)
+    e.g. ``--gpus``); ``python``: the interpreter for ``-m`` and scripts; ``env``: where the
+    ``PET_*`` defaults are read; ``new_run_id``: the run id of ``--standalone``."""
+    done = _read(args, ours, _from_env(env))
     _map_values(done)
-    return [*done.run_args, "--", *_program(done, python)]
+    return [*done.run_args, *_log_layout(done, new_run_id), "--", *_program(done, python)]
 
 
-def _read(args: Sequence[str], ours: Mapping[str, int]) -> Translation:
-    done, i = Translation(), 0
+def _from_env(env: Mapping[str, str]) -> Translation:
+    """torchrun's options from their ``PET_*`` variables; an empty one counts as unset (as
+    click reads its own ``envvar=``)."""
+    done = Translation()
+    for option in sorted((FLAGS | VALUED) - NO_VARIABLE):
+        value = env.get(variable(option), "")
+        if not value:
+            continue
+        done.from_env[option] = said = f"{variable(option)}={value}"
+        if option in VALUED:
+            done.values[option] = value
+        elif _flag_on(value, said):  # argparse_util.check_env: bool(int(value))
+            done.flags.add(option)
+    return done
+
+
+def _flag_on(value: str, said: str) -> bool:
+    try:
+        return int(value) != 0
+    except ValueError:
+        raise UsageError(f"{said}: expected 1 (on) or 0 (off)") from None
+
+
+def _read(args: Sequence[str], ours: Mapping[str, int], done: Translation) -> Translation:
+    """The command line over what the environment gave (``done``): its options win."""
+    i = 0
     while i < len(args):
         arg = args[i]
         name, has_value, value = arg.partition("=")
@@ -81,6 +138,7 @@ def _read(args: Sequence[str], ours: Mapping[str, int]) -> Translation:
             return done
         if torchrun in FLAGS:
             done.flags.add(torchrun)
+            done.from_env.pop(torchrun, None)
         elif torchrun is not None:
             if not has_value:
                 i += 1
@@ -88,6 +146,7 @@ def _read(args: Sequence[str], ours: Mapping[str, int]) -> Translation:
                     raise UsageError(f"{name}: expected a value")
                 value = args[i]
             done.values[torchrun] = value
+            done.from_env.pop(torchrun, None)
         elif name in ours:
             takes = 0 if has_value else ours[name]
             done.run_args.extend(args[i : i + 1 + takes])
@@ -99,9 +158,14 @@ def _read(args: Sequence[str], ours: Mapping[str, int]) -> Translation:
 
 
 def _map_values(done: Translation) -> None:
-    for option in (*done.flags, *done.values):
+    for option in (*sorted(done.flags), *done.values):
         if option in REFUSED:
-            raise UsageError(f"{option}: not supported by xpulaunch torchrun ({REFUSED[option]})")
+            raise UsageError(
+                f"{done.given(option)}: not supported by xpulaunch torchrun ({REFUSED[option]})"
+            )
+    for option, kind in _NUMBERS.items():
+        if option in done.values:
+            _check_number(done, option, kind)
     if done.values.get("--rdzv-backend") == "c10d" and _one_node(done):
         # torchrun's usual one-node line (--rdzv-backend c10d --rdzv-endpoint localhost:0):
         # one node needs no rendezvous server, and xpulaunch picks a free port itself.
@@ -112,13 +176,33 @@ def _map_values(done: Translation) -> None:
             done.run_args += handler(value, done)
     if "--standalone" in done.flags:
         if not _one_node(done):
-            raise UsageError("--standalone: a standalone job has one node; drop --nnodes")
+            raise UsageError(
+                f"{done.given('--standalone')}: a standalone job has one node; "
+                f"drop {done.given('--nnodes', done.values['--nnodes'])}"
+            )
         if "--rdzv-endpoint" in done.values:
-            raise UsageError("--standalone: it picks a free port itself; drop --rdzv-endpoint")
+            raise UsageError(
+                f"{done.given('--standalone')}: it picks a free port itself; "
+                f"drop {done.given('--rdzv-endpoint', done.values['--rdzv-endpoint'])}"
+            )
+
+
+def _check_number(done: Translation, option: str, kind: Callable[[str], object]) -> None:
+    value = done.values[option]
+    try:
+        kind(value)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise UsageError(f"{done.given(option, value)}: expected {what}") from None
 
 
 def _one_node(done: Translation) -> bool:
     return done.values.get("--nnodes", "1") in ("1", "1:1")
+
+
+def _elastic(done: Translation) -> bool:
+    """A c10d job of several nodes: torch's agent runs it (see :mod:`xpulaunch.core.elastic`)."""
+    return done.values.get("--rdzv-backend") == "c10d" and not _one_node(done)
 
 
 def _same(option: str) -> Callable[[str, Translation], list[str]]:
@@ -141,6 +225,10 @@ def _nproc(value: str, done: Translation) -> list[str]:
         return [*named[value], "--nproc-per-node", "auto"]
     if value == "cpu":  # one worker per CPU, as torchrun does
         return ["--gpus", "none", "--nproc-per-node", str(os.cpu_count() or 1)]
+    if value != "auto" and not (value.isdigit() and int(value) > 0):
+        raise UsageError(
+            f"{done.given('--nproc-per-node', value)}: expected auto, gpu, xpu, cpu or a count"
+        )
     return ["--nproc-per-node", value]
 
 
@@ -151,15 +239,15 @@ def _rdzv_backend(value: str, done: Translation) -> list[str]:
     if value == "c10d":
         return ["--rdzv-backend", "c10d"]
     raise UsageError(
-        f"--rdzv-backend {value}: not supported by xpulaunch torchrun; use static "
-        "(--master-addr/--master-port) or c10d (--rdzv-endpoint HOST:PORT)"
+        f"{done.given('--rdzv-backend', value)}: not supported by xpulaunch torchrun; use "
+        "static (--master-addr/--master-port) or c10d (--rdzv-endpoint HOST:PORT)"
     )
 
 
 def _rdzv_id(value: str, done: Translation) -> list[str]:
-    """The run id names a c10d rendezvous; the static one has no use for it."""
-    elastic = done.values.get("--rdzv-backend") == "c10d" and not _one_node(done)
-    return ["--rdzv-id", value] if elastic else []
+    """The run id names a c10d rendezvous; the static one has no use for it (but for the
+    name of the run's log directory: :func:`_log_layout`)."""
+    return ["--rdzv-id", value] if _elastic(done) else []
 
 
 def _rdzv_conf(value: str, done: Translation) -> list[str]:
@@ -168,30 +256,31 @@ def _rdzv_conf(value: str, done: Translation) -> list[str]:
     for pair in filter(None, value.split(",")):
         key, _, setting = pair.partition("=")
         if key.strip() not in ("join_timeout", "timeout"):
-            raise UsageError(f"--rdzv-conf {key.strip()}: not supported (only join_timeout)")
+            said = done.given("--rdzv-conf", key.strip())
+            raise UsageError(f"{said}: not supported (only join_timeout)")
         mapped = ["--join-timeout", setting.strip()]
     return mapped
 
 
 def _role(value: str, done: Translation) -> list[str]:
     if value != "default":
-        raise UsageError(f"--role {value}: not supported (every worker has ROLE_NAME=default)")
+        said = done.given("--role", value)
+        raise UsageError(f"{said}: not supported (every worker has ROLE_NAME=default)")
     return []
 
 
 def _start_method(value: str, done: Translation) -> list[str]:
     if value not in ("spawn", "fork", "forkserver"):
-        raise UsageError(f"--start-method {value}: expected spawn, fork or forkserver")
+        said = done.given("--start-method", value)
+        raise UsageError(f"{said}: expected spawn, fork or forkserver")
     return []  # every worker is a fresh process (exec), as with spawn
 
 
 def _signals(value: str, done: Translation) -> list[str]:
     other = [s for s in (s.strip() for s in value.split(",")) if s and s not in _HANDLED_SIGNALS]
     if other:
-        raise UsageError(
-            f"--signals-to-handle {','.join(other)}: not supported (xpulaunch forwards "
-            "SIGINT, SIGTERM and SIGHUP)"
-        )
+        said = done.given("--signals-to-handle", ",".join(other))
+        raise UsageError(f"{said}: not supported (xpulaunch forwards SIGINT, SIGTERM and SIGHUP)")
     return []
 
 
@@ -213,13 +302,26 @@ _HANDLERS: dict[str, Callable[[str, Translation], list[str]]] = {
     "--start-method": _start_method,
     "--signals-to-handle": _signals,
     # Accepted, changing nothing: xpulaunch waits for its children instead of polling them;
-    # its console always shows and its --log-dir always keeps both streams of every worker;
-    # events are xpulaunch's own.
+    # its console always shows and its --log-dir always keeps both streams of every worker
+    # (torchrun's stdout.log and stderr.log, as with --redirects 3 --tee 3); events are
+    # xpulaunch's own.
     "--monitor-interval": _ignored,
     "--redirects": _ignored,
     "--tee": _ignored,
     "--event-log-handler": _ignored,
 }
+
+
+def _log_layout(done: Translation, new_run_id: Callable[[], str]) -> list[str]:
+    """torchrun's layout for ``--log-dir`` (however it is given: torchrun's option,
+    ``PET_LOG_DIR``, ``XPULAUNCH_LOG_DIR``), the run's directory named after the rendezvous
+    id as torchrun names it: a new uuid under ``--standalone``, else ``--rdzv-id`` (torchrun's
+    default ``none``). A multi-node c10d job is supervised as one process, torch's agent:
+    its log stays in our layout (``attempt_<n>/agent.log``)."""
+    if _elastic(done):
+        return []
+    run_id = new_run_id() if "--standalone" in done.flags else done.values.get("--rdzv-id")
+    return ["--log-layout", "torchrun", "--log-run-id", run_id or "none"]
 
 
 def _program(done: Translation, python: str) -> list[str]:
@@ -233,7 +335,7 @@ def _program(done: Translation, python: str) -> list[str]:
     if "--no-python" in done.flags:
         found = first if "/" in first else shutil.which(first)
         if found is None:
-            raise UsageError(f"--no-python {first}: command not found on PATH")
+            raise UsageError(f"{done.given('--no-python')} {first}: command not found on PATH")
         return [found, *rest]
     if first.endswith(".py"):
         return done.program

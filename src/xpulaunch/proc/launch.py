@@ -32,7 +32,7 @@ from xpulaunch.proc.events import (
     Unhealthy,
 )
 from xpulaunch.proc.gpu import NvmlSettle
-from xpulaunch.proc.logs import LogConfig
+from xpulaunch.proc.logs import LogConfig, LogLayout, make_run_log_dir
 from xpulaunch.proc.options import (
     DEFAULT_BACKOFF,
     make_log_dir,
@@ -68,6 +68,7 @@ class RunOptions:
     grace_s: float = 10.0
     gang: bool | None = None
     log_dir: str | os.PathLike[str] | None = None
+    log_layout: LogLayout = LogLayout.XPULAUNCH  # torchrun's: log_dir is the run's own dir
     console_ranks: frozenset[str] | None = None
     color: bool | None = None
     cwd: str | None = None
@@ -84,6 +85,8 @@ class RunOptions:
         """From the command's keyword arguments (others are ignored); creates ``--log-dir``."""
         restart, max_restarts = restart_settings(values)
         first_s, cap_s, factor = parse_backoff(str(values.get("backoff") or DEFAULT_BACKOFF))
+        layout = LogLayout(values.get("log_layout") or LogLayout.XPULAUNCH)
+        log_dir = make_log_dir(values.get("log_dir"))
         return cls(
             restart=restart,
             max_restarts=max_restarts,
@@ -93,7 +96,8 @@ class RunOptions:
             stable_window_s=parse_seconds(values.get("stable_window"), "--stable-window", 60.0),
             grace_s=parse_seconds(values.get("grace"), "--grace", 10.0),
             gang=values.get("gang"),
-            log_dir=make_log_dir(values.get("log_dir")),
+            log_dir=make_run_log_dir(log_dir, layout, values.get("log_run_id")),
+            log_layout=layout,
             console_ranks=parse_ranks(values.get("ranks")),
             color=False if values.get("no_color") else None,
             **operations_settings(values),
@@ -148,6 +152,7 @@ def run_plan(
     rejoin = meeting if restarts and policy.gang else None
     logs = LogConfig(
         log_dir=options.log_dir,
+        layout=options.log_layout,
         console_names=options.console_ranks,
         color=_colour(options.color, parent_env),
     )

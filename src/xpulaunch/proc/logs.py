@@ -6,31 +6,44 @@ never cut by another worker's output (the honcho printer idea), also when worker
 lines fast. A line longer than ``MAX_LINE_BYTES`` without a newline is emitted in pieces so
 that a runaway writer cannot make the supervisor grow without bound.
 
-Layout with ``log_dir``: ``<log_dir>/attempt_<n>/<name>.log`` holding the worker's stdout and
-stderr as written, ``n`` counting from 0 like torchrun's ``attempt_<n>``. Only ``attempt_0``
-and the last ``KEEP_ATTEMPTS`` attempts are kept. Each line of a log file starts with the time
-it was read, ``2026-11-23T23:32:13.123Z`` (UTC) and a space, so that a hang or a slow step can
-be placed in time afterwards; the console keeps the plain ``[name]`` prefix.
+Two layouts of ``log_dir`` (:class:`LogLayout`), ``n`` counting from 0 in both:
+
+- ours: ``<log_dir>/attempt_<n>/<name>.log`` holding the worker's stdout and stderr as written.
+  Each line starts with the time it was read, ``2026-11-23T23:32:13.123Z`` (UTC) and a space,
+  so that a hang or a slow step can be placed in time afterwards.
+- torchrun's (``torch/distributed/elastic/multiprocessing/api.py``, ``DefaultLogsSpecs``):
+  ``log_dir`` is the run's own directory, ``<dir>/<run_id>_<random>`` (:func:`make_run_log_dir`),
+  holding ``attempt_<n>/<local_rank>/stdout.log``, ``stderr.log`` and the worker's
+  ``error.json``. The lines are exactly what the worker wrote, as in torchrun's files.
+
+Only ``attempt_0`` and the last ``KEEP_ATTEMPTS`` attempts are kept. The console keeps the
+plain ``[name]`` prefix.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.units import iso_utc
+from xpulaunch.errors import UsageError
 from xpulaunch.proc.console import Console
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import BinaryIO
+
+    from xpulaunch.proc.spec import WorkerSpec
 
 MAX_LINE_BYTES = 64 * 1024
 KEEP_ATTEMPTS = 20  # besides attempt_0
@@ -39,16 +52,25 @@ _COLOURS = (b"36", b"33", b"32", b"35", b"34", b"96", b"93", b"92", b"95", b"94"
 _RESET = b"\x1b[0m"
 
 
+class LogLayout(str, Enum):
+    """How ``log_dir`` is laid out (see the module's docstring)."""
+
+    XPULAUNCH = "xpulaunch"
+    TORCHRUN = "torchrun"
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """Where worker output goes.
 
     ``console_names``: workers shown on the console (``--ranks 0,2``); None shows all. Log
     files and :meth:`Supervisor.tail` always get every worker. ``color`` None means: colour
-    on a terminal unless ``NO_COLOR`` is set (https://no-color.org).
+    on a terminal unless ``NO_COLOR`` is set (https://no-color.org). ``layout``: how
+    ``log_dir`` is laid out; with ``LogLayout.TORCHRUN`` it is the run's own directory.
     """
 
     log_dir: str | os.PathLike[str] | None = None
+    layout: LogLayout = LogLayout.XPULAUNCH
     console: bool = True
     console_names: frozenset[str] | None = None
     color: bool | None = None
@@ -83,6 +105,30 @@ def _wants_colour(config: LogConfig, stream: BinaryIO) -> bool:
     return not os.environ.get("NO_COLOR") and stream.isatty()
 
 
+def make_run_log_dir(
+    log_dir: str | None, layout: LogLayout, run_id: str | None = None
+) -> str | None:
+    """The directory a run writes its logs (and ``summary.json``) into: ``log_dir`` itself;
+    in torchrun's layout a new ``<log_dir>/<run_id>_<random>``, as torchrun's
+    ``DefaultLogsSpecs`` makes it (``run_id``: the rendezvous id, torchrun's default
+    ``none``). ``log_dir`` must exist (:func:`xpulaunch.proc.options.make_log_dir`)."""
+    if log_dir is None or layout == LogLayout.XPULAUNCH:
+        return log_dir
+    try:
+        return tempfile.mkdtemp(prefix=f"{run_id or 'none'}_", dir=log_dir)
+    except OSError as exc:
+        raise UsageError(
+            f"--log-dir {log_dir}: cannot create the run's directory there "
+            f"({exc.strerror or exc}); give a writable directory"
+        ) from exc
+
+
+def rank_folders(workers: Sequence[WorkerSpec]) -> dict[str, str]:
+    """Each worker's folder in torchrun's layout: its ``LOCAL_RANK`` (a worker's name is its
+    global rank), else its name."""
+    return {w.name: w.env.get("LOCAL_RANK", w.name) for w in workers}
+
+
 def log_stamp(wall_s: float) -> bytes:
     """``2026-11-23T23:32:13.123Z `` for a log file line read at ``wall_s``."""
     return iso_utc(wall_s).encode() + b" "
@@ -99,13 +145,17 @@ class LogSink:
         out: BinaryIO | None = None,
         err: BinaryIO | None = None,
         wall_clock: Callable[[], float] = time.time,
+        folders: Mapping[str, str] | None = None,
     ) -> None:
+        """``folders``: each worker's folder in torchrun's layout, its local rank (see
+        :func:`rank_folders`); default its name."""
         self._config = config
+        self._folders = {n: (folders or {}).get(n, n) for n in names}
         self._wall_clock = wall_clock
         err_stream = err or sys.stderr.buffer
         self._out, self._err = Console(out or sys.stdout.buffer), Console(err_stream)
         self._lock = threading.Lock()
-        self._files: dict[str, BinaryIO] = {}
+        self._files: dict[str, dict[bool, BinaryIO]] = {}  # a worker's file per is_err
         self._paths: dict[str, Path] = {}
         # Per worker: (line number, is stderr, text); numbers let a tail start at an attempt.
         self._tails = {n: deque[tuple[int, bool, str]](maxlen=config.tail_lines) for n in names}
@@ -123,25 +173,54 @@ class LogSink:
         return tag + b" "
 
     def open_attempt(self, name: str, attempt: int) -> Path | None:
-        """Start the log file of ``name``'s attempt ``attempt`` (closing the previous one)."""
+        """Start the log files of ``name``'s attempt ``attempt`` (closing the previous ones);
+        their place: see :meth:`log_path`."""
         if self._config.log_dir is None:
             return None
-        path = Path(self._config.log_dir) / f"attempt_{attempt}" / f"{name}.log"
-        handle: BinaryIO | None = None
+        where = self._where(name, attempt)
+        handles: dict[bool, BinaryIO] | None = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
+            handles = self._open(where)
         except OSError as exc:
             with self._lock:
-                self._log_failed(path, exc)
+                self._log_failed(where, exc)
         with self._lock:
-            old = self._files.pop(name, None)
-            if handle is not None:
-                self._files[name], self._paths[name] = handle, path
-        if old is not None:
-            _close_quietly(old)
+            old = self._files.pop(name, {})
+            if handles is not None:
+                self._files[name], self._paths[name] = handles, where
+        for handle in old.values():  # one handle twice in our layout: closing again is a no-op
+            _close_quietly(handle)
         self._prune(name, attempt)
-        return path if handle is not None else None
+        return where if handles is not None else None
+
+    def _where(self, name: str, attempt: int) -> Path:
+        """Our layout: the worker's log file; torchrun's: the worker's folder."""
+        attempt_dir = Path(self._config.log_dir or ".") / f"attempt_{attempt}"
+        if self._config.layout == LogLayout.TORCHRUN:
+            return attempt_dir / self._folders[name]
+        return attempt_dir / f"{name}.log"
+
+    def _open(self, where: Path) -> dict[bool, BinaryIO]:
+        """The file of each stream (keyed by ``is_err``), kept open for the attempt."""
+        if self._config.layout == LogLayout.XPULAUNCH:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(where, "ab", buffering=0)  # noqa: SIM115 (kept open for the attempt)
+            return {False: handle, True: handle}
+        where.mkdir(parents=True, exist_ok=True)
+        out = open(where / "stdout.log", "ab", buffering=0)  # noqa: SIM115 (as above)
+        try:
+            return {False: out, True: open(where / "stderr.log", "ab", buffering=0)}
+        except OSError:
+            _close_quietly(out)
+            raise
+
+    def error_file(self, run_dir: Path, name: str, attempt: int) -> Path:
+        """Where ``name``'s attempt ``attempt`` gets its ``TORCHELASTIC_ERROR_FILE``: in
+        torchrun's layout its ``error.json`` beside its logs, as torchrun puts it; else
+        ``attempt_<n>/<name>.error.json`` under ``run_dir`` (the log dir, or a private one)."""
+        if self._config.layout == LogLayout.TORCHRUN and self._config.log_dir is not None:
+            return self._where(name, attempt) / "error.json"
+        return run_dir / f"attempt_{attempt}" / f"{name}.error.json"
 
     def _prune(self, name: str, attempt: int) -> None:
         """Keep ``attempt_0`` (the first failure) and the last :data:`KEEP_ATTEMPTS`
@@ -149,13 +228,18 @@ class LogSink:
         old = attempt - KEEP_ATTEMPTS
         if old < 1 or self._config.log_dir is None:
             return
-        folder = Path(self._config.log_dir) / f"attempt_{old}"
-        with contextlib.suppress(OSError):  # gone already, or not ours to remove
-            (folder / f"{name}.log").unlink()
+        gone = self._where(name, old)
+        if self._config.layout == LogLayout.TORCHRUN:
+            shutil.rmtree(gone, ignore_errors=True)  # the worker's folder: logs, error.json
+        else:
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove
+                gone.unlink()
         with contextlib.suppress(OSError):  # other workers' logs are still there
-            folder.rmdir()
+            gone.parent.rmdir()
 
     def log_path(self, name: str) -> Path | None:
+        """The log file of ``name``'s current attempt; in torchrun's layout, its folder
+        (``stdout.log``, ``stderr.log``, ``error.json``)."""
         with self._lock:
             return self._paths.get(name)
 
@@ -171,23 +255,30 @@ class LogSink:
             self._count[name] = first + len(lines)
             texts = (line.decode(errors="replace") for line in lines)
             self._tails[name].extend((first + i, is_err, text) for i, text in enumerate(texts))
-            handle = self._files.get(name)
-            if handle is not None:
-                stamp = log_stamp(self._wall_clock())
+            handles = self._files.get(name)
+            if handles is not None:
+                stamp = self._stamp()
                 data = b"".join(stamp + line + b"\n" for line in lines)
-                self._write_file(name, handle, data)
+                self._write_file(name, handles[is_err], data)
             if shown:
                 prefix = self._prefix[name]
                 self._console(is_err, b"".join(prefix + line + b"\n" for line in lines))
 
+    def _stamp(self) -> bytes:
+        """Our layout stamps each line; torchrun's files hold exactly what the worker wrote
+        (tools grep and parse them as such)."""
+        if self._config.layout == LogLayout.TORCHRUN:
+            return b""
+        return log_stamp(self._wall_clock())
+
     def _write_file(self, name: str, handle: BinaryIO, data: bytes) -> None:
-        """Append to a log file; a full disk or an I/O error only ends that file (with one
-        warning): log files are a convenience, supervision and the console go on."""
+        """Append to a log file; a full disk or an I/O error only ends that worker's files
+        (with one warning): log files are a convenience, supervision and the console go on."""
         try:
             handle.write(data)
         except OSError as exc:
-            del self._files[name]
-            _close_quietly(handle)
+            for dropped in self._files.pop(name).values():
+                _close_quietly(dropped)
             self._log_failed(self._paths[name], exc)
 
     def _log_failed(self, path: Path, exc: OSError) -> None:
@@ -225,8 +316,9 @@ class LogSink:
     def close(self) -> None:
         with self._lock:
             files, self._files = list(self._files.values()), {}
-        for handle in files:
-            _close_quietly(handle)
+        for handles in files:
+            for handle in handles.values():
+                _close_quietly(handle)
         self._out.close()
         dropped = self._out.dropped_lines_total
         if dropped:

@@ -36,7 +36,7 @@ from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
 from xpulaunch.proc.guardian import start_guardian
 from xpulaunch.proc.hang import Watch
 from xpulaunch.proc.limits import ensure_open_files
-from xpulaunch.proc.logs import LogConfig, LogSink
+from xpulaunch.proc.logs import LogConfig, LogSink, rank_folders
 from xpulaunch.proc.processes import now_ticks, start_ticks
 from xpulaunch.proc.spec import Probe, WorkerSpec
 
@@ -95,8 +95,9 @@ class Supervisor:
         lease's, so that ``xpulaunch status`` and the workers name the job alike.
 
         Each worker's attempt gets its own ``TORCHELASTIC_ERROR_FILE`` (under
-        ``logs.log_dir``, else a private directory removed at the end), so the
-        :class:`~xpulaunch.proc.events.Exited` of a failed run carries its ``root_cause``.
+        ``logs.log_dir``, where ``logs.layout`` puts it, else in a private directory removed
+        at the end), so the :class:`~xpulaunch.proc.events.Exited` of a failed run carries
+        its ``root_cause``.
         ``hang_timeout_s``: a worker silent that long (no output; with ``heartbeat``, no
         :func:`xpulaunch.heartbeat`) is failed (see :mod:`xpulaunch.proc.hang`).
         ``max_runtime_s``: the job is stopped after that long, with exit status 124."""
@@ -109,7 +110,7 @@ class Supervisor:
         self._max_runtime_s = max_runtime_s
         self._specs = tuple(workers)
         self._policy, self._grace_s = policy, grace_s
-        self._sink = LogSink(logs, [w.name for w in workers])
+        self._sink = LogSink(logs, [w.name for w in workers], folders=rank_folders(workers))
         self._on_event, self._clock = on_event, clock
         self._lease_fds, self._settle = tuple(lease_fds), settle
         self._release_leases = release_leases
@@ -241,7 +242,8 @@ class Supervisor:
         return [] if self._engine is None else self._engine.board.events()
 
     def log_path(self, name: str) -> Path | None:
-        """The log file of ``name``'s current attempt (with ``LogConfig.log_dir``)."""
+        """The log file of ``name``'s current attempt (with ``LogConfig.log_dir``); in
+        torchrun's layout the worker's folder."""
         return self._sink.log_path(name)
 
     def message(self, text: str) -> None:

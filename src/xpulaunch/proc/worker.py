@@ -163,7 +163,7 @@ class Worker:
         """This attempt's error file path, with no file left there by an earlier run."""
         if self._run_dir is None:
             return None
-        path = self._run_dir / f"attempt_{attempt}" / f"{self.name}.error.json"
+        path = self._sink.error_file(self._run_dir, self.name, attempt)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.unlink(missing_ok=True)
