@@ -79,6 +79,36 @@ def test_kill_9_of_one_node_fails_the_other_and_leaves_nothing(nodes: Nodes, tmp
     wait_for(lambda: not processes_marked((tag,)), "every process of both nodes gone", 60)
 
 
+def test_kill_9_of_one_node_within_min_max_lets_the_other_go_on_alone(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    """``--nnodes 1:2``: node 0 goes on alone after ``kill -9`` of node 1's xpulaunch.
+
+    torchrun itself does the same, and only so: node 0's gloo all-reduce fails when node 1's
+    workers die, so its agent sees a failed worker group and spends a restart on a new
+    rendezvous round (with ``--max-restarts 0`` it fails, as in the test above). That round
+    waits until node 1's heartbeats expire (torch's keep-alive: 3 missed beats of 5 s) and then
+    for the last call (torch's default 30 s) before it closes with node 0 alone, so no wait
+    below is shorter than a minute and a half.
+    """
+    pytest.importorskip("torch")
+    port, tag = free_port(), f"tag-{tmp_path.name}"
+    logs = [tmp_path / "logs0", tmp_path / "logs1"]
+    job = ["--max-restarts", "1", "--join-timeout", "120", WORKER, "--tag", tag,
+           "--until-world", "1"]  # fmt: skip
+    node0 = nodes.start(*c10d(port, "1:2", "--log-dir", str(logs[0]), *job))
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    node1 = nodes.start(*c10d(port, "1:2", "--log-dir", str(logs[1]), *job))
+    wait_for(lambda: "world 2" in log_text(logs[1]), "node 1's worker", timeout_s=180)
+
+    node1.send_signal(signal.SIGKILL)
+    status, out, err = nodes.finish(node0)
+    assert status == 0, err[-3000:]
+    assert "ELASTIC rank 0 world 2 group 0" in out
+    assert "ELASTIC rank 0 done in a world of 1" in out
+    wait_for(lambda: not processes_marked((tag,)), "every process of both nodes gone", 60)
+
+
 def test_a_third_node_joins_at_the_next_round(nodes: Nodes, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     port = free_port()

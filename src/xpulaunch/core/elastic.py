@@ -44,10 +44,8 @@ def agent_plan(
         )
     first = plan.workers[0]
     env = {name: value for name, value in first.env.items() if name not in AGENT_VARS}
-    # Each round's workers get a fresh TCPStore from their rank 0 instead of the agent's
-    # store, which outlives the rounds: with it, a gloo worker of a restarted round read the
-    # addresses that the dead workers of the last round had published, and failed to connect.
-    env[DISABLE_SHARED_STORE] = "1"
+    if may_restart(spec, max_restarts):
+        env[DISABLE_SHARED_STORE] = "1"
     agent = WorkerPlan(
         name=AGENT_NAME,
         rank=0,
@@ -69,6 +67,22 @@ def agent_plan(
         "worker(s) and sets their ranks at every round"
     )
     return dataclasses.replace(plan, workers=(agent,), notes=(*plan.notes, note))
+
+
+def may_restart(spec: ElasticSpec, max_restarts: int | None) -> bool:
+    """Whether the agent may start this node's workers a second time: a restart, or a node
+    joining below MAX (torch restarts every node into that round without spending one).
+
+    Only then do the workers need a fresh TCPStore per round from their rank 0 instead of the
+    agent's store, which outlives the rounds: with it, a gloo worker of a restarted round read
+    the addresses that the dead workers of the last round had published, and failed to
+    connect. With MIN == MAX and no restarts there is one round (a node that comes to a full
+    job waits in torch's redundancy list; a node that dies fails the others' next collective,
+    which ends the job), so it keeps torch's default, the agent's store, up before any worker
+    starts: a worker's own store is up only once its rank 0 has imported torch, and a rank
+    that connects earlier is refused and waits out the TCPStore client's retry delay.
+    """
+    return max_restarts != 0 or spec.min_nodes != spec.max_nodes
 
 
 def agent_argv(
