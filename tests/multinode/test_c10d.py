@@ -7,6 +7,7 @@ import json
 import re
 import signal
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -61,17 +62,24 @@ def test_crash_on_one_node_restarts_every_node_and_resumes(nodes: Nodes, tmp_pat
     assert got == json.loads((reference / "result.json").read_text())
 
 
+def kill_node_1(nodes: Nodes, tmp_path: Path, nnodes: str, *job: str) -> subprocess.Popen[str]:
+    """Two nodes of ``job`` up (node 1's worker in a world of 2), then ``kill -9`` of node 1's
+    xpulaunch; returns node 0, still running."""
+    port = free_port()
+    logs = [tmp_path / "logs0", tmp_path / "logs1"]
+    node0 = nodes.start(*c10d(port, nnodes, "--log-dir", str(logs[0]), *job))
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    node1 = nodes.start(*c10d(port, nnodes, "--log-dir", str(logs[1]), *job))
+    wait_for(lambda: "world 2" in log_text(logs[1]), "node 1's worker", timeout_s=180)
+    node1.send_signal(signal.SIGKILL)
+    return node0
+
+
 def test_kill_9_of_one_node_fails_the_other_and_leaves_nothing(nodes: Nodes, tmp_path: Path):
     pytest.importorskip("torch")
-    port, tag = free_port(), f"tag-{tmp_path.name}"
-    logs = [tmp_path / "logs0", tmp_path / "logs1"]
-    job = ["--max-restarts", "0", "--join-timeout", "30", WORKER, "--tag", tag]
-    node0 = nodes.start(*c10d(port, "2", "--log-dir", str(logs[0]), *job))
-    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
-    node1 = nodes.start(*c10d(port, "2", "--log-dir", str(logs[1]), *job))
-    wait_for(lambda: "world 2" in log_text(logs[1]), "node 1's worker", timeout_s=180)
-
-    node1.send_signal(signal.SIGKILL)
+    tag = f"tag-{tmp_path.name}"
+    node0 = kill_node_1(nodes, tmp_path, "2", "--max-restarts", "0", "--join-timeout", "30",
+                        WORKER, "--tag", tag)  # fmt: skip
     status, _, err = nodes.finish(node0)
     assert status != 0
     assert "worker agent failed first: it exited with code 1" in err
@@ -92,16 +100,9 @@ def test_kill_9_of_one_node_within_min_max_lets_the_other_go_on_alone(
     below is shorter than a minute and a half.
     """
     pytest.importorskip("torch")
-    port, tag = free_port(), f"tag-{tmp_path.name}"
-    logs = [tmp_path / "logs0", tmp_path / "logs1"]
-    job = ["--max-restarts", "1", "--join-timeout", "120", WORKER, "--tag", tag,
-           "--until-world", "1"]  # fmt: skip
-    node0 = nodes.start(*c10d(port, "1:2", "--log-dir", str(logs[0]), *job))
-    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
-    node1 = nodes.start(*c10d(port, "1:2", "--log-dir", str(logs[1]), *job))
-    wait_for(lambda: "world 2" in log_text(logs[1]), "node 1's worker", timeout_s=180)
-
-    node1.send_signal(signal.SIGKILL)
+    tag = f"tag-{tmp_path.name}"
+    node0 = kill_node_1(nodes, tmp_path, "1:2", "--max-restarts", "1", "--join-timeout", "120",
+                        WORKER, "--tag", tag, "--until-world", "1")  # fmt: skip
     status, out, err = nodes.finish(node0)
     assert status == 0, err[-3000:]
     assert "ELASTIC rank 0 world 2 group 0" in out
