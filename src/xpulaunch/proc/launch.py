@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
@@ -43,12 +43,14 @@ from xpulaunch.proc.options import (
     restart_limit,
     restart_settings,
 )
-from xpulaunch.proc.preflight import Meeting, meet
 from xpulaunch.proc.program import resolve_program
 from xpulaunch.proc.run_summary import RunSummary
 from xpulaunch.proc.signals import forwarding
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
+
+if TYPE_CHECKING:  # a job of one node never imports the meeting's sockets
+    from xpulaunch.proc.preflight import Meeting
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,8 @@ def run_plan(
     )  # fmt: skip
     reporter.supervisor = supervisor
     if meeting is not None:
+        from xpulaunch.proc.preflight import meet
+
         meet(meeting, supervisor.message)
     with Operations(plan, options, supervisor, events) as operations:
         listeners.extend(operations.listeners)
@@ -194,6 +198,7 @@ def _settle(
     ``say`` is called only once the supervisor runs."""
     if meeting is None:
         return gpus
+    from xpulaunch.proc.preflight import meet
 
     def settle(names: Sequence[str]) -> None:
         if gpus is not None:

@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -114,6 +113,8 @@ def make_run_log_dir(
     ``none``). ``log_dir`` must exist (:func:`xpulaunch.proc.options.make_log_dir`)."""
     if log_dir is None or layout == LogLayout.XPULAUNCH:
         return log_dir
+    import tempfile  # only here: not on the launch path of our own layout
+
     try:
         return tempfile.mkdtemp(prefix=f"{run_id or 'none'}_", dir=log_dir)
     except OSError as exc:
@@ -124,8 +125,8 @@ def make_run_log_dir(
 
 
 def rank_folders(workers: Sequence[WorkerSpec]) -> dict[str, str]:
-    """Each worker's folder in torchrun's layout: its ``LOCAL_RANK`` (a worker's name is its
-    global rank), else its name."""
+    """Each worker's folder in torchrun's layout: its ``LOCAL_RANK``, else (a worker that has
+    none, as ``Supervisor`` users may give) its name."""
     return {w.name: w.env.get("LOCAL_RANK", w.name) for w in workers}
 
 
