@@ -27,8 +27,20 @@ def stopped(signum: int, frame: object) -> None:  # a gang stop: this run ends h
 
 
 signal.signal(signal.SIGTERM, stopped)
+
+
+def node_started() -> bool:
+    """Every worker of this node has started this attempt (and so handles SIGTERM): a gang
+    stop can then not kill one before it logs its end."""
+    with open(args.log) as lines:
+        mine = [line.split() for line in lines if line.startswith(f"start {attempt} {node} ")]
+    return len(mine) == int(os.environ["LOCAL_WORLD_SIZE"])
+
+
 log("start")
 if attempt == 0:
+    while not node_started():
+        time.sleep(0.01)
     time.sleep(args.slow if node == "0" else 0.0)
     log("end")
     print(f"rank {rank}: failing on purpose", file=sys.stderr, flush=True)
