@@ -88,21 +88,29 @@ def processes(way: str, ckpt: Path) -> list[tuple[list[str], dict[str, str]]]:
     return [(argv, {}) for argv in make(rdzv, port, ckpt)]
 
 
-def time_to_first_step(way: str, env: dict[str, str], ckpt: Path) -> float:
-    """Seconds from the first start to rank 0's "step 1" line. With c10d the rendezvous decides
-    which node holds global rank 0, so every process's output is watched."""
+def time_to_first_step(way: str, env: dict[str, str], ckpt: Path) -> dict[str, float]:
+    """Seconds from the first start to: the first and the last worker past its imports (its
+    "rank R/W" line, printed before ``init_process_group``) and rank 0's "step 1" line. With
+    c10d the rendezvous decides which node holds global rank 0, so every process's output is
+    watched."""
     start = time.perf_counter()
     started = [
         subprocess.Popen(argv, env={**env, **extra}, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL if QUIET else None, text=True)
         for argv, extra in processes(way, ckpt)
     ]  # fmt: skip
-    seen: list[float] = []
+    ranks: list[float] = []
+    steps: list[float] = []
+    lock = threading.Lock()
 
     def watch(stream: IO[str]) -> None:
         for line in stream:  # read to the end, so that no process blocks on a full pipe
-            if "step 1 loss" in line and not seen:
-                seen.append(time.perf_counter() - start)
+            now = time.perf_counter() - start
+            with lock:
+                if " local_rank " in line:
+                    ranks.append(now)
+                elif "step 1 loss" in line:
+                    steps.append(now)
 
     readers = [threading.Thread(target=watch, args=(p.stdout,)) for p in started]
     for reader in readers:
@@ -112,9 +120,9 @@ def time_to_first_step(way: str, env: dict[str, str], ckpt: Path) -> float:
             raise SystemExit(f"{way}: a process exited with {process.returncode}")
     for reader in readers:
         reader.join()
-    if not seen:
-        raise SystemExit(f"{way}: rank 0 printed no step")
-    return seen[0]
+    if not steps or len(ranks) != 2 * NPROC:
+        raise SystemExit(f"{way}: {len(ranks)} workers said their rank, {len(steps)} a step")
+    return {"first": min(ranks), "last": max(ranks), "step": min(steps)}
 
 
 WAYS = ("bare", "xpulaunch-static", "torchrun-static", "xpulaunch-c10d", "torchrun-c10d")
@@ -128,15 +136,28 @@ def main() -> None:
     ways = [w for w in WAYS if w in args.only.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        env = {**bench_env(work), "NO_COLOR": "1"}
+        # Every way on the CPU, torchrun's too: on a GPU host its workers would otherwise pick
+        # the GPU (examples/train.py follows what it sees) and pay CUDA's start.
+        env = {**bench_env(work), "NO_COLOR": "1", "CUDA_VISIBLE_DEVICES": ""}
         times: dict[str, list[float]] = {w: [] for w in ways}
+        phases: dict[str, list[dict[str, float]]] = {w: [] for w in ways}
         for i in range(args.runs + 1):  # round 0 warms caches and bytecode
             for way in ways:
                 took = time_to_first_step(way, env, work / f"ckpt-{way}-{i}")
                 if i:
-                    times[way].append(took)
-                    print(f"  round {i} {way}: {took:.2f} s", flush=True)
+                    times[way].append(took["step"])
+                    phases[way].append(took)
+                    print(f"  round {i} {way}: first worker past its imports "
+                          f"{took['first']:.2f} s, last {took['last']:.2f} s, "
+                          f"step 1 {took['step']:.2f} s", flush=True)  # fmt: skip
     report(times, args.runs)
+    print("phases, medians (the workers' rendezvous and DDP set-up lie between last and step):")
+    for way, values in phases.items():
+        first, last = (statistics.median(v[k] for v in values) for k in ("first", "last"))
+        print(
+            f"  {way:17} first worker past imports {first:5.2f} s, last {last:5.2f} s, "
+            f"last to step 1 {statistics.median(v['step'] - v['last'] for v in values):5.2f} s"
+        )
 
 
 def report(times: dict[str, list[float]], runs: int) -> None:
@@ -145,7 +166,8 @@ def report(times: dict[str, list[float]], runs: int) -> None:
     print(f"time to first step, median of {runs} (cpu count {os.cpu_count()}):")
     for way, median in medians.items():
         share = "" if bare is None or way == "bare" else f"  launcher share {median - bare:+.2f} s"
-        print(f"  {way:17} {median:6.2f} s{share}")
+        spread = f"({min(times[way]):.2f}-{max(times[way]):.2f})"
+        print(f"  {way:17} {median:6.2f} s {spread:13}{share}")
     for rdzv in ("static", "c10d"):
         ours, theirs = medians.get(f"xpulaunch-{rdzv}"), medians.get(f"torchrun-{rdzv}")
         if bare is not None and ours is not None and theirs is not None and theirs > bare:
