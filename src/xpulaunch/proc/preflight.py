@@ -24,7 +24,6 @@ lands on them, not on node 0's port.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import socket
 import time
 from collections.abc import Callable
@@ -36,7 +35,12 @@ from xpulaunch.errors import LaunchError
 _HELLO = "xpulaunch-preflight/1"
 _POLL_S = 0.5  # how long one accept() or connect() waits before the deadline is checked again
 _ACK_S = 5.0  # a listener that has not said ``here`` by then is not node 0's pre-flight
-_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5)  # waits between connection attempts, then the last
+# Waits between connection attempts, then the last one on and on. Nobody listening yet: node 0
+# is still starting, and a refused connection costs one round trip, so look again soon (every
+# 0.5 s, the nodes' starts lined up badly and node 1 lost up to that much); a listener that is
+# not node 0's pre-flight (the old round's TCPStore) is asked less often.
+_REFUSED_S = (0.01,) * 50 + (0.05,) * 30 + (0.2, 0.5)
+_RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +179,9 @@ def _join(meeting: Meeting, say: Callable[[str], None]) -> None:
     where = f"{meeting.master_addr}:{meeting.master_port}"
     say(f"node {meeting.node_rank} of {meeting.nnodes}: reaching node 0 at {where}")
     hello = f"{_HELLO} {meeting.node_rank} {meeting.nnodes}\n".encode()
-    last = "no answer"
-    for attempt in itertools.count():
-        if attempt:
-            time.sleep(_RETRY_S[min(attempt, len(_RETRY_S)) - 1])  # a retry interval
+    last, wait, refusals, strangers = "no answer", 0.0, 0, 0
+    while True:
+        time.sleep(wait)
         if time.monotonic() >= deadline:
             break
         try:
@@ -186,12 +189,14 @@ def _join(meeting: Meeting, say: Callable[[str], None]) -> None:
                 (meeting.master_addr, meeting.master_port), timeout=_POLL_S * 4
             )
         except OSError as exc:  # node 0 is not listening (yet, or again)
-            last = exc.strerror or str(exc)
+            last, refusals = exc.strerror or str(exc), refusals + 1
+            wait = _REFUSED_S[min(refusals, len(_REFUSED_S)) - 1]
             continue
         with conn:
             answer = _hello(conn, hello, deadline)
         if answer is None:  # not node 0's pre-flight: the old round's store, still dying
-            last = "the port answers, but not as an xpulaunch node 0"
+            last, strangers = "the port answers, but not as an xpulaunch node 0", strangers + 1
+            wait = _RETRY_S[min(strangers, len(_RETRY_S)) - 1]
             continue
         if answer != "ok":
             raise LaunchError(f"node 0 at {where}: {answer}")
