@@ -42,8 +42,15 @@ def free_port() -> int:
     return port
 
 
+def xpulaunch_command() -> list[str]:
+    """The ``xpulaunch`` console script next to this Python, as users run it (and as torchrun
+    is run below); ``python -m xpulaunch`` where the checkout is not installed."""
+    script = shutil.which("xpulaunch", path=str(Path(sys.executable).parent))
+    return [script] if script is not None else [sys.executable, "-m", "xpulaunch"]
+
+
 def xpulaunch_nodes(rdzv: str, port: int, ckpt: Path) -> list[list[str]]:
-    base = [sys.executable, "-m", "xpulaunch", "--gpus", "none", "--nproc-per-node", str(NPROC)]
+    base = [*xpulaunch_command(), "--gpus", "none", "--nproc-per-node", str(NPROC)]
     if rdzv == "static":
         nodes = [[*base, "--nnodes", "2", "--node-rank", str(r), "--master-port", str(port)]
                  for r in range(2)]  # fmt: skip

@@ -6,7 +6,8 @@ worker's spawn (a diagnostic, not a benchmark: wrapping the calls costs a little
 Prints, in ms since then: the CLI imported, the supervisor imported, the lease allocated (the
 plan is made inside it), and each ``Popen`` with the time it took: the guardian's, setpriv's
 ``--version`` check (once per process) and the workers' (the supervisor waits for the child's
-exec; with a job cgroup the child first moves into its leaf). ``--no-cgroup`` runs the same launch without a job cgroup.
+exec; with a job cgroup the child first moves into its leaf). ``--no-cgroup`` runs the same
+launch without a job cgroup.
 """
 
 from __future__ import annotations
