@@ -113,7 +113,7 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "events": None, "metrics_port": None, "metrics_host": "127.0.0.1",
         "metrics_interval": 10.0,
         "nnodes": None, "node_rank": None, "rdzv_backend": None,
-        "rdzv_endpoint": None, "rdzv_id": None, "join_timeout": 600.0,
+        "rdzv_endpoint": None, "rdzv_id": None, "join_timeout": 600.0, "rdzv_conf": None,
     }  # fmt: skip
 
 

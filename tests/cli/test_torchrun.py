@@ -75,6 +75,14 @@ def test_both_spellings_are_known(option: str) -> None:
          ["--log-dir", "L", "--ranks", "0", "--grace", "5", "--", "t.py"]),
         (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "t.py"], ["--", "t.py"]),
         (["--rdzv-conf", "join_timeout=30", "t.py"], ["--join-timeout", "30", "--", "t.py"]),
+        # torch's other c10d settings: for the agent of a multi-node c10d job ...
+        (["--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1",
+          "--rdzv-conf", "join_timeout=30, last_call_timeout=1,is_host=0", "t.py"],
+         ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1",
+          "--join-timeout", "30", "--rdzv-conf", "last_call_timeout=1,is_host=0", "--", "t.py"]),
+        # ... and changing nothing where no c10d rendezvous runs, as in torchrun
+        (["--rdzv-conf", "read_timeout=5", "t.py"], ["--", "t.py"]),
+        (["--standalone", "--rdzv-conf", "last_call_timeout=1", "t.py"], ["--", "t.py"]),
         (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_id=7", "t.py"],
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400",
           "--rdzv-id", "7", "--", "t.py"]),
@@ -100,7 +108,21 @@ def test_each_unsupported_option_is_refused_by_name(option: str) -> None:
         (["--nnodes", "2", "--rdzv-backend", "etcd", "t.py"], "--rdzv-backend etcd"),
         (["--role", "trainer", "t.py"], "--role trainer"),
         (["--signals-to-handle", "SIGTERM,SIGUSR1", "t.py"], "--signals-to-handle SIGUSR1"),
-        (["--rdzv-conf", "read_timeout=5", "t.py"], "--rdzv-conf read_timeout"),
+        (["--rdzv-conf", "read_timout=5", "t.py"], "--rdzv-conf read_timout=5: unknown key"),
+        (
+            [
+                "--nnodes",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                "h:1",
+                "--rdzv-conf",
+                "last_call_timeout=soon",
+                "t.py",
+            ],
+            "--rdzv-conf last_call_timeout=soon: expected whole",
+        ),
         (["--standalone", "--nnodes", "2", "t.py"], "--standalone"),
         (["--bogus", "t.py"], "--bogus: not an option of torchrun or xpulaunch run"),
         (["--nproc-per-node"], "--nproc-per-node: expected a value"),
@@ -128,9 +150,10 @@ def test_log_dir_is_laid_out_as_torchrun_names_its_run(args: list[str], run_id: 
     assert run_args[-6:] == ["--log-layout", "torchrun", "--log-run-id", run_id, "--", "t.py"]
 
 
-def test_a_multi_node_c10d_agent_keeps_our_layout() -> None:
+def test_a_multi_node_c10d_job_asks_for_torchruns_layout() -> None:
+    """run then hands --log-dir to torch's agent (test_a_multi_node_c10d_dry_run_...)."""
     run_args = full("--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "t.py")
-    assert "--log-layout" not in run_args
+    assert run_args[-6:] == ["--log-layout", "torchrun", "--log-run-id", "none", "--", "t.py"]
 
 
 def test_the_standalone_run_id_is_a_uuid() -> None:
@@ -168,6 +191,10 @@ def test_variable_names_are_torchruns(option: str, name: str) -> None:
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400",
           "--rdzv-id", "7", "--", "t.py"]),
         ({"PET_RDZV_BACKEND": "etcd"}, ["--rdzv-backend", "static"], ["--", "t.py"]),
+        ({"PET_NNODES": "1:2", "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "h:29400",
+          "PET_RDZV_CONF": "last_call_timeout=2"}, [],
+         ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-conf", "last_call_timeout=2",
+          "--rdzv-endpoint", "h:29400", "--", "t.py"]),
         ({"PET_STANDALONE": "1", "PET_NPROC_PER_NODE": "2"}, [],
          ["--nproc-per-node", "2", "--", "t.py"]),
         ({"PET_STANDALONE": "0", "PET_NNODES": "2"}, [], ["--nnodes", "2", "--", "t.py"]),
@@ -221,7 +248,8 @@ _NO_EFFECT = {"--monitor-interval", "--tee", "--redirects", "--event-log-handler
         ({"PET_MONITOR_INTERVAL": "soon"}, [], "PET_MONITOR_INTERVAL=soon: expected a number$"),
         ({"PET_NPROC_PER_NODE": "two"}, [], "PET_NPROC_PER_NODE=two: expected auto, gpu"),
         ({"PET_ROLE": "trainer"}, [], "PET_ROLE=trainer: not supported"),
-        ({"PET_RDZV_CONF": "read_timeout=5"}, [], "PET_RDZV_CONF=read_timeout=5: not supp"),
+        ({"PET_RDZV_CONF": "join_timeout=9,bogus=5"}, [],
+         "PET_RDZV_CONF=join_timeout=9,bogus=5: unknown key 'bogus'"),
         ({"PET_SIGNALS_TO_HANDLE": "SIGUSR1"}, [], "PET_SIGNALS_TO_HANDLE=SIGUSR1: not supp"),
         ({"PET_STANDALONE": "1"}, ["--nnodes", "2"],
          "PET_STANDALONE=1: a standalone job has one node; drop --nnodes 2$"),
@@ -293,3 +321,23 @@ def test_plain_run_warns_about_torchrun_options_after_program(
     assert "warning: --nproc_per_node (a torchrun option) goes to python" in err
     assert "--standalone (a torchrun option)" in err
     assert "--tee" not in err  # after --: meant for the program
+
+
+def test_a_multi_node_c10d_dry_run_hands_settings_logs_and_filter_to_the_agent(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    with pytest.raises(SystemExit) as caught:
+        main(["torchrun", "--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400",
+              "--rdzv-id=j", "--rdzv-conf=last_call_timeout=1", "--log-dir", str(logs),
+              "--local-ranks-filter=0", "--nproc-per-node=2", "--inventory", CPU_ONLY,
+              "--dry-run", "--json", "t.py"])  # fmt: skip
+    assert caught.value.code == 0
+    (agent,) = json.loads(capsys.readouterr().out)["workers"]
+    options = agent["argv"][agent["argv"].index("--max-restarts") + 2 :]
+    assert agent["argv"][1:3] == ["-m", "xpulaunch.integrations.torch_agent"]
+    assert options == [
+        "--rdzv-conf", "join_timeout=600,last_call_timeout=1", "--log-dir", str(logs),
+        "--redirects", "3", "--tee", "3", "--local-ranks-filter", "0", "t.py",
+    ]  # fmt: skip
+    assert not logs.exists()  # a dry run creates nothing

@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,9 @@ def test_kill_9_of_one_node_within_min_max_lets_the_other_go_on_alone(
     assert status == 0, err[-3000:]
     assert "ELASTIC rank 0 world 2 group 0" in out
     assert "ELASTIC rank 0 done in a world of 1" in out
+    # Our line for each round, torch's INFO records being off: node 1 left, a restart spent.
+    assert "xpulaunch: c10d round 1: 2 nodes, this node is group rank 0, 1 worker, " in err
+    assert "xpulaunch: c10d round 2: 1 node (was 2; a node left; restart 1), " in err
     wait_for(lambda: not processes_marked((tag,)), "every process of both nodes gone", 60)
 
 
@@ -124,3 +128,21 @@ def test_a_third_node_joins_at_the_next_round(nodes: Nodes, tmp_path: Path) -> N
     assert [status for status, _, _ in results] == [0, 0, 0], results[0][2][-3000:]
     out = "".join(out for _, out, _ in results)
     assert sorted(re.findall(r"ELASTIC rank (\d) done in a world of 3", out)) == ["0", "1", "2"]
+    for _, _, err in results[:2]:  # no restart is spent on a node that joins below MAX
+        assert re.search(r"c10d round \d+: 3 nodes \(was 2; a node joined\), this node is", err)
+
+
+def test_a_rendezvous_setting_reaches_torch(nodes: Nodes, tmp_path: Path) -> None:
+    """``--rdzv-conf last_call_timeout=1``: a lone node of ``--nnodes 1:2`` starts its round
+    after a second of last call instead of torch's default 30 s (a generous bound below)."""
+    pytest.importorskip("torch")
+    port = free_port()
+    node = nodes.start(*c10d(port, "1:2", "--rdzv-conf", "last_call_timeout=1", WORKER,
+                             "--until-world", "1"))  # fmt: skip
+    wait_for(lambda: listening(port) or node.poll() is not None, "the store", timeout_s=120)
+    started = time.monotonic()
+    status, out, err = nodes.finish(node)
+    assert status == 0, err[-3000:]
+    assert time.monotonic() - started < 20, "the round waited out torch's default last call"
+    assert "ELASTIC rank 0 done in a world of 1" in out
+    assert "xpulaunch: c10d round 1: 1 node, this node is group rank 0, 1 worker, " in err

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from node_helpers import EXAMPLES, HERE, Nodes
+from helpers import wait_for
+from node_helpers import EXAMPLES, HERE, Nodes, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -23,6 +25,18 @@ def the_run(log_dir: Path, run_id: str) -> Path:
     runs = list(log_dir.iterdir())
     assert len(runs) == 1 and re.fullmatch(run_id + r"_\w{8}", runs[0].name), runs
     return runs[0]
+
+
+def log_text(folder: Path) -> str:
+    return "".join(p.read_text() for p in sorted(folder.rglob("*.log")))
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def test_torchrun_standalone_line_runs(nodes: Nodes, tmp_path: Path) -> None:
@@ -108,3 +122,53 @@ def test_a_job_given_only_by_pet_variables(
     attempt = the_run(logs, UUID) / "attempt_0"
     for rank in ("0", "1"):
         assert f"rank {rank}: done at step 2" in (attempt / rank / "stdout.log").read_text()
+
+
+def test_two_c10d_nodes_log_dir_is_written_by_torchs_agent(nodes: Nodes, tmp_path: Path) -> None:
+    """``--log-dir`` of a multi-node c10d job: torch's agent writes torchrun's layout (an
+    attempt per restart, a folder per local rank), our supervisor nothing beside it; the
+    console shows each worker's line once; ``xpulaunch logs`` reads the files."""
+    pytest.importorskip("torch")
+    port, ckpt = free_port(), tmp_path / "ckpt"
+    logs = [tmp_path / "logs0", tmp_path / "logs1"]
+
+    def node(log_dir: Path) -> subprocess.Popen[str]:
+        return nodes.start(
+            "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job", "--max-restarts", "1",
+            "--log-dir", str(log_dir), "--gpus", "none", str(EXAMPLES / "train.py"),
+            "--ckpt-dir", str(ckpt), "--steps", "3", "--ckpt-every", "1", "--crash-at-step", "2",
+        )  # fmt: skip
+
+    node0 = node(logs[0])
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    node1 = node(logs[1])
+    results = [nodes.finish(node0), nodes.finish(node1)]
+    assert [status for status, _, _ in results] == [0, 0], results[0][2][-3000:]
+    out = "".join(out for _, out, _ in results)
+    for rank in range(4):  # once each, not twice (the agent's tee, and no inherited stream)
+        assert out.count(f"rank {rank}: done at step 3 weights") == 1, out
+    for log_dir in logs:
+        run = the_run(log_dir, "job")  # torchrun's name: the rendezvous id, and nothing else
+        # The node whose worker crashed spends a restart (attempt_1). The other one's workers
+        # either fail too (the same) or are restarted into the new round before they notice,
+        # which spends no restart: torch then writes attempt_0 afresh.
+        attempts = sorted(p.name for p in run.iterdir())
+        assert attempts in (["attempt_0"], ["attempt_0", "attempt_1"]), attempts
+        for attempt in attempts:
+            assert sorted(p.name for p in (run / attempt).iterdir()) == ["0", "1"]
+            for local_rank in ("0", "1"):
+                files = sorted(p.name for p in (run / attempt / local_rank).iterdir())
+                assert files[-2:] == ["stderr.log", "stdout.log"]  # and error.json on a crash
+                last = (run / attempts[-1] / local_rank / "stdout.log").read_text()
+                assert f"local_rank {local_rank} " in last and "done at step 3" in last
+    crashed = [d for d in logs if "simulated crash" in log_text(the_run(d, "job") / "attempt_0")]
+    assert len(crashed) == 1  # the last global rank: local rank 1 of one node
+    assert (the_run(crashed[0], "job") / "attempt_1").is_dir()
+    shown = subprocess.run(
+        [sys.executable, "-m", "xpulaunch", "logs", str(crashed[0]), "--rank", "1",
+         "--attempt", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "rank 3: simulated crash at step 2" in shown.stdout

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch.cli.options import option_group
+from xpulaunch.core.elastic import RDZV_CONF_KEYS, local_ranks_filter, parse_rdzv_conf
 from xpulaunch.core.nodes import NodeRequest, resolve_nodes
+from xpulaunch.errors import UsageError
 from xpulaunch.model import Plan
 
 if TYPE_CHECKING:
@@ -62,11 +64,20 @@ multinode_options = option_group(
         metavar="SECONDS",
         help="How long nodes wait for each other before starting workers; 0 skips the check.",
     ),
+    click.option(
+        "--rdzv-conf",
+        envvar="XPULAUNCH_RDZV_CONF",
+        metavar="KEY=VALUE[,...]",
+        help="c10d: torch's rendezvous settings, e.g. last_call_timeout=5 (whole seconds); "
+        "keys: " + ", ".join(RDZV_CONF_KEYS) + ". join_timeout here replaces --join-timeout.",
+    ),
 )
 
 
 def pop_node_request(options: dict[str, Any]) -> tuple[NodeRequest, float]:
-    """Take the multi-node values out of the command's keyword arguments."""
+    """Take the multi-node values out of the command's keyword arguments; the join timeout
+    is ``--join-timeout``'s, or ``--rdzv-conf join_timeout``'s (see :func:`_join_timeout`).
+    The other rendezvous settings stay in ``options["rdzv_settings"]``."""
     request = NodeRequest(
         nnodes=options.pop("nnodes"),
         node_rank=options.pop("node_rank"),
@@ -76,7 +87,28 @@ def pop_node_request(options: dict[str, Any]) -> tuple[NodeRequest, float]:
         rdzv_endpoint=options.pop("rdzv_endpoint"),
         rdzv_id=options.pop("rdzv_id"),
     )
-    return request, options.pop("join_timeout")
+    text = options.pop("rdzv_conf", None)
+    settings = dict(parse_rdzv_conf(text or ""))
+    if text and request.rdzv_backend != "c10d":
+        raise UsageError(
+            f"--rdzv-conf {text}: only with --rdzv-backend c10d (torch's rendezvous settings)"
+        )
+    options["rdzv_settings"] = tuple(settings.items())
+    return request, _join_timeout(options.pop("join_timeout"), settings.pop("join_timeout", None))
+
+
+def _join_timeout(option: float, setting: str | None) -> float:
+    """``--rdzv-conf join_timeout=S`` is torchrun's spelling of ``--join-timeout S``: it
+    replaces the default; beside a ``--join-timeout`` given (also by variable or config file)
+    with another value it is refused, as neither would be sure to win."""
+    if setting is None:
+        return option
+    source = click.get_current_context().get_parameter_source("join_timeout")
+    if source not in (None, click.core.ParameterSource.DEFAULT) and float(setting) != option:
+        raise UsageError(
+            f"--rdzv-conf join_timeout={setting} and --join-timeout {option:g}: give one of them"
+        )
+    return float(setting)
 
 
 def node_kwargs(
@@ -91,11 +123,31 @@ def node_kwargs(
     options["elastic"] = settings.elastic
     if settings.elastic is not None:  # restarts are the agent's: ours would restart it too
         options["restart"], options["max_restarts"] = "no", None
+        _agent_console_and_logs(options)
     return {
         "nodes": settings.nodes,
         "master_addr": settings.master_addr,
         "master_port": settings.master_port,
     }
+
+
+def _agent_console_and_logs(options: dict[str, Any]) -> None:
+    """Under c10d the workers are the agent's children, so two options become the agent's.
+    ``--ranks``: torchrun's ``--local-ranks-filter`` (our console sees one worker, the agent).
+    ``--log-dir`` in torchrun's layout: the agent writes it (a run directory, an attempt per
+    restart, a folder per local rank with error.json), and our supervisor writes nothing
+    there, so that ``xpulaunch logs DIR`` finds torch's run alone. Our own layout stays ours:
+    the agent's output, the workers' lines included, in ``attempt_N/agent.log`` (with
+    ``--ranks``, only those ranks': torch drops a filtered rank's lines that go to no file)."""
+    if options.get("ranks") is not None:
+        options["agent_ranks"] = local_ranks_filter(options.pop("ranks"))
+    if options.get("log_layout") == "torchrun" and options.get("log_dir") is not None:
+        log_dir = options.pop("log_dir")
+        if not click.get_current_context().params.get("dry_run"):
+            from xpulaunch.proc.options import make_log_dir
+
+            make_log_dir(log_dir)  # a bad one fails in one line before anything is leased
+        options["agent_log_dir"] = log_dir
 
 
 def node_meeting(plan: Plan, kwargs: dict[str, Any], timeout_s: float) -> Meeting | None:
@@ -145,4 +197,7 @@ def final_plan(plan: Plan, options: dict[str, Any], max_restarts: int | None) ->
         python=sys.executable,
         max_restarts=max_restarts,
         join_timeout_s=options.get("join_timeout_s") or 0.0,
+        rdzv_conf=options.get("rdzv_settings") or (),
+        log_dir=options.get("agent_log_dir"),
+        local_ranks=options.get("agent_ranks"),
     )

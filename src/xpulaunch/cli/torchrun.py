@@ -35,7 +35,7 @@ def torchrun(ctx: click.Context, args: tuple[str, ...]) -> object:
     Mapped:   --nnodes --node-rank --master-addr --master-port --rdzv-endpoint
               --nproc-per-node N|auto|gpu|xpu|cpu --standalone --max-restarts --log-dir
               --local-ranks-filter --shutdown-timeout (as --grace) -m/--module --no-python
-              --run-path --rdzv-conf join_timeout=S --rdzv-backend static|c10d --rdzv-id
+              --run-path --rdzv-conf --rdzv-backend static|c10d --rdzv-id
     Accepted: --monitor-interval --start-method --tee --redirects
               --event-log-handler --role default --signals-to-handle (TERM, INT, HUP, QUIT)
     Refused:  --local-addr --logs-specs --numa-binding --virtual-local-rank
@@ -45,10 +45,15 @@ def torchrun(ctx: click.Context, args: tuple[str, ...]) -> object:
     As in torchrun, an option not given is read from PET_<NAME> (PET_NPROC_PER_NODE=2,
     PET_STANDALONE=1); the command line wins.
 
+    --rdzv-conf: join_timeout (or timeout) is --join-timeout; torch's other c10d keys
+    (last_call_timeout=S, close_timeout, heartbeat_timeout, keep_alive_interval,
+    keep_alive_max_attempt, read_timeout, is_host) go to the agent of a multi-node c10d job.
+
     --log-dir DIR is laid out as torchrun's: DIR/RUNID_XXXXXXXX/attempt_N/LOCAL_RANK/ with
-    stdout.log, stderr.log (the lines as written) and error.json. xpulaunch's console always
-    shows and its log files always keep both streams of every worker, so --tee and --redirects
-    change nothing. --nproc-per-node auto is one worker per selected device (one on the CPU).
+    stdout.log, stderr.log (the lines as written) and error.json; in a multi-node c10d job
+    torch's agent writes it. xpulaunch's console always shows and its log files always keep
+    both streams of every worker, so --tee and --redirects change nothing. --nproc-per-node
+    auto is one worker per selected device (one on the CPU).
     """
     from xpulaunch.cli.run import run
 

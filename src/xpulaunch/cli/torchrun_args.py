@@ -251,14 +251,23 @@ def _rdzv_id(value: str, done: Translation) -> list[str]:
 
 
 def _rdzv_conf(value: str, done: Translation) -> list[str]:
-    """``join_timeout`` (and ``timeout``) become ``--join-timeout``; other keys are refused."""
+    """``join_timeout`` (and ``timeout``, the static rendezvous's name) become
+    ``--join-timeout``; torch's other c10d settings go to the agent of a multi-node c10d job
+    (elsewhere no c10d rendezvous runs, and they change nothing, as in torchrun); a key torch's
+    c10d rendezvous does not read is refused by name."""
+    from xpulaunch.core.elastic import parse_rdzv_conf
+
     mapped: list[str] = []
-    for pair in filter(None, value.split(",")):
+    others: list[str] = []
+    for pair in filter(None, (p.strip() for p in value.split(","))):
         key, _, setting = pair.partition("=")
-        if key.strip() not in ("join_timeout", "timeout"):
-            said = done.given("--rdzv-conf", key.strip())
-            raise UsageError(f"{said}: not supported (only join_timeout)")
-        mapped = ["--join-timeout", setting.strip()]
+        if key.strip() in ("join_timeout", "timeout"):
+            mapped = ["--join-timeout", setting.strip()]
+        else:
+            parse_rdzv_conf(pair, said=lambda text: done.given("--rdzv-conf", text))
+            others.append(pair)
+    if others and _elastic(done):
+        mapped += ["--rdzv-conf", ",".join(others)]
     return mapped
 
 
@@ -303,8 +312,8 @@ _HANDLERS: dict[str, Callable[[str, Translation], list[str]]] = {
     "--signals-to-handle": _signals,
     # Accepted, changing nothing: xpulaunch waits for its children instead of polling them;
     # its console always shows and its --log-dir always keeps both streams of every worker
-    # (torchrun's stdout.log and stderr.log, as with --redirects 3 --tee 3); events are
-    # xpulaunch's own.
+    # (torchrun's stdout.log and stderr.log, as with --redirects 3 --tee 3, which is what a
+    # multi-node c10d agent is given); events are xpulaunch's own.
     "--monitor-interval": _ignored,
     "--redirects": _ignored,
     "--tee": _ignored,
@@ -316,10 +325,8 @@ def _log_layout(done: Translation, new_run_id: Callable[[], str]) -> list[str]:
     """torchrun's layout for ``--log-dir`` (however it is given: torchrun's option,
     ``PET_LOG_DIR``, ``XPULAUNCH_LOG_DIR``), the run's directory named after the rendezvous
     id as torchrun names it: a new uuid under ``--standalone``, else ``--rdzv-id`` (torchrun's
-    default ``none``). A multi-node c10d job is supervised as one process, torch's agent:
-    its log stays in our layout (``attempt_<n>/agent.log``)."""
-    if _elastic(done):
-        return []
+    default ``none``). In a multi-node c10d job torch's agent writes the layout itself
+    (:func:`xpulaunch.cli.multinode_options.node_kwargs`), naming the run by ``--rdzv-id``."""
     run_id = new_run_id() if "--standalone" in done.flags else done.values.get("--rdzv-id")
     return ["--log-layout", "torchrun", "--log-run-id", run_id or "none"]
 

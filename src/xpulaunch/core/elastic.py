@@ -5,12 +5,16 @@ job: it runs the c10d rendezvous rounds, starts this node's workers with the ran
 round, restarts every node's workers when one fails, and admits nodes joining up to MAX. We
 plan the devices, hold the leases, set the visibility variables, and supervise the agent as
 the job's one process (its workers inherit the job marker, so cleanup finds them). The rank
-variables are the agent's to set, so they leave the plan. docs/DECISIONS.md says why.
+variables are the agent's to set, so they leave the plan. The agent runs through
+:mod:`xpulaunch.integrations.torch_agent`, which adds a line of ours for every rendezvous
+round. docs/DECISIONS.md says why.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 
 from xpulaunch.core.nodes import ElasticSpec
 from xpulaunch.errors import UsageError
@@ -26,6 +30,21 @@ AGENT_VARS = frozenset({
 DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # torchrun's --max-restarts has no "unlimited"; this many is as good as none.
 UNLIMITED_RESTARTS = 1_000_000
+# torch's agent, with a line of ours for every rendezvous round (it imports torch; we never do).
+AGENT_MODULE = "xpulaunch.integrations.torch_agent"
+# torchrun's Std.ALL for --redirects and --tee: both streams of every worker in its files,
+# and on the console too.
+ALL_STREAMS = "3"
+
+# The settings torch's c10d rendezvous reads from --rdzv-conf (dynamic_rendezvous.py:
+# create_handler, c10d_rendezvous_backend.py: create_backend), by what each value must be.
+# torch reads them with int() (RendezvousParameters.get_as_int): whole seconds only.
+_SECONDS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
+            "keep_alive_interval", "read_timeout")  # fmt: skip
+_COUNTS = ("keep_alive_max_attempt",)
+_BOOLEANS = ("is_host",)  # RendezvousParameters.get_as_bool's spellings
+_TRUE, _FALSE = ("1", "true", "t", "yes", "y"), ("0", "false", "f", "no", "n")
+RDZV_CONF_KEYS = (*_SECONDS, *_COUNTS, *_BOOLEANS)
 
 
 def agent_plan(
@@ -35,8 +54,15 @@ def agent_plan(
     python: str,
     max_restarts: int | None,
     join_timeout_s: float,
+    rdzv_conf: tuple[tuple[str, str], ...] = (),
+    log_dir: str | None = None,
+    local_ranks: str | None = None,
 ) -> Plan:
-    """``plan`` (this node's workers) as one torchrun agent running them under ``spec``."""
+    """``plan`` (this node's workers) as one torchrun agent running them under ``spec``.
+
+    ``rdzv_conf``: torch's rendezvous settings (:func:`parse_rdzv_conf`) besides the join
+    timeout; ``log_dir``: where the agent writes torchrun's log layout; ``local_ranks``: the
+    workers its console shows (:func:`local_ranks_filter`)."""
     if plan.isolate:
         raise UsageError(
             "--isolate with --rdzv-backend c10d: torch's agent gives every worker the same "
@@ -57,6 +83,9 @@ def agent_plan(
             python=python,
             max_restarts=max_restarts,
             join_timeout_s=join_timeout_s,
+            rdzv_conf=rdzv_conf,
+            log_dir=log_dir,
+            local_ranks=local_ranks,
         ),
         env=env,
         units=tuple(range(len(plan.devices))),
@@ -93,11 +122,15 @@ def agent_argv(
     python: str,
     max_restarts: int | None,
     join_timeout_s: float,
+    rdzv_conf: tuple[tuple[str, str], ...] = (),
+    log_dir: str | None = None,
+    local_ranks: str | None = None,
 ) -> tuple[str, ...]:
-    """``python -m torch.distributed.run`` with the job's options, then the program."""
+    """torchrun's agent (through :data:`AGENT_MODULE`) with the job's options, then the
+    program. ``join_timeout_s`` is rounded up to whole seconds, which torch reads."""
     restarts = UNLIMITED_RESTARTS if max_restarts is None else max_restarts
     options = [
-        python, "-m", "torch.distributed.run",
+        python, "-m", AGENT_MODULE,
         "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
         "--nproc-per-node", str(nproc),
         "--rdzv-backend", "c10d",
@@ -105,8 +138,62 @@ def agent_argv(
         "--rdzv-id", spec.run_id,
         "--max-restarts", str(restarts),
     ]  # fmt: skip
+    settings = [f"{key}={value}" for key, value in rdzv_conf if key != "join_timeout"]
     if join_timeout_s > 0:
-        options += ["--rdzv-conf", f"join_timeout={join_timeout_s:g}"]
+        settings.insert(0, f"join_timeout={math.ceil(join_timeout_s)}")
+    if settings:
+        options += ["--rdzv-conf", ",".join(settings)]
+    if log_dir is not None:  # torchrun's layout, by the agent; the console still shows all
+        options += ["--log-dir", log_dir, "--redirects", ALL_STREAMS, "--tee", ALL_STREAMS]
+    if local_ranks is not None:
+        options += ["--local-ranks-filter", local_ranks]
     if program[0] == python and len(program) > 1 and not program[1].startswith("-"):
         return (*options, *program[1:])  # a script run by this Python: the agent's default
     return (*options, "--no-python", *program)
+
+
+def parse_rdzv_conf(
+    text: str, said: Callable[[str], str] = lambda pair: f"--rdzv-conf {pair}"
+) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE[,KEY=VALUE]`` of :data:`RDZV_CONF_KEYS` -> (key, value) pairs in the form
+    torch reads (a later key wins, as in torch). A key torch's c10d rendezvous does not read
+    or a value it would refuse is a one-line UsageError; ``said`` names a pair in it (the
+    option, or torchrun's ``PET_RDZV_CONF``)."""
+    settings: dict[str, str] = {}
+    for pair in (p.strip() for p in text.split(",")):
+        if not pair:
+            continue
+        key, _, value = (part.strip() for part in pair.partition("="))
+        if key not in RDZV_CONF_KEYS:
+            raise UsageError(
+                f"{said(pair)}: unknown key {key!r}; torch's c10d rendezvous reads "
+                f"{', '.join(sorted(RDZV_CONF_KEYS))}"
+            )
+        settings[key] = _conf_value(key, value, said(pair))
+    return tuple(settings.items())
+
+
+def _conf_value(key: str, value: str, said: str) -> str:
+    if key in _BOOLEANS:
+        if value.lower() not in (*_TRUE, *_FALSE):
+            raise UsageError(f"{said}: expected 1 or 0 (true or false)")
+        return value.lower()
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (number.is_integer() and number >= 1):  # torch refuses 0 and reads int(value)
+        what = "a count" if key in _COUNTS else "whole seconds"
+        raise UsageError(f"{said}: expected {what} of at least 1 (torch reads an integer)")
+    return str(int(number))
+
+
+def local_ranks_filter(text: str, option: str = "--ranks") -> str:
+    """``--ranks 0,2`` as torchrun's ``--local-ranks-filter``: the agent's workers are named
+    by local rank, and only the agent can filter its workers' console lines."""
+    ranks = [part.strip() for part in text.split(",") if part.strip()]
+    if not ranks or not all(rank.isdigit() for rank in ranks):
+        raise UsageError(
+            f"{option} {text}: with --rdzv-backend c10d, expected local ranks such as 0,2"
+        )
+    return ",".join(ranks)

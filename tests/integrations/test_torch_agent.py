@@ -1,0 +1,127 @@
+"""The agent module's round lines, from synthetic records shaped as torch's agent logs them
+(``SimpleElasticAgent._rendezvous``); the real agent's are in tests/multinode/test_c10d.py."""
+
+from __future__ import annotations
+
+import io
+import logging
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from xpulaunch.integrations.torch_agent import RoundLines, install
+
+# torch's message (torch/distributed/elastic/agent/server/api.py), values as a dict argument.
+MESSAGE = (
+    "[%(role)s] Rendezvous complete for workers. Result:\n  restart_count=%(restart_count)s\n"
+    "  master_addr=%(master_addr)s\n  master_port=%(master_port)s\n"
+    "  group_rank=%(group_rank)s\n  group_world_size=%(group_world_size)s\n"
+    "  local_ranks=%(local_ranks)s\n  role_ranks=%(role_ranks)s\n"
+    "  global_ranks=%(global_ranks)s\n  role_world_sizes=%(role_world_sizes)s\n"
+    "  global_world_sizes=%(global_world_sizes)s\n  event_log_handler=%(event_log_handler)s\n"
+)
+
+
+def values(nodes: int, group_rank: int = 0, nproc: int = 2, restarts: int = 0) -> dict[str, Any]:
+    world = nodes * nproc
+    return {
+        "role": "default", "restart_count": restarts, "master_addr": "h", "master_port": 1,
+        "group_rank": group_rank, "group_world_size": nodes, "local_ranks": list(range(nproc)),
+        "role_ranks": [group_rank * nproc + i for i in range(nproc)],
+        "global_ranks": [group_rank * nproc + i for i in range(nproc)],
+        "role_world_sizes": [world] * nproc, "global_world_sizes": [world] * nproc,
+        "event_log_handler": "null",
+    }  # fmt: skip
+
+
+def record(args: object, message: str = MESSAGE, level: int = logging.INFO) -> logging.LogRecord:
+    return logging.LogRecord("torch.agent", level, "api.py", 553, message, (args,), None)
+
+
+def lines_of(*args: object) -> list[str]:
+    stream = io.StringIO()
+    rounds = RoundLines(logging.WARNING, stream)
+    for each in args:
+        rounds.filter(record(each))
+    return stream.getvalue().splitlines()
+
+
+def test_the_first_round_says_who_is_in() -> None:
+    assert lines_of(values(2, group_rank=1)) == [
+        "xpulaunch: c10d round 1: 2 nodes, this node is group rank 1, 2 workers, world size 4"
+    ]
+
+
+def test_a_node_that_left_and_the_restart_spent() -> None:
+    assert lines_of(values(2), values(1, restarts=1))[1] == (
+        "xpulaunch: c10d round 2: 1 node (was 2; a node left; restart 1), this node is "
+        "group rank 0, 2 workers, world size 2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "said"),
+    [
+        (2, 3, "(was 2; a node joined)"),
+        (1, 3, "(was 1; 2 nodes joined)"),
+        (4, 2, "(was 4; 2 nodes left)"),
+        (2, 2, "(was 2; the same number of nodes)"),
+    ],
+)
+def test_what_changed_between_rounds(before: int, now: int, said: str) -> None:
+    assert f"round 2: {now} nodes {said}, " in lines_of(values(before), values(now))[1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("a", "tuple"),  # a future torch passing values another way
+        {"group_world_size": 2},  # or other values
+        {**values(2), "group_rank": "0"},
+        {**values(2), "global_world_sizes": []},
+        {**values(2), "local_ranks": None},
+    ],
+)
+def test_a_changed_record_prints_nothing_and_raises_nothing(args: object) -> None:
+    assert lines_of(args) == []
+
+
+def test_other_records_pass_only_at_the_level_torch_had_set() -> None:
+    logger = logging.getLogger("xpulaunch-test.torch-agent")
+    logger.setLevel(logging.WARNING)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    stream = io.StringIO()
+    lines = install(logger, stream)
+    try:
+        logger.info(MESSAGE, values(2))
+        logger.info("some other INFO line of torch's")
+        logger.warning("a warning of torch's")
+    finally:
+        logger.removeFilter(lines)
+        logger.removeHandler(handler)
+    assert seen == ["a warning of torch's"]
+    assert stream.getvalue().startswith("xpulaunch: c10d round 1: 2 nodes, ")
+
+
+def test_with_torchs_info_on_the_record_is_shown_as_well() -> None:
+    stream = io.StringIO()
+    assert RoundLines(logging.INFO, stream).filter(record(values(2))) is True
+    assert stream.getvalue().count("\n") == 1
+
+
+def test_a_closed_stderr_does_not_fail_the_agent() -> None:
+    stream = io.StringIO()
+    stream.close()
+    assert RoundLines(logging.WARNING, stream).filter(record(values(2))) is False
+
+
+def test_importing_it_imports_no_torch() -> None:
+    code = "import sys, xpulaunch.integrations.torch_agent; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    assert done.stdout == "False\n"
