@@ -20,6 +20,16 @@ def free_port() -> int:
     return port
 
 
+def listening(port: int) -> bool:
+    """Something on this host answers on ``port`` (node 0's agent hosts the c10d store there
+    once it does)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 class Nodes:
     """Starts ``xpulaunch`` processes and makes sure none outlives the test."""
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import processes_marked, wait_for
-from node_helpers import EXAMPLES, HERE, Nodes, free_port
+from node_helpers import EXAMPLES, HERE, Nodes, free_port, listening
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 TRAIN = str(EXAMPLES / "train.py")
@@ -24,15 +23,6 @@ WORKER = str(HERE / "elastic_worker.py")
 def c10d(port: int, nnodes: str, *extra: str) -> list[str]:
     return ["--gpus", "none", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
             "--rdzv-id", "job", "--nnodes", nnodes, *extra]  # fmt: skip
-
-
-def listening(port: int) -> bool:
-    """Node 0's agent hosts the rendezvous store once this port answers."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def log_text(log_dir: Path) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_for
-from node_helpers import EXAMPLES, HERE, Nodes, free_port
+from node_helpers import EXAMPLES, HERE, Nodes, free_port, listening
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -29,14 +28,6 @@ def the_run(log_dir: Path, run_id: str) -> Path:
 
 def log_text(folder: Path) -> str:
     return "".join(p.read_text() for p in sorted(folder.rglob("*.log")))
-
-
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def test_torchrun_standalone_line_runs(nodes: Nodes, tmp_path: Path) -> None:
