@@ -63,6 +63,15 @@ def kill_all(procs: list[Any]) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
+def reap(procs: list[Any], timeout_s: float = 60.0) -> None:
+    """A fixture's teardown: kill whichever of ``procs`` (``subprocess.Popen``) still runs,
+    then reap each and close its pipes."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=timeout_s)
+
+
 def wait_for(condition: Callable[[], Any], what: str = "", timeout_s: float = 20.0) -> Any:
     """Poll ``condition`` until it returns something truthy, and return that; fail the test
     after ``timeout_s``, naming ``what`` it waited for."""

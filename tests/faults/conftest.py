@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fault_cli import Launch
+from helpers import reap
 
 
 @pytest.fixture
@@ -30,10 +31,4 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
         return proc
 
     yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    reap(started)

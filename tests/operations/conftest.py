@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import reap
+
 XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
 
 SCRIPTS = {
@@ -107,10 +109,7 @@ def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
         return proc
 
     yield begin
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=60)
+    reap(started)
 
 
 def read_events(path: Path) -> list[dict[str, object]]:

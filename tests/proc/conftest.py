@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import wait_for
+from helpers import reap, wait_for
 from xpulaunch.model import Backend, Plan, WorkerPlan
 
 VISIBILITY_VARS = (
@@ -193,10 +193,7 @@ def drive(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
         return proc
 
     yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
+    reap(started)
 
 
 __all__ = ["alive", "pids_in", "wait_for"]
