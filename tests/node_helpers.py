@@ -37,8 +37,9 @@ class Nodes:
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "XDG_RUNTIME_DIR": str(self.tmp_path), "NO_COLOR": "1"}
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """``xpulaunch ARGS``; ``env``: variables added to this process's."""
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(self.tmp_path), "NO_COLOR": "1", **(env or {})}
         process = subprocess.Popen(
             [sys.executable, "-m", "xpulaunch", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

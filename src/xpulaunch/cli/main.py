@@ -15,6 +15,7 @@ import click
 
 from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
+from xpulaunch.proc import prestart
 
 _SIGPIPE_STATUS = 128 + 13  # what a shell reports for a program killed by SIGPIPE
 
@@ -87,6 +88,7 @@ def console_main() -> None:
     try:
         main()
     except SystemExit as exc:
+        prestart.discard()  # an early agent that the command did not adopt
         code = exc.code
         if code is not None and not isinstance(code, int):
             sys.stderr.write(f"{code}\n")

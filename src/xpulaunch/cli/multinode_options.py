@@ -188,6 +188,9 @@ def final_plan(plan: Plan, options: dict[str, Any], max_restarts: int | None) ->
     the agent restarts the gang on every node, so our supervisor never restarts it."""
     spec = options.get("elastic")
     if spec is None:
+        from xpulaunch.proc import prestart
+
+        prestart.discard()  # started for a c10d agent that this plan does not have
         return plan
     from xpulaunch.core.elastic import agent_plan
 

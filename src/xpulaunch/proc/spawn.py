@@ -34,19 +34,31 @@ import os
 import signal
 import subprocess
 from shutil import which
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 from xpulaunch.proc.program import find_executable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from typing import IO
 
-_PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG = 1
+
+
+class Child(Protocol):
+    """What a worker uses of its started process: a ``subprocess.Popen``, or the agent
+    adopted from :mod:`xpulaunch.proc.prestart`."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+    def wait(self) -> int: ...
 
 
 @functools.cache
-def _prctl() -> Callable[..., int]:
+def libc_prctl() -> Callable[..., int]:
     """libc's ``prctl``, resolved in the parent with its argument types.
 
     The child between fork and exec should do as little as possible, and the parent waits
@@ -71,7 +83,7 @@ def _child_setup(
             os.write(cgroup_fd, b"0")
     if not death_signal:
         return
-    if prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
+    if prctl(PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
         os._exit(126)
     if os.getppid() != parent_pid:  # the supervisor died before the prctl took effect
         os._exit(126)
@@ -95,7 +107,7 @@ def spawn(
     if death_signal and setpriv and _exec_will_succeed(argv[0], env, cwd):
         argv = [setpriv, "--pdeathsig", signal.Signals(death_signal).name, "--", *argv]
     elif death_signal or cgroup_fd is not None:
-        prctl, signum = _prctl(), death_signal or 0
+        prctl, signum = libc_prctl(), death_signal or 0
 
         def preexec() -> None:
             _child_setup(prctl, parent_pid, signum, cgroup_fd)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
-from xpulaunch.proc import records
+from xpulaunch.proc import prestart, records
 from xpulaunch.proc.cgroup import job_cgroup
 from xpulaunch.proc.engine import Engine
 from xpulaunch.proc.events import Event, WorkerState, WorkerStatus
@@ -144,7 +145,8 @@ class Supervisor:
 
     def _make_engine(self) -> Engine:
         records.sweep(self._record_dir)
-        since = now_ticks()
+        # An agent started before the job (xpulaunch.proc.prestart) is one of its processes.
+        since = min(now_ticks(), prestart.started_ticks() or sys.maxsize)
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
         cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
         cgroup_path = cgroup.path if cgroup is not None else None

@@ -30,8 +30,9 @@ from xpulaunch.proc.events import Exited, Ready, Started, Unhealthy, WorkerState
 from xpulaunch.proc.hang import heartbeat_path
 from xpulaunch.proc.health import HealthCheckRun, Verdict, run_check
 from xpulaunch.proc.logs import LineBuffer
+from xpulaunch.proc.prestart import adopt
 from xpulaunch.proc.processes import process_info
-from xpulaunch.proc.spawn import open_pidfd, spawn
+from xpulaunch.proc.spawn import Child, open_pidfd, spawn
 from xpulaunch.proc.spec import start_env
 from xpulaunch.proc.tree import exit_status, signal_group, signal_name, signal_processes, with_cont
 
@@ -102,7 +103,7 @@ class Worker:
         self.started_at_s: float | None = None
         self.last_output_s = 0.0  # when it last wrote a line (or started): hang detection
         self.state = WorkerState.PENDING
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Child | None = None
         self.pid: int | None = None
         self.start_ticks = 0
         self.attempt = 0
@@ -146,7 +147,9 @@ class Worker:
         self._first_line = self._sink.mark(self.name)
         cgroup_fd = self._cgroup_fd()
         try:
-            proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)
+            proc = adopt(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds,
+                         cgroup_fd=cgroup_fd) or spawn(spec.argv, env, cwd=spec.cwd,
+                         pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)  # fmt: skip
         except (OSError, subprocess.SubprocessError) as exc:
             why = describe_start_error(spec.argv[0], exc)
             status = START_FAILED_STATUS
@@ -198,7 +201,7 @@ class Worker:
         self.state = WorkerState.STOPPING  # nothing runs; the gang decides what comes next
         return reason
 
-    def _started(self, proc: subprocess.Popen[bytes], spec: WorkerSpec, attempt: int) -> None:
+    def _started(self, proc: Child, spec: WorkerSpec, attempt: int) -> None:
         now = self._loop.clock()
         self.proc, self.pid = proc, proc.pid
         info = process_info(proc.pid)  # not reaped yet, so it is there (maybe as a zombie)
@@ -218,7 +221,7 @@ class Worker:
             run_id = self.run_id
             self._loop.call_at(now, lambda: self._health_tick(run_id))
 
-    def _watch(self, proc: subprocess.Popen[bytes]) -> None:
+    def _watch(self, proc: Child) -> None:
         selector = self._loop.selector
         for is_err, stream in ((False, proc.stdout), (True, proc.stderr)):
             if stream is not None:
