@@ -86,6 +86,7 @@ def test_the_adopted_child_runs_the_module_as_told(tmp_path: Path) -> None:
     assert agent["env"] == {
         "XPULAUNCH_JOB_ID": "job-1", "CUDA_VISIBLE_DEVICES": "", "KEPT": "from the command line"
     }  # fmt: skip
+    assert agent["big"] == 300_000  # the whole order came through
     assert agent["session_leader"] is True
     assert agent["pdeathsig"] == signal.SIGKILL
     assert agent["stdin"] == os.devnull

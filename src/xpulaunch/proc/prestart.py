@@ -16,8 +16,8 @@ The child is set up as :mod:`xpulaunch.proc.spawn` sets up a worker: its own ses
 parent moves it into the worker's cgroup before sending the message, so the agent's workers
 are born there. What differs from a worker's start, and why that is safe:
 
-* It is a fork of this interpreter, not an exec. Nothing of ours but this module is loaded
-  at that point, so the child carries no state of the command line.
+* It is a fork of this interpreter, not an exec. Nothing of ours but the entry point and this
+  module is loaded at that point, so the child carries no state of the command line.
 * It imported torch under the command line's environment, not the worker's. The agent is
   adopted only when the two differ in variables that torch's agent reads while it runs
   (:func:`_read_at_run_time`: device visibility, thread count, our markers); otherwise it is
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -59,8 +60,8 @@ _BACKEND_OPTIONS = ("--rdzv-backend", "--rdzv_backend")
 _NNODES_OPTION = "--nnodes"
 # Words after which the command does not run a job (or torchrun runs no agent of torch's).
 _NO_AGENT = frozenset({"--dry-run", "--help", "-h", "--version", "--standalone"})
-_HEADER_BYTES = 8
 _MAX_FDS = 64  # lease descriptors: one per leased device at most
+_FIRST_READ_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -214,9 +215,9 @@ def _send(
     import socket
 
     order = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
-    try:
-        socket.send_fds(early.control, [len(order).to_bytes(_HEADER_BYTES, "big")], pass_fds)
-        early.control.sendall(order)
+    try:  # the descriptors ride on the first bytes; closing marks the order's end
+        sent = socket.send_fds(early.control, [order], pass_fds)
+        early.control.sendall(order[sent:])
     except OSError:  # the child is gone (killed while it imported torch)
         return False
     early.control.close()
@@ -234,7 +235,7 @@ def _end(early: _Early) -> None:
     for fd in (early.stdout, early.stderr):
         os.close(fd)
     try:
-        os.kill(early.pid, 9)
+        os.kill(early.pid, signal.SIGKILL)
         os.waitpid(early.pid, 0)
     except (ProcessLookupError, ChildProcessError):  # reaped already
         pass
@@ -260,7 +261,7 @@ def _die_with(parent: int) -> None:
     worker gets; and exit now if it already has (the documented prctl race)."""
     from xpulaunch.proc.spawn import PR_SET_PDEATHSIG, libc_prctl
 
-    if libc_prctl()(PR_SET_PDEATHSIG, 9, 0, 0, 0) != 0 or os.getppid() != parent:
+    if libc_prctl()(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
         os._exit(0)
 
 
@@ -291,19 +292,11 @@ def _receive(control: socket.socket) -> _Order | None:
     import json
     import socket
 
-    header, fds, _flags, _address = socket.recv_fds(control, _HEADER_BYTES, _MAX_FDS)
-    if not header:
+    first, fds, _flags, _address = socket.recv_fds(control, _FIRST_READ_BYTES, _MAX_FDS)
+    if not first:
         return None
-    while len(header) < _HEADER_BYTES:
-        header += control.recv(_HEADER_BYTES - len(header))
-    size, body = int.from_bytes(header, "big"), bytearray()
-    while len(body) < size:
-        chunk = control.recv(size - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    control.close()
-    order = json.loads(body)
+    with control, control.makefile("rb") as rest:  # to the end: the parent closes after it
+        order = json.loads(first + rest.read())
     return order["argv"], order["env"], order["cwd"], fds
 
 
@@ -317,6 +310,8 @@ def _run(argv: list[str], env: dict[str, str], cwd: str | None, fds: list[int]) 
         os.set_inheritable(fd, True)
     if cwd is not None:
         os.chdir(cwd)
+    # This process now becomes the worker, so its environment is what execve's would have
+    # been: torch's agent reads it (os.getenv) and copies it into every worker it starts.
     os.environ.clear()
     os.environ.update(env)
     if isinstance(sys.stdout, io.TextIOWrapper):  # a fresh interpreter's, on a pipe:

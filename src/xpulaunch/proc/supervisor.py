@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -146,7 +145,7 @@ class Supervisor:
     def _make_engine(self) -> Engine:
         records.sweep(self._record_dir)
         # An agent started before the job (xpulaunch.proc.prestart) is one of its processes.
-        since = min(now_ticks(), prestart.started_ticks() or sys.maxsize)
+        since = prestart.started_ticks() or now_ticks()
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
         cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
         cgroup_path = cgroup.path if cgroup is not None else None

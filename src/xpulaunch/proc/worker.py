@@ -147,9 +147,13 @@ class Worker:
         self._first_line = self._sink.mark(self.name)
         cgroup_fd = self._cgroup_fd()
         try:
-            proc = adopt(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds,
-                         cgroup_fd=cgroup_fd) or spawn(spec.argv, env, cwd=spec.cwd,
-                         pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)  # fmt: skip
+            # A c10d agent forked before the plan, if this is its start; else a new process.
+            proc: Child | None = adopt(
+                spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd
+            )
+            if proc is None:
+                proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds,
+                             cgroup_fd=cgroup_fd)  # fmt: skip
         except (OSError, subprocess.SubprocessError) as exc:
             why = describe_start_error(spec.argv[0], exc)
             status = START_FAILED_STATUS

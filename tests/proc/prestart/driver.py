@@ -15,6 +15,8 @@ prestart.start()
 pid = prestart._pending[0].pid
 argv = [sys.executable, "-m", "fake_agent", "--nnodes", "2"]
 env = {**os.environ, "XPULAUNCH_JOB_ID": "job-1", "CUDA_VISIBLE_DEVICES": ""}
+if mode == "adopt":  # an order larger than one send and one socket buffer
+    env["XPULAUNCH_BIG"] = "x" * 300_000
 
 
 def gone() -> bool:

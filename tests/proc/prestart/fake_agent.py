@@ -20,6 +20,7 @@ report = {
     "args": sys.argv[1:],
     "cwd": os.getcwd(),
     "env": {k: os.environ.get(k) for k in ("XPULAUNCH_JOB_ID", "CUDA_VISIBLE_DEVICES", "KEPT")},
+    "big": len(os.environ.get("XPULAUNCH_BIG", "")),
     "session_leader": os.getsid(0) == os.getpid(),
     "pdeathsig": death_signal.value,
     "stdin": fds.get("0"),
