@@ -39,7 +39,7 @@ def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> I
     ``problems`` list everything ``xpulaunch devices --debug`` shows, a tool that is not
     installed included: a caller decides what to ignore.
     """
-    from xpulaunch.probing import probe_from_env
+    from xpulaunch.probing.host import probe_from_env
 
     return probe_from_env(
         dict(os.environ) if env is None else env, use_torch=use_torch, report_missing=True

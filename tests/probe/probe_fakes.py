@@ -17,7 +17,7 @@ from typing import Any
 import pynvml
 
 from xpulaunch.model import Device, Inventory
-from xpulaunch.probing import probe_host
+from xpulaunch.probing.host import probe_host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"
 SELECTION_VARS = (

@@ -40,11 +40,11 @@ def test_probing_imports_no_torch_and_no_pyzes(tmp_path: Path) -> None:
     h200_host(m)
     code = textwrap.dedent(f"""
         import sys
-        import xpulaunch.probing
+        import xpulaunch.probing.host
         assert "pynvml" not in sys.modules, "pynvml imported before probing"
         from pathlib import Path
-        inv = xpulaunch.probing.probe_host(sys_root=Path({str(m.sys)!r}),
-                                         proc_root=Path({str(m.proc)!r}))
+        inv = xpulaunch.probing.host.probe_host(sys_root=Path({str(m.sys)!r}),
+                                              proc_root=Path({str(m.proc)!r}))
         leaked = sorted(n for n in ("torch", "pyzes", "dpctl") if n in sys.modules)
         print(len(inv.devices), leaked)
     """)

@@ -23,7 +23,7 @@ from probe_fakes import (
     write_tool,
 )
 
-from xpulaunch.probing import probe_host
+from xpulaunch.probing.host import probe_host
 
 MIB = 1024 * 1024
 NVML_MISSING = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND

@@ -64,7 +64,7 @@ def devices(
         if use_torch:
             click.echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
     else:
-        from xpulaunch.probing import probe_from_env
+        from xpulaunch.probing.host import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
     if show_processes:

@@ -122,7 +122,7 @@ def serve_llama(
     ``server_options`` go to :class:`LlamaServer` (health, policy, grace_s, logs, ...)."""
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     if inventory is None:
-        from xpulaunch.probing import probe_host
+        from xpulaunch.probing.host import probe_host
 
         inventory = probe_host(env=env)
     if isinstance(llama_backend, str):

@@ -4,11 +4,9 @@ in a subprocess) and AMD (sysfs, amd-smi, rocm-smi) -> one :class:`~xpulaunch.mo
 Importing this package loads no vendor library: pynvml and pyzes are imported when a probe
 runs. ``xpulaunch run`` probes in a forked child (:mod:`xpulaunch.probing.isolated`), so the
 supervisor never holds a vendor library.
+
+The probes are :func:`xpulaunch.probing.host.probe_from_env` and
+:func:`~xpulaunch.probing.host.probe_host`. This package's ``__init__`` imports none of its
+modules: ``xpulaunch run`` forks its probe (:mod:`xpulaunch.probing.isolated`) before it has
+imported any probe, and the child imports them, not the supervisor.
 """
-
-from __future__ import annotations
-
-from xpulaunch.probing.host import probe_from_env, probe_host
-from xpulaunch.probing.runner import Runner, RunResult, SubprocessRunner
-
-__all__ = ["RunResult", "Runner", "SubprocessRunner", "probe_from_env", "probe_host"]
