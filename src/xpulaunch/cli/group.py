@@ -11,6 +11,7 @@ import shutil
 import click
 
 from xpulaunch import __version__
+from xpulaunch.cli.entry import after_profile
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.errors import UsageError
 
@@ -48,7 +49,7 @@ class DefaultRunGroup(click.Group):
         if not args:  # the whole help, as `--help` shows it, rather than a usage error
             click.echo(ctx.get_help())
             ctx.exit(0)
-        first = _after_profile(args)  # `xpulaunch -p big train.py` runs train.py too
+        first = after_profile(args)  # `xpulaunch -p big train.py` runs train.py too
         if first < len(args) and args[first] not in {*COMMANDS, *self._option_names(ctx)}:
             refuse_mistyped_command(args[first])
             args = [*args[:first], DEFAULT_COMMAND, *args[first:]]
@@ -78,19 +79,6 @@ def refuse_mistyped_command(word: str) -> None:
             f"no command {word!r}; did you mean {command!r}? "
             f"(to run a program of that name: xpulaunch run {word})"
         )
-
-
-def _after_profile(args: list[str]) -> int:
-    """Index of the first argument after leading ``-p NAME`` / ``--profile[=]NAME``."""
-    i = 0
-    while i < len(args):
-        if args[i] in ("-p", "--profile"):
-            i += 2
-        elif args[i].startswith("--profile=") or (args[i].startswith("-p") and args[i] != "-p"):
-            i += 1
-        else:
-            break
-    return i
 
 
 @click.group(cls=DefaultRunGroup, context_settings=CONTEXT_SETTINGS)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import click
 
+from xpulaunch.cli.entry import discard_early
 from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.proc import prestart
@@ -89,6 +90,7 @@ def console_main() -> None:
         main()
     except SystemExit as exc:
         prestart.discard()  # an early agent that the command did not adopt
+        discard_early()  # an early probe that no run took
         code = exc.code
         if code is not None and not isinstance(code, int):
             sys.stderr.write(f"{code}\n")

@@ -10,6 +10,7 @@ import click
 
 from xpulaunch import api
 from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerate_config
+from xpulaunch.cli.entry import forked_probe, resume_collector
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.multinode_options import (
     final_plan,
@@ -94,15 +95,15 @@ def _execute(
     """Allocate devices under the lease lock, then run the plan until the job is over."""
     # Probe once, outside the allocation lock (only planning runs under it), in a forked
     # child: NVML's memory never becomes the supervisor's, and the probe runs while this
-    # process imports the supervisor (proc.launch, needed by no dry run).
+    # process parses and imports the supervisor (proc.launch, needed by no dry run). The
+    # entry point forked it before the parse.
     probing = None
     if kwargs["inventory"] is None:
-        from xpulaunch.probing.isolated import ForkedProbe
-
-        probing = ForkedProbe(kwargs["parent_env"])
+        probing = forked_probe(kwargs["parent_env"])
     with probing or contextlib.nullcontext():
         from xpulaunch.proc.launch import RunOptions, check_ranks, run_plan
 
+        resume_collector()  # before a wait in line for devices, which may be long
         run_options = RunOptions.from_cli(options)  # validate before anything is reserved
         if probing is not None:
             kwargs["inventory"] = probing.result()

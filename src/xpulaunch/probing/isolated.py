@@ -7,6 +7,11 @@ through a pipe. ``fork`` is only used while this process runs one thread (forkin
 multi-threaded process can deadlock the child on a lock another thread held), which is the
 case in the CLI before the supervisor starts. The Python API's :func:`xpulaunch.probe` stays
 in-process: an application may have threads.
+
+The command line's entry point (:mod:`xpulaunch.cli.entry`) starts a run's probe before it
+imports anything else of ours, so that the probe runs while the command line is parsed and
+the supervisor imported. This module imports the inventory's modules only where they are
+used, for that reason.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.inventory import dumps, loads
 from xpulaunch.errors import InventoryError
-from xpulaunch.model import Inventory, Problem
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from xpulaunch.model import Inventory
 
 
 def _probe(env: Mapping[str, str]) -> Inventory:
@@ -46,7 +51,7 @@ class ForkedProbe:
     result was not collected."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        self._env = env
+        self.env = dict(env)
         self._pid: int | None = None
         self._read_fd = -1
         if threading.active_count() > 1:
@@ -62,7 +67,7 @@ class ForkedProbe:
         """The inventory: the child's, or probed here when there is no child or it failed."""
         pid, self._pid = self._pid, None
         if pid is None:
-            return _probe(self._env)
+            return _probe(self.env)
         with os.fdopen(self._read_fd, "rb") as pipe:
             payload = pipe.read()
         inventory = _document(payload)
@@ -75,7 +80,9 @@ class ForkedProbe:
             _thread.start_new_thread(os.waitpid, (pid, 0))
             return inventory
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        inventory = _probe(self._env)
+        inventory = _probe(self.env)
+        from xpulaunch.model import Inventory, Problem
+
         problem = Problem("probe", f"the forked probe failed (exit status {code}); probed here")
         return Inventory(devices=inventory.devices, problems=(*inventory.problems, problem))
 
@@ -97,6 +104,8 @@ class ForkedProbe:
 
 def _document(payload: bytes) -> Inventory | None:
     """The child's inventory; None for no document or part of one (the child failed)."""
+    from xpulaunch.core.inventory import loads
+
     try:
         return loads(payload.decode(), source="the forked probe")
     except (InventoryError, UnicodeDecodeError):
@@ -109,6 +118,8 @@ def _child(env: Mapping[str, str], read_fd: int, write_fd: int) -> None:
     status = 1
     try:
         os.close(read_fd)
+        from xpulaunch.core.inventory import dumps
+
         payload = dumps(_probe(env)).encode()
         with os.fdopen(write_fd, "wb") as out:
             out.write(payload)
