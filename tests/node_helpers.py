@@ -36,6 +36,7 @@ class Nodes:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen[str]] = []
+        self.finished: dict[int, tuple[int, str, str]] = {}  # by id(): status, out, err
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """``xpulaunch ARGS``; ``env``: variables added to this process's."""
@@ -48,8 +49,27 @@ class Nodes:
         return process
 
     def finish(self, process: subprocess.Popen[str]) -> tuple[int, str, str]:
-        out, err = process.communicate(timeout=NODE_TIMEOUT_S)
+        """Wait for a node: its exit status and output. A node that does not finish in time
+        fails the test with every node's output (then all are killed): what each node's
+        agent and workers said is what tells a hang in one node from a failure in another."""
+        try:
+            out, err = process.communicate(timeout=NODE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(self._report(process)) from None
+        self.finished[id(process)] = (process.returncode, out, err)
         return process.returncode, out, err
+
+    def _report(self, stuck: subprocess.Popen[str]) -> str:
+        lines = [f"node {self.started.index(stuck)} did not finish in {NODE_TIMEOUT_S} s"]
+        for index, process in enumerate(self.started):
+            if id(process) not in self.finished:
+                process.kill()
+                out, err = process.communicate()
+                self.finished[id(process)] = (process.returncode, out, err)
+            status, out, err = self.finished[id(process)]
+            lines.append(f"--- node {index}, exit status {status}; stdout (end):\n{out[-3000:]}")
+            lines.append(f"--- node {index}, stderr (end):\n{err[-6000:]}")
+        return "\n".join(lines)
 
     def stop_all(self) -> None:
         for process in self.started:
