@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from xpulaunch.proc.signals import HANDLER_DELAY_S
 
 from .conftest import alive, pids_in, wait_for
 
@@ -79,3 +83,41 @@ def test_missing_program_is_one_line(child: Argv, drive: Drive) -> None:
     lines = [line for line in err.splitlines() if not line.startswith("driver pid")]
     assert lines == ["xpulaunch: error: /nonexistent/prog: no such file"]
     assert out == ""
+
+
+# A signal that the kernel hands to a thread other than the main one: Python runs the handler
+# only once the main thread runs Python code again. The main thread waits with
+# wait_answering(); a plain wait on the same event is the control (its handler runs late).
+_OTHER_THREAD = """
+import json, signal, threading, time
+from xpulaunch.proc.signals import forwarding, wait_answering
+
+handled = threading.Event()
+other = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+other.start()
+
+def send_to_other():
+    signal.pthread_kill(other.ident, signal.SIGTERM)
+
+with forwarding(lambda signum: handled.set()):
+    threading.Timer(0.1, send_to_other).start()
+    plain = handled.wait(2.0)  # the control: a blocking wait does not run the handler
+    handled.clear()
+    threading.Timer(0.1, send_to_other).start()
+    started = time.monotonic()
+    answered = wait_answering(lambda timeout: True if handled.wait(timeout) else None)
+    print(json.dumps({"plain": plain, "answered": answered,
+                      "took_s": time.monotonic() - started}))
+"""
+
+
+def test_a_signal_taken_by_another_thread_is_answered_while_the_main_thread_waits() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _OTHER_THREAD], capture_output=True, text=True, timeout=30,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["plain"] is False  # no handler ran during the blocking wait
+    assert result["answered"] is True
+    assert result["took_s"] < 10 * HANDLER_DELAY_S

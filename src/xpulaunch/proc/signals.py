@@ -12,13 +12,18 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import FrameType
 
+T = TypeVar("T")
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a forwarded signal may wait for its handler when the kernel gave it to another of
+# our threads (see wait_answering).
+HANDLER_DELAY_S = 0.5
 
 
 @contextmanager
@@ -43,3 +48,18 @@ def forwarding(
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def wait_answering(wait: Callable[[float], T | None]) -> T:
+    """``wait(timeout)`` again and again until it returns something other than None: how the
+    main thread waits for a job while :func:`forwarding` handlers are installed.
+
+    The kernel hands a signal sent to the process to any of its threads that does not block
+    it, and Python runs the handler on the main thread only, once that thread runs Python
+    code again; a wait on a lock without a timeout never returns for it. (On a loaded
+    two-core machine the supervisor's loop thread now and then took a SIGTERM, and the job
+    ran on, restarting its failing worker.) Waiting in slices bounds that delay, whichever
+    thread took the signal, ours or a library's."""
+    while (result := wait(HANDLER_DELAY_S)) is None:
+        pass
+    return result
