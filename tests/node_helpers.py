@@ -36,7 +36,7 @@ class Nodes:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen[str]] = []
-        self.finished: dict[int, tuple[int, str, str]] = {}  # by id(): status, out, err
+        self.finished: dict[subprocess.Popen[str], tuple[int, str, str]] = {}  # status, out, err
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """``xpulaunch ARGS``; ``env``: variables added to this process's."""
@@ -56,17 +56,17 @@ class Nodes:
             out, err = process.communicate(timeout=NODE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise AssertionError(self._report(process)) from None
-        self.finished[id(process)] = (process.returncode, out, err)
+        self.finished[process] = (process.returncode, out, err)
         return process.returncode, out, err
 
     def _report(self, stuck: subprocess.Popen[str]) -> str:
         lines = [f"node {self.started.index(stuck)} did not finish in {NODE_TIMEOUT_S} s"]
         for index, process in enumerate(self.started):
-            if id(process) not in self.finished:
+            if process not in self.finished:
                 process.kill()
                 out, err = process.communicate()
-                self.finished[id(process)] = (process.returncode, out, err)
-            status, out, err = self.finished[id(process)]
+                self.finished[process] = (process.returncode, out, err)
+            status, out, err = self.finished[process]
             lines.append(f"--- node {index}, exit status {status}; stdout (end):\n{out[-3000:]}")
             lines.append(f"--- node {index}, stderr (end):\n{err[-6000:]}")
         return "\n".join(lines)

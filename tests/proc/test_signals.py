@@ -105,7 +105,7 @@ with forwarding(lambda signum: handled.set()):
     handled.clear()
     threading.Timer(0.1, send_to_other).start()
     started = time.monotonic()
-    answered = wait_answering(lambda timeout: True if handled.wait(timeout) else None)
+    answered = wait_answering(lambda timeout: True if handled.wait(timeout) else None, None)
     print(json.dumps({"plain": plain, "answered": answered,
                       "took_s": time.monotonic() - started}))
 """
@@ -121,3 +121,21 @@ def test_a_signal_taken_by_another_thread_is_answered_while_the_main_thread_wait
     assert result["plain"] is False  # no handler ran during the blocking wait
     assert result["answered"] is True
     assert result["took_s"] < 10 * HANDLER_DELAY_S
+
+
+def test_wait_answering_keeps_the_callers_timeout() -> None:
+    import time
+
+    from xpulaunch.proc.signals import wait_answering
+
+    slices: list[float | None] = []
+
+    def never(timeout: float | None) -> None:
+        slices.append(timeout)
+        time.sleep(timeout or 0)
+
+    started = time.monotonic()
+    assert wait_answering(never, 1.2) is None
+    assert 1.2 <= time.monotonic() - started < 1.2 + 2 * HANDLER_DELAY_S
+    assert all(s is not None and s <= HANDLER_DELAY_S for s in slices) and len(slices) >= 3
+    assert wait_answering(lambda timeout: 7, None) == 7  # what the wait returns, at once

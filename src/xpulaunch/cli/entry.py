@@ -62,10 +62,8 @@ def probe_wanted(args: Sequence[str], environ: Mapping[str, str]) -> bool:
     alone (before click is imported): a run (or ``torchrun``), not a dry run nor help, no
     ``--inventory``. A wrong yes costs a child that is ended unused; a wrong no, the probe's
     start as it was, after the parse."""
-    if environ.get(prestart.OFF_VAR) == "0" or not hasattr(os, "fork"):
-        return False
-    words = list(args[: args.index("--")] if "--" in args else args)
-    if any(word.partition("=")[0] in _NO_PROBE for word in words):
+    words = prestart.own_words(args, environ)
+    if words is None or any(word.partition("=")[0] in _NO_PROBE for word in words):
         return False
     first = after_profile(words)
     return first < len(words) and words[first] not in NOT_A_RUN
@@ -85,9 +83,11 @@ def forked_probe(env: Mapping[str, str]) -> ForkedProbe:
 
 
 def discard_early() -> None:
-    """End an early probe that no run took (the command was another, or failed first)."""
+    """End what this entry point started early and no run took (the command was another, or
+    failed first): the probe, and c10d's agent."""
     while _early:
         _early.pop().cancel()
+    prestart.discard()
 
 
 def resume_collector() -> None:

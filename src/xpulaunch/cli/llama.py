@@ -24,7 +24,7 @@ from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
 from xpulaunch.proc.logs import LogConfig
 from xpulaunch.proc.options import parse_backoff
-from xpulaunch.proc.signals import forwarding, wait_answering
+from xpulaunch.proc.signals import forwarding
 
 if TYPE_CHECKING:
     from xpulaunch.proc.leases import Lease
@@ -239,8 +239,8 @@ def _serve(
                               port=options["metrics_port"], counters=counters)  # fmt: skip
     with metrics, forwarding(server.send_stop_signal):
         server.start()
-        status = wait_answering(server.wait)
-    return status
+        status = server.wait()
+    return 1 if status is None else status
 
 
 def _ready_printer(plan: LlamaPlan) -> Callable[[Replica], None]:

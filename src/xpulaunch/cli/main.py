@@ -16,7 +16,6 @@ import click
 from xpulaunch.cli.entry import discard_early
 from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
-from xpulaunch.proc import prestart
 
 _SIGPIPE_STATUS = 128 + 13  # what a shell reports for a program killed by SIGPIPE
 
@@ -89,8 +88,7 @@ def console_main() -> None:
     try:
         main()
     except SystemExit as exc:
-        prestart.discard()  # an early agent that the command did not adopt
-        discard_early()  # an early probe that no run took
+        discard_early()  # an early probe or agent that the command did not take
         code = exc.code
         if code is not None and not isinstance(code, int):
             sys.stderr.write(f"{code}\n")

@@ -45,7 +45,7 @@ from xpulaunch.proc.options import (
 )
 from xpulaunch.proc.program import resolve_program
 from xpulaunch.proc.run_summary import RunSummary
-from xpulaunch.proc.signals import forwarding, wait_answering
+from xpulaunch.proc.signals import forwarding
 from xpulaunch.proc.spec import WorkerSpec
 from xpulaunch.proc.supervisor import Supervisor
 
@@ -183,10 +183,10 @@ def run_plan(
             operations.replay(event)
         with forwarding(reporter.on_signal):
             supervisor.start()
-            status = wait_answering(supervisor.wait)
+            status = supervisor.wait()
     for note in gpus.notes if gpus is not None else ():
         supervisor.message(note)
-    return status
+    return 1 if status is None else status
 
 
 def _settle(

@@ -79,16 +79,22 @@ class _Early:
 _pending: list[_Early] = []
 
 
+def own_words(args: Sequence[str], environ: Mapping[str, str]) -> list[str] | None:
+    """The command line's words before any ``--`` (ours, never the program's), or None when
+    nothing may start before the parse (``XPULAUNCH_PRESTART=0``, or no fork here)."""
+    if environ.get(OFF_VAR) == "0" or not hasattr(os, "fork"):
+        return None
+    return list(args[: args.index("--")] if "--" in args else args)
+
+
 def wanted(args: Sequence[str], environ: Mapping[str, str]) -> bool:
     """Whether this command line runs torch's c10d agent, guessed from its words alone
     (before click is even imported): ``--rdzv-backend c10d`` before any ``--``, not a dry
     run nor help, and with ``xpulaunch torchrun`` more than one node (one node runs no agent
     there). A wrong yes costs a child that is ended unused; a wrong no, the agent's start as
     it was."""
-    if environ.get(OFF_VAR) == "0" or not hasattr(os, "fork"):
-        return False
-    words = list(args[: args.index("--")] if "--" in args else args)
-    if _NO_AGENT.intersection(words):
+    words = own_words(args, environ)
+    if words is None or _NO_AGENT.intersection(words):
         return False
     backend = nnodes = None
     for index, word in enumerate(words):

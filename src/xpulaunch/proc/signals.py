@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# How long a forwarded signal may wait for its handler when the kernel gave it to another of
-# our threads (see wait_answering).
+# How long a forwarded signal may wait for its handler when the kernel gave it to another
+# thread than the main one (see wait_answering).
 HANDLER_DELAY_S = 0.5
 
 
@@ -50,9 +51,11 @@ def forwarding(
             signal.signal(sig, old)
 
 
-def wait_answering(wait: Callable[[float], T | None]) -> T:
-    """``wait(timeout)`` again and again until it returns something other than None: how the
-    main thread waits for a job while :func:`forwarding` handlers are installed.
+def wait_answering(
+    wait: Callable[[float | None], T | None], timeout: float | None = None
+) -> T | None:
+    """``wait(timeout)`` in slices of at most :data:`HANDLER_DELAY_S`: what it returns first
+    that is not None, or None once ``timeout`` (None: no limit) has passed.
 
     The kernel hands a signal sent to the process to any of its threads that does not block
     it, and Python runs the handler on the main thread only, once that thread runs Python
@@ -60,6 +63,9 @@ def wait_answering(wait: Callable[[float], T | None]) -> T:
     two-core machine the supervisor's loop thread now and then took a SIGTERM, and the job
     ran on, restarting its failing worker.) Waiting in slices bounds that delay, whichever
     thread took the signal, ours or a library's."""
-    while (result := wait(HANDLER_DELAY_S)) is None:
-        pass
-    return result
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = HANDLER_DELAY_S if deadline is None else deadline - time.monotonic()
+        result = wait(max(0.0, min(left, HANDLER_DELAY_S)))
+        if result is not None or (deadline is not None and time.monotonic() >= deadline):
+            return result

@@ -38,6 +38,7 @@ from xpulaunch.proc.hang import Watch
 from xpulaunch.proc.limits import ensure_open_files
 from xpulaunch.proc.logs import LogConfig, LogSink, rank_folders
 from xpulaunch.proc.processes import now_ticks, start_ticks
+from xpulaunch.proc.signals import wait_answering
 from xpulaunch.proc.spec import Probe, WorkerSpec
 
 if TYPE_CHECKING:
@@ -184,12 +185,14 @@ class Supervisor:
         return path
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """Block until every worker is down for good; the exit status, or None on timeout."""
+        """Block until every worker is down for good; the exit status, or None on timeout.
+        It waits in slices, so that the main thread's signal handlers run meanwhile
+        (:func:`~xpulaunch.proc.signals.wait_answering`)."""
         engine, thread = self._engine, self._thread
         if engine is None or thread is None:
             raise UsageError("the supervisor was not started: call start() first")
         self._refuse_on_loop_thread()
-        status = engine.wait(timeout)
+        status = wait_answering(engine.wait, timeout)
         if status is not None:
             thread.join()
         return status
