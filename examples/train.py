@@ -150,13 +150,26 @@ def main() -> int:
     if rank == 0:
         result = {"steps": args.steps, "weights": digest, "world_size": world}
         (args.ckpt_dir / "result.json").write_text(json.dumps(result))
-    # Every rank done before any tears its process group down: a rank that destroys it while
-    # a peer's gloo threads still talk to it can abort ("terminate called without an active
-    # exception"), seen with four CPU ranks on two cores.
-    dist.barrier()
+    dist.barrier()  # every rank done before rank 0's store goes away with its process group
     dist.destroy_process_group()
     return 0
 
 
+def leave(status: int) -> None:
+    """Exit without the interpreter's teardown, once everything written is flushed.
+
+    torch's gloo worker threads can still be releasing the work of the last backward pass when
+    Python shuts down (DDP's process group outlives ``destroy_process_group``). That work keeps
+    a Python object, so its release waits for the GIL; a thread that asks for the GIL while
+    the interpreter finalizes is ended with ``pthread_exit``, and the unwind through a
+    ``noexcept`` destructor aborts the process: SIGABRT, "terminate called without an active
+    exception" (pytorch/pytorch#190489). With torch 2.13 on two busy cores this ended about one
+    two-rank run in ten after both ranks had printed their weights (``bench/exit_soak.py``).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
