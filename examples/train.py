@@ -122,7 +122,9 @@ def main() -> int:
         f"ZE_AFFINITY_MASK={os.environ.get('ZE_AFFINITY_MASK')} restart {restart}",
         flush=True,
     )
-    dist.init_process_group(backend, rank=rank, world_size=world)
+    # NCCL is told the rank's GPU, so its communicator and barrier() use that one device
+    device_id = device if device.type == "cuda" else None
+    dist.init_process_group(backend, rank=rank, world_size=world, device_id=device_id)
     torch.manual_seed(0)
     model = torch.nn.Linear(FEATURES, 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
