@@ -1,5 +1,7 @@
 """The agent module's round lines, from synthetic records shaped as torch's agent logs them
-(``SimpleElasticAgent._rendezvous``); the real agent's are in tests/multinode/test_c10d.py."""
+(``SimpleElasticAgent._rendezvous``), and its one change to torch's agent (``admit_joiners``),
+on an agent class and a rendezvous handler of ours with torch's own result types; the real
+agent's are in tests/multinode/test_c10d.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from xpulaunch.integrations.torch_agent import RoundLines, install
+from xpulaunch.integrations.torch_agent import RoundLines, admit_joiners, install, nodes_waiting
 
 # torch's message (torch/distributed/elastic/agent/server/api.py), values as a dict argument.
 MESSAGE = (
@@ -125,3 +127,72 @@ def test_importing_it_imports_no_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)  # fmt: skip
     assert done.stdout == "False\n"
+
+
+class Handler:
+    """A rendezvous handler whose answers to ``num_nodes_waiting`` are given in turn (the last
+    one repeated): torch's handler answers from a state read up to a second earlier."""
+
+    def __init__(self, *answers: int) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    def num_nodes_waiting(self) -> int:
+        self.asked += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def test_a_node_waiting_is_seen_once_the_answer_is_fresh() -> None:
+    handler = Handler(0, 0, 1)
+    assert nodes_waiting(handler, fresh_after_s=5.0) is True
+    assert handler.asked == 3
+
+
+def test_without_a_node_waiting_it_asks_until_an_answer_is_fresh() -> None:
+    handler = Handler(0)
+    assert nodes_waiting(handler, fresh_after_s=0.25) is False
+    assert handler.asked >= 3  # every 0.1 s until past 0.25 s
+
+
+def agent_with(state_name: str, handler: Handler) -> tuple[Any, Any, io.StringIO]:
+    """An agent class whose monitor reports ``state_name``, with ``admit_joiners`` applied,
+    and the worker group it is asked about."""
+    api = pytest.importorskip("torch.distributed.elastic.agent.server.api")
+
+    class Agent:
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            return api.RunResult(state=api.WorkerState[state_name], failures={0: "the failure"})
+
+    stream = io.StringIO()
+    admit_joiners(Agent, stream, fresh_after_s=0.25)
+    group = type("Group", (), {"spec": type("Spec", (), {"rdzv_handler": handler})})()
+    return Agent(), group, stream
+
+
+@pytest.mark.parametrize("state_name", ["FAILED", "UNHEALTHY"])
+def test_workers_failing_while_a_node_waits_are_restarted_as_healthy_ones(state_name: str):
+    agent, group, stream = agent_with(state_name, Handler(0, 1))
+    result = agent._monitor_workers(group)
+    assert result.state.name == "HEALTHY"  # torch's agent then restarts for the newcomer
+    assert not result.failures
+    assert stream.getvalue() == (
+        "xpulaunch: c10d: this node's workers failed while a node waits to join; they start "
+        "again in the next round, without spending a restart\n"
+    )
+
+
+def test_a_failure_with_no_node_waiting_is_torchs_to_handle() -> None:
+    agent, group, stream = agent_with("FAILED", Handler(0))
+    result = agent._monitor_workers(group)
+    assert result.state.name == "FAILED"
+    assert result.failures == {0: "the failure"}
+    assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize("state_name", ["HEALTHY", "SUCCEEDED"])
+def test_other_states_pass_without_asking_the_rendezvous(state_name: str) -> None:
+    handler = Handler(1)
+    agent, group, stream = agent_with(state_name, handler)
+    assert agent._monitor_workers(group).state.name == state_name
+    assert handler.asked == 0
+    assert stream.getvalue() == ""

@@ -11,6 +11,10 @@ such as ``xpulaunch: c10d round 2: 1 node (was 2; a node left), ...`` on stderr 
 through only what torch would have shown anyway. Then torchrun's ``main`` runs with the same
 arguments, in this process: the same exit status, the same signal handling.
 
+With room to grow (``--nnodes MIN:MAX``, MIN < MAX), one decision of torch's agent is changed
+(:func:`admit_joiners`): workers that fail while a node waits to join start again in the next
+round without spending a restart, as torch's agent does for workers that are still healthy.
+
 Nothing of xpulaunch imports this module; it imports torch, and only in the agent's process.
 It never touches a GPU runtime (neither does torchrun's agent).
 """
@@ -19,12 +23,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 # The message of torch's record of a completed round (on its agent module's logger).
 ROUND_MESSAGE = "Rendezvous complete for workers"
+# How long torch's rendezvous handler answers from its last read of the shared state
+# (_BackendRendezvousStateHolder's cache_duration, 1 s, in dynamic_rendezvous.py), and how
+# often it is asked again until an answer is younger than the failure.
+STATE_CACHE_S = 1.0
+ASK_EVERY_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +117,7 @@ class RoundLines(logging.Filter):
         self.rounds += 1
         line = round_line(self.rounds, now, self.last)
         self.last = now
-        try:
-            self.stream.write(line + "\n")
-            self.stream.flush()
-        except (OSError, ValueError):  # a closed stderr must not fail the agent's round
-            pass
+        _say(self.stream, line)
 
 
 def install(logger: logging.Logger, stream: TextIO) -> RoundLines:
@@ -123,13 +129,74 @@ def install(logger: logging.Logger, stream: TextIO) -> RoundLines:
     return lines
 
 
+def admit_joiners(agent_class: Any, stream: TextIO, fresh_after_s: float = STATE_CACHE_S) -> None:
+    """Make ``agent_class`` (torch's ``LocalElasticAgent``) treat workers that failed while a
+    node waits to join as torch treats healthy ones then: stopped, and started again in the
+    next round, without spending a restart.
+
+    Why: a node that comes below MAX waits for the next round; each agent sees it when its
+    monitor asks the rendezvous how many nodes wait, and then stops its workers for that
+    round. torch's handler answers that question from a state read up to a second earlier.
+    The first agent to see the newcomer stops its workers, so the workers on the other nodes
+    fail at their next collective, often before their own agent's answer is fresh. torch's
+    agent checks the workers first, counts that failure as a restart, and with none left ends
+    the job and closes the rendezvous for every node. Here a failure is first checked against
+    an answer read after it (asked again for ``fresh_after_s``); with a node waiting, the
+    monitor reports the group healthy, and torch's own next step is the membership restart.
+    """
+    from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+
+    failed = (WorkerState.FAILED, WorkerState.UNHEALTHY)
+    monitor: Callable[[Any, Any], Any] = agent_class._monitor_workers
+
+    def _monitor_workers(self: Any, worker_group: Any) -> Any:
+        result = monitor(self, worker_group)
+        if result.state not in failed:
+            return result
+        if not nodes_waiting(worker_group.spec.rdzv_handler, fresh_after_s):
+            return result
+        _say(
+            stream,
+            "xpulaunch: c10d: this node's workers failed while a node waits to join; they "
+            "start again in the next round, without spending a restart",
+        )
+        return RunResult(state=WorkerState.HEALTHY)
+
+    agent_class._monitor_workers = _monitor_workers
+
+
+def nodes_waiting(handler: Any, fresh_after_s: float) -> bool:
+    """Whether the rendezvous has a node waiting for the next round, by an answer of
+    ``handler`` (torch's rendezvous handler) read at least ``fresh_after_s`` after this call
+    began, or an earlier one that says yes."""
+    deadline = time.monotonic() + fresh_after_s
+    while True:
+        if handler.num_nodes_waiting() > 0:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(ASK_EVERY_S)
+
+
+def _say(stream: TextIO, line: str) -> None:
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):  # a closed stderr must not fail the agent
+        pass
+
+
 def main() -> None:
     # Importing torch's agent module set its logger's level (LOGLEVEL, else WARNING); install
     # lowers it only after that. torch's get_logger names a module's logger after the module.
     from torch.distributed import run
-    from torch.distributed.elastic.agent.server import api
+    from torch.distributed.elastic.agent.server import api, local_elastic_agent
 
     install(logging.getLogger(api.__name__), sys.stderr)
+    nnodes = run.get_args_parser().parse_args(sys.argv[1:]).nnodes
+    min_nodes, max_nodes = run.parse_min_max_nnodes(nnodes)
+    if min_nodes < max_nodes:
+        admit_joiners(local_elastic_agent.LocalElasticAgent, sys.stderr)
     run.main()  # reads sys.argv[1:], our arguments, as `python -m torch.distributed.run` does
 
 
