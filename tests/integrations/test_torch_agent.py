@@ -189,6 +189,16 @@ def test_a_failure_with_no_node_waiting_is_torchs_to_handle() -> None:
     assert stream.getvalue() == ""
 
 
+def test_a_rendezvous_that_cannot_answer_leaves_the_failure_to_torch() -> None:
+    class Gone(Handler):
+        def num_nodes_waiting(self) -> int:
+            raise RuntimeError("Connection reset by peer")  # as torch's store client raises
+
+    agent, group, stream = agent_with("FAILED", Gone(0))
+    assert agent._monitor_workers(group).state.name == "FAILED"
+    assert stream.getvalue() == ""
+
+
 @pytest.mark.parametrize("state_name", ["HEALTHY", "SUCCEEDED"])
 def test_other_states_pass_without_asking_the_rendezvous(state_name: str) -> None:
     handler = Handler(1)

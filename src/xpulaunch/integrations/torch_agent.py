@@ -143,6 +143,8 @@ def admit_joiners(agent_class: Any, stream: TextIO, fresh_after_s: float = STATE
     the job and closes the rendezvous for every node. Here a failure is first checked against
     an answer read after it (asked again for ``fresh_after_s``); with a node waiting, the
     monitor reports the group healthy, and torch's own next step is the membership restart.
+    Without one, or where the rendezvous cannot answer (its store gone), the failure is
+    torch's to handle, as before.
     """
     from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 
@@ -153,7 +155,11 @@ def admit_joiners(agent_class: Any, stream: TextIO, fresh_after_s: float = STATE
         result = monitor(self, worker_group)
         if result.state not in failed:
             return result
-        if not nodes_waiting(worker_group.spec.rdzv_handler, fresh_after_s):
+        try:
+            waiting = nodes_waiting(worker_group.spec.rdzv_handler, fresh_after_s)
+        except Exception:  # noqa: BLE001 (the store gone, say: the failure stays torch's)
+            return result
+        if not waiting:
             return result
         _say(
             stream,
