@@ -112,7 +112,7 @@ def test_a_third_node_joins_at_the_next_round(
     the workers all-reduce without pause and exit at once on an error (``pace``). Then the
     first agent to see the newcomer stops its workers for the next round, and the other
     node's worker fails before its agent has seen it: torch's agent alone counts that as a
-    restart and, with none, ends the job (3 of 4 runs failed so before ``admit_joiners``)."""
+    restart and, with none, ends the job (7 of 14 runs failed so before ``admit_joiners``)."""
     pytest.importorskip("torch")
     port = free_port()
     logs = [tmp_path / f"logs{i}" for i in range(3)]
