@@ -26,16 +26,16 @@ from pathlib import Path
 from bench_probe import CONSOLE_SCRIPT  # the same directory: run as bench/bench_supervisor.py
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
-from xpulaunch.proc.events import Event, Exited, Started
-from xpulaunch.proc.logs import LogConfig
-from xpulaunch.proc.processes import find_job
-from xpulaunch.proc.supervisor import Supervisor, WorkerSpec
+from xpulaunch.events import Event, Exited, Started
+from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.processes.procfs import find_job
+from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 QUIET = LogConfig(console=False)
 DRIVER = """
 import os, sys
 from xpulaunch.model import Backend, Plan, WorkerPlan
-from xpulaunch.proc.launch import RunOptions, run_plan
+from xpulaunch.launch.run import RunOptions, run_plan
 argv = tuple(sys.argv[1:])
 plan = Plan(Backend.CPU, (), (WorkerPlan("0", 0, 0, argv, {"RANK": "0"}),), None)
 sys.exit(run_plan(plan, dict(os.environ), RunOptions()))

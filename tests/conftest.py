@@ -12,6 +12,9 @@ from hypothesis import HealthCheck, settings
 
 from xpulaunch.probing.nvidia import NVML_STATE
 
+# Tiny real child programs and the drive_plan parent, for the process tests of every package.
+pytest_plugins = ["process_kit", "run_kit"]
+
 # The machine is small and shared by real-process tests: no per-example deadlines.
 settings.register_profile(
     "xpulaunch", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=200

@@ -12,7 +12,7 @@
 #
 # 1. builds llama-server with CUDA for sm_90 (only that target; kept in $LLAMA_BUILD_DIR,
 #    default /tmp/llama-cuda, so a second run on a warm machine skips the build);
-# 2. writes the tiny model (tests/llama/tiny_model.py);
+# 2. writes the tiny model (tests/llamacpp/tiny_model.py);
 # 3. runs `xpulaunch llama -m tiny.gguf --gpus 2 --replicas 2` in the background, waits for
 #    both URLs, asks each for /health and a completion, and shows nvidia-smi's compute apps
 #    so that each server's memory is on its own GPU; kills one server with SIGKILL and waits
@@ -96,10 +96,10 @@ n_cuda=$(grep -c '^  CUDA[0-9]*:' "$WORK/devices.txt")
     || verdict FAIL "the build lists $n_cuda CUDA devices, expected 2"
 
 section "tiny model"
-if [ -f "$CARRY/tiny.gguf" ]; then  # written beforehand by tests/llama/tiny_model.py
+if [ -f "$CARRY/tiny.gguf" ]; then  # written beforehand by tests/llamacpp/tiny_model.py
     cp "$CARRY/tiny.gguf" "$WORK/tiny.gguf"
 else "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$GGUF_WHEEL" \
-    && PYTHONPATH="$WORK/site:$PYTHONPATH" "$PY" tests/llama/tiny_model.py "$WORK/tiny.gguf"
+    && PYTHONPATH="$WORK/site:$PYTHONPATH" "$PY" tests/llamacpp/tiny_model.py "$WORK/tiny.gguf"
 fi || { verdict FAIL "writing the tiny model"; finish; }
 XL=("$PY" -m xpulaunch llama -m "$WORK/tiny.gguf" --gpus 2 --replicas 2 --binary "$SERVER")
 

@@ -22,7 +22,7 @@ printf '#!%s\nimport sys\nfrom xpulaunch.cli.main import console_main\nsys.exit(
 chmod +x "$(dirname "$PYBIN")/xpulaunch"
 {
     nvidia-smi -L; python3 -V; setpriv --version; readlink -f /bin/sh; uname -r
-    python3 -c 'from xpulaunch.proc.spawn import _setpriv; print("setpriv used:", _setpriv())'
+    python3 -c 'from xpulaunch.processes.spawn import _setpriv; print("setpriv used:", _setpriv())'
 } >>"$LOGS/env_$1.log" 2>&1
 case $1 in
 checks)

@@ -81,7 +81,51 @@ if TYPE_CHECKING:
     from xpulaunch.errors import (
         XpulaunchError as XpulaunchError,
     )
+    from xpulaunch.events import (
+        Event as Event,
+    )
+    from xpulaunch.events import (
+        Exited as Exited,
+    )
+    from xpulaunch.events import (
+        GaveUp as GaveUp,
+    )
+    from xpulaunch.events import (
+        HangDetected as HangDetected,
+    )
+    from xpulaunch.events import (
+        Ready as Ready,
+    )
+    from xpulaunch.events import (
+        Restarting as Restarting,
+    )
+    from xpulaunch.events import (
+        Started as Started,
+    )
+    from xpulaunch.events import (
+        Stopped as Stopped,
+    )
+    from xpulaunch.events import (
+        Stopping as Stopping,
+    )
+    from xpulaunch.events import (
+        TimedOut as TimedOut,
+    )
+    from xpulaunch.events import (
+        Unhealthy as Unhealthy,
+    )
+    from xpulaunch.events import (
+        WorkerState as WorkerState,
+    )
+    from xpulaunch.events import (
+        WorkerStatus as WorkerStatus,
+    )
     from xpulaunch.in_worker import heartbeat as heartbeat
+    from xpulaunch.joblog.logs import LogConfig as LogConfig
+    from xpulaunch.launch.run import RunOptions as RunOptions
+    from xpulaunch.launch.run import run_plan as run_plan
+    from xpulaunch.leases import Lease as Lease
+    from xpulaunch.leases import LeaseManager as LeaseManager
     from xpulaunch.llamacpp import LlamaServer as LlamaServer
     from xpulaunch.llamacpp import plan_llama as plan_llama
     from xpulaunch.llamacpp import serve_llama as serve_llama
@@ -121,53 +165,9 @@ if TYPE_CHECKING:
     from xpulaunch.model import (
         WorkerPlan as WorkerPlan,
     )
-    from xpulaunch.proc.events import (
-        Event as Event,
-    )
-    from xpulaunch.proc.events import (
-        Exited as Exited,
-    )
-    from xpulaunch.proc.events import (
-        GaveUp as GaveUp,
-    )
-    from xpulaunch.proc.events import (
-        HangDetected as HangDetected,
-    )
-    from xpulaunch.proc.events import (
-        Ready as Ready,
-    )
-    from xpulaunch.proc.events import (
-        Restarting as Restarting,
-    )
-    from xpulaunch.proc.events import (
-        Started as Started,
-    )
-    from xpulaunch.proc.events import (
-        Stopped as Stopped,
-    )
-    from xpulaunch.proc.events import (
-        Stopping as Stopping,
-    )
-    from xpulaunch.proc.events import (
-        TimedOut as TimedOut,
-    )
-    from xpulaunch.proc.events import (
-        Unhealthy as Unhealthy,
-    )
-    from xpulaunch.proc.events import (
-        WorkerState as WorkerState,
-    )
-    from xpulaunch.proc.events import (
-        WorkerStatus as WorkerStatus,
-    )
-    from xpulaunch.proc.launch import RunOptions as RunOptions
-    from xpulaunch.proc.launch import run_plan as run_plan
-    from xpulaunch.proc.leases import Lease as Lease
-    from xpulaunch.proc.leases import LeaseManager as LeaseManager
-    from xpulaunch.proc.logs import LogConfig as LogConfig
-    from xpulaunch.proc.spec import Probe as Probe
-    from xpulaunch.proc.spec import WorkerSpec as WorkerSpec
-    from xpulaunch.proc.supervisor import Supervisor as Supervisor
+    from xpulaunch.supervisor.spec import Probe as Probe
+    from xpulaunch.supervisor.spec import WorkerSpec as WorkerSpec
+    from xpulaunch.supervisor.supervisor import Supervisor as Supervisor
 
 # Each public name, under the module that defines it.
 _EXPORTS = {
@@ -188,15 +188,15 @@ _EXPORTS = {
         "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice", "NodeGroup",
         "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",
     ),
-    "xpulaunch.proc.events": (
+    "xpulaunch.events": (
         "Event", "Exited", "GaveUp", "HangDetected", "Ready", "Restarting", "Started",
         "Stopped", "Stopping", "TimedOut", "Unhealthy", "WorkerState", "WorkerStatus",
     ),
-    "xpulaunch.proc.launch": ("RunOptions", "run_plan"),
-    "xpulaunch.proc.leases": ("Lease", "LeaseManager"),
-    "xpulaunch.proc.logs": ("LogConfig",),
-    "xpulaunch.proc.spec": ("Probe", "WorkerSpec"),
-    "xpulaunch.proc.supervisor": ("Supervisor",),
+    "xpulaunch.launch.run": ("RunOptions", "run_plan"),
+    "xpulaunch.leases": ("Lease", "LeaseManager"),
+    "xpulaunch.joblog.logs": ("LogConfig",),
+    "xpulaunch.supervisor.spec": ("Probe", "WorkerSpec"),
+    "xpulaunch.supervisor.supervisor": ("Supervisor",),
 }  # fmt: skip
 __all__ = [name for names in _EXPORTS.values() for name in names]
 

@@ -1,4 +1,4 @@
-from xpulaunch.cli.entry import console_main
+from xpulaunch.cli.main import console_main
 
 if __name__ == "__main__":
     console_main()

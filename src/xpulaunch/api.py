@@ -21,14 +21,14 @@ from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
-from xpulaunch.proc import ports
-from xpulaunch.proc.program import resolve_program
+from xpulaunch.processes import ports
+from xpulaunch.processes.program import resolve_program
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from xpulaunch.proc.spec import WorkerSpec
+    from xpulaunch.supervisor.spec import WorkerSpec
 
 
 def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> Inventory:
@@ -174,9 +174,9 @@ def worker_specs(
     *,
     lease_fds: tuple[int, ...] = (),
 ) -> list[WorkerSpec]:
-    """The plan's workers as :class:`~xpulaunch.proc.spec.WorkerSpec`s for a ``Supervisor``:
+    """The plan's workers as :class:`~xpulaunch.supervisor.spec.WorkerSpec`s for a ``Supervisor``:
     each one's complete environment (the plan's diff applied to ``parent_env``)."""
-    from xpulaunch.proc.launch import specs_for_plan
+    from xpulaunch.launch.run import specs_for_plan
 
     env = dict(os.environ) if parent_env is None else parent_env
     return specs_for_plan(plan, env, lease_fds=lease_fds)

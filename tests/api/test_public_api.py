@@ -91,7 +91,7 @@ def test_py_typed_ships() -> None:
 def test_import_is_cheap_and_loads_no_supervisor_or_torch() -> None:
     code = (
         "import sys, xpulaunch; "
-        "bad = [m for m in ('torch', 'psutil', 'xpulaunch.proc.supervisor', 'pynvml') "
+        "bad = [m for m in ('torch', 'psutil', 'xpulaunch.supervisor.supervisor', 'pynvml') "
         "if m in sys.modules]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -123,7 +123,7 @@ def test_supervisor_runs_a_planned_cpu_job(tmp_path: Path) -> None:
     assert (tmp_path / "out.txt1").read_text() == "2"
 
 
-# serve_llama starts real llama-server processes: tests/llama/test_server.py runs it with the
+# serve_llama starts real llama-server processes: tests/llamacpp/test_server.py runs it with the
 # real binary and a tiny model.
 NOT_CALLED_HERE = {"serve_llama"}
 

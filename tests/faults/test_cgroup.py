@@ -12,7 +12,7 @@ import pytest
 
 from fault_cli import Launch, finish
 from helpers import kill_all, wait_for
-from xpulaunch.proc.cgroup import JobCgroup
+from xpulaunch.processes.cgroup import JobCgroup
 
 # The worker double-forks a child that calls setsid and execs with an empty environment, so
 # neither its session nor the XPULAUNCH_JOB_ID marker leads to it; then the worker exits 0.
@@ -83,7 +83,7 @@ def test_without_a_cgroup_an_escaped_descendant_survives(launch: Launch, tmp_pat
 
 
 def _own_cgroup() -> str:
-    from xpulaunch.proc.cgroup import own_cgroup_dir
+    from xpulaunch.processes.cgroup import own_cgroup_dir
 
     with open("/proc/self/mountinfo") as mounts, open("/proc/self/cgroup") as own:
         path = own_cgroup_dir(mounts.read(), own.read())

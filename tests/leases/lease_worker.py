@@ -23,8 +23,8 @@ import time
 from collections.abc import Mapping
 
 from xpulaunch.errors import DeviceBusyError, SelectionError, XpulaunchError
+from xpulaunch.leases import Lease, LeaseManager
 from xpulaunch.model import Backend, Device, Inventory, Plan, Unit, Vendor
-from xpulaunch.proc.leases import Lease, LeaseManager
 
 
 def fake_inventory(count: int) -> Inventory:

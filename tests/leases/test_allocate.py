@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from xpulaunch.errors import DeviceBusyError, SelectionError
+from xpulaunch.leases import LeaseManager
+from xpulaunch.leases.file_names import holder_file_name, lock_file_name
 from xpulaunch.model import Inventory, Plan
-from xpulaunch.proc.leases import LeaseManager
-from xpulaunch.proc.leases.file_names import holder_file_name, lock_file_name
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 KEY0, KEY1 = "0000:01:00.0", "0000:02:00.0"

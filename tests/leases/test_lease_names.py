@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xpulaunch.proc.leases import LeaseManager
-from xpulaunch.proc.leases.file_names import holder_file_name, key_of_lock_file, lock_file_name
+from xpulaunch.leases import LeaseManager
+from xpulaunch.leases.file_names import holder_file_name, key_of_lock_file, lock_file_name
 
 
 def test_tile_key_is_escaped() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import wait_for
-from xpulaunch.proc.leases import LeaseManager
+from xpulaunch.leases import LeaseManager
 
 Processes = Any  # the processes fixture (tests/leases/conftest.py)
 KEY = "0000:01:00.0"

@@ -11,8 +11,8 @@ import pytest
 from helpers import load_inventory
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import DeviceBusyError
+from xpulaunch.leases import LeaseManager
 from xpulaunch.model import Plan
-from xpulaunch.proc.leases import LeaseManager
 
 CARD0, CARD1 = "0000:29:00.0", "0000:9a:00.0"
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from xpulaunch.errors import LeaseError
+from xpulaunch.leases import LeaseManager
+from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.model import Inventory
-from xpulaunch.proc.leases import LeaseManager
-from xpulaunch.proc.leases.lock_directory import LockDirectory
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options, wait_line
 from xpulaunch.cli.status import status
+from xpulaunch.leases import LeaseManager, WaitStatus
 from xpulaunch.model import Inventory
-from xpulaunch.proc.leases import LeaseManager, WaitStatus
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 Processes = Any  # the processes fixture (tests/leases/conftest.py)

@@ -13,8 +13,8 @@ import pytest
 
 from helpers import wait_for
 from xpulaunch.errors import SelectionError, WaitTimeoutError
+from xpulaunch.leases import LeaseManager, WaitStatus
 from xpulaunch.model import Inventory
-from xpulaunch.proc.leases import LeaseManager, WaitStatus
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
 Processes = Any  # the processes fixture (tests/leases/conftest.py)

@@ -39,7 +39,7 @@ def with_processes(inventory: Inventory, *, probed: bool) -> Inventory:
 
 def _lease_jobs() -> dict[str, str]:
     """Leased unit key -> the job id holding it (the default lock directory)."""
-    from xpulaunch.proc.leases import LeaseManager
+    from xpulaunch.leases import LeaseManager
 
     report = LeaseManager(os.environ.get("XPULAUNCH_LOCK_DIR")).status()
     return {lease.key: lease.holder.job_id for lease in report.leases if lease.holder}

@@ -11,7 +11,6 @@ import shutil
 import click
 
 from xpulaunch import __version__
-from xpulaunch.cli.entry import after_profile
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.errors import UsageError
 
@@ -103,3 +102,16 @@ def cli(ctx: click.Context, profile: str | None) -> None:
     from xpulaunch.cli.config_files import apply_config_files
 
     apply_config_files(ctx, profile)
+
+
+def after_profile(args: list[str]) -> int:
+    """Index of the first argument after leading ``-p NAME`` / ``--profile[=]NAME``."""
+    i = 0
+    while i < len(args):
+        if args[i] in ("-p", "--profile"):
+            i += 2
+        elif args[i].startswith("--profile=") or (args[i].startswith("-p") and args[i] != "-p"):
+            i += 1
+        else:
+            break
+    return i

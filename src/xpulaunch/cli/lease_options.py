@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
     from typing import Any, TextIO
 
+    from xpulaunch.leases import Lease, LeaseManager, PlanFn, WaitStatus
     from xpulaunch.model import Plan
-    from xpulaunch.proc.leases import Lease, LeaseManager, PlanFn, WaitStatus
 
 lock_dir_option = click.option(
     "--lock-dir",
@@ -90,7 +90,7 @@ class LeaseSettings:
         )
 
     def manager(self) -> LeaseManager:
-        from xpulaunch.proc.leases import LeaseManager
+        from xpulaunch.leases import LeaseManager
 
         return LeaseManager(self.lock_dir)
 

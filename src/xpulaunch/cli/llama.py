@@ -17,17 +17,17 @@ from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.cli.render import print_plan
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
+from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.launch.options import parse_backoff
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
 from xpulaunch.llamacpp.serve import cuda_settle, plan_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
-from xpulaunch.proc.logs import LogConfig
-from xpulaunch.proc.options import parse_backoff
-from xpulaunch.proc.signals import forwarding
+from xpulaunch.processes.signals import forwarding
 
 if TYPE_CHECKING:
-    from xpulaunch.proc.leases import Lease
+    from xpulaunch.leases import Lease
 
 _SECONDS = POSITIVE_SECONDS
 

@@ -19,7 +19,7 @@ import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.errors import UsageError
-from xpulaunch.proc.log_reader import LogFollower, RunLogs, open_run, run_ended
+from xpulaunch.joblog.log_reader import LogFollower, RunLogs, open_run, run_ended
 
 FOLLOW_INTERVAL_S = 0.5  # how often -f looks for new lines (tail -f looks every second)
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import click
 
-from xpulaunch.cli.entry import discard_early
 from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
 
@@ -88,7 +87,6 @@ def console_main() -> None:
     try:
         main()
     except SystemExit as exc:
-        discard_early()  # an early probe or agent that the command did not take
         code = exc.code
         if code is not None and not isinstance(code, int):
             sys.stderr.write(f"{code}\n")

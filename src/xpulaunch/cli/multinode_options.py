@@ -19,7 +19,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.model import Plan
 
 if TYPE_CHECKING:
-    from xpulaunch.proc.preflight import Meeting
+    from xpulaunch.launch.nodes import Meeting
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 
@@ -116,7 +116,7 @@ def node_kwargs(
 ) -> dict[str, Any]:
     """``api.plan``'s keyword arguments for where this node stands in the job. For c10d,
     ``options`` learn the spec, and restarts become the agent's (see :func:`final_plan`)."""
-    from xpulaunch.proc.cluster import checked_expander
+    from xpulaunch.probing.slurm import checked_expander
 
     expand = checked_expander(parent_env, lambda text: click.echo(f"xpulaunch: {text}", err=True))
     settings = resolve_nodes(request, parent_env, expand)
@@ -144,7 +144,7 @@ def _agent_console_and_logs(options: dict[str, Any]) -> None:
     if options.get("log_layout") == "torchrun" and options.get("log_dir") is not None:
         log_dir = options.pop("log_dir")
         if not click.get_current_context().params.get("dry_run"):
-            from xpulaunch.proc.options import make_log_dir
+            from xpulaunch.launch.options import make_log_dir
 
             make_log_dir(log_dir)  # a bad one fails in one line before anything is leased
         options["agent_log_dir"] = log_dir
@@ -152,11 +152,11 @@ def _agent_console_and_logs(options: dict[str, Any]) -> None:
 
 def node_meeting(plan: Plan, kwargs: dict[str, Any], timeout_s: float) -> Meeting | None:
     """With several static nodes, how they meet (bounded) before the workers start and
-    before every restart: see :mod:`xpulaunch.proc.preflight`. None for one node (and for
+    before every restart: see :mod:`xpulaunch.launch.nodes`. None for one node (and for
     c10d, whose plan is one agent on one node as far as the supervisor sees)."""
     if plan.nodes.nnodes < 2:
         return None
-    from xpulaunch.proc.preflight import Meeting
+    from xpulaunch.launch.nodes import Meeting
 
     return Meeting(
         nnodes=plan.nodes.nnodes,
@@ -188,9 +188,6 @@ def final_plan(plan: Plan, options: dict[str, Any], max_restarts: int | None) ->
     the agent restarts the gang on every node, so our supervisor never restarts it."""
     spec = options.get("elastic")
     if spec is None:
-        from xpulaunch.proc import prestart
-
-        prestart.discard()  # started for a c10d agent that this plan does not have
         return plan
     from xpulaunch.core.elastic import agent_plan
 

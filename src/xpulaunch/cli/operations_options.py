@@ -1,6 +1,6 @@
 """What an operator of a long job asks of ``run``: hangs, a time limit, events, metrics.
 
-:func:`xpulaunch.proc.options.operations_settings` says what the values mean. The lease
+:func:`xpulaunch.launch.options.operations_settings` says what the values mean. The lease
 events (waited, acquired, released) happen here, before and after the supervisor runs, so
 this module writes them to the event stream itself.
 """
@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 import click
 
 from xpulaunch.cli.options import option_group
-from xpulaunch.proc.event_stream import EventStream
-from xpulaunch.proc.events import LeaseAcquired, LeaseReleased, LeaseWaited
+from xpulaunch.events import LeaseAcquired, LeaseReleased, LeaseWaited
+from xpulaunch.joblog.event_stream import EventStream
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from xpulaunch.leases import Lease
+    from xpulaunch.leases.wait_queue import WaitStatus
     from xpulaunch.model import Plan
-    from xpulaunch.proc.leases import Lease
-    from xpulaunch.proc.leases.wait_queue import WaitStatus
 
 operations_options = option_group(
     click.option(

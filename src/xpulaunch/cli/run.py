@@ -10,7 +10,6 @@ import click
 
 from xpulaunch import api
 from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerate_config
-from xpulaunch.cli.entry import forked_probe, resume_collector
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.multinode_options import (
     final_plan,
@@ -27,8 +26,8 @@ from xpulaunch.cli.program import ProgramCommand
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
+from xpulaunch.launch.options import check_run_values, parse_seconds, plan_restart_limit
 from xpulaunch.model import DeviceMap, Plan
-from xpulaunch.proc.options import check_run_values, parse_seconds, plan_restart_limit
 
 _run_only_options = option_group(
     click.option(
@@ -95,15 +94,15 @@ def _execute(
     """Allocate devices under the lease lock, then run the plan until the job is over."""
     # Probe once, outside the allocation lock (only planning runs under it), in a forked
     # child: NVML's memory never becomes the supervisor's, and the probe runs while this
-    # process parses and imports the supervisor (proc.launch, needed by no dry run). The
-    # entry point forked it before the parse.
+    # process imports the supervisor (proc.launch, needed by no dry run).
     probing = None
     if kwargs["inventory"] is None:
-        probing = forked_probe(kwargs["parent_env"])
-    with probing or contextlib.nullcontext():
-        from xpulaunch.proc.launch import RunOptions, check_ranks, run_plan
+        from xpulaunch.probing.isolated import ForkedProbe
 
-        resume_collector()  # before a wait in line for devices, which may be long
+        probing = ForkedProbe(kwargs["parent_env"])
+    with probing or contextlib.nullcontext():
+        from xpulaunch.launch.run import RunOptions, check_ranks, run_plan
+
         run_options = RunOptions.from_cli(options)  # validate before anything is reserved
         if probing is not None:
             kwargs["inventory"] = probing.result()

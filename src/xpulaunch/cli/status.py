@@ -11,7 +11,7 @@ import click
 from xpulaunch.cli.lease_options import lock_dir_option
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
-from xpulaunch.proc.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
+from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
 

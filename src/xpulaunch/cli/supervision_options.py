@@ -1,6 +1,6 @@
 """What shapes supervision in ``run``: restarts, stopping, logs and the console.
 
-:meth:`xpulaunch.proc.launch.RunOptions.from_cli` says what the values mean. ``llama`` has its
+:meth:`xpulaunch.launch.run.RunOptions.from_cli` says what the values mean. ``llama`` has its
 own variants of some of these, with other defaults (a server is restarted by default).
 """
 
@@ -10,7 +10,7 @@ import click
 
 from xpulaunch.cli.bounds import SECONDS
 from xpulaunch.cli.options import option_group
-from xpulaunch.proc.options import DEFAULT_MAX_RESTARTS
+from xpulaunch.launch.options import DEFAULT_MAX_RESTARTS
 
 supervision_options = option_group(
     click.option(

@@ -1,6 +1,6 @@
 """Restart policy as a value, and the pure decision of what to do when a run ends.
 
-The supervisor (``proc/``) owns processes and clocks; this module only answers "a run just
+The supervisor (``supervisor/``) owns processes and clocks; this module only answers "a run just
 ended like *this*: restart after how long, give up, or are we done?" from a
 :class:`RestartState`, the :class:`Outcome`, the :class:`RestartPolicy` and ``now`` (seconds
 on any monotonic clock the caller injects). Nothing here sleeps.

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from typing import Any
 
 from xpulaunch.llamacpp.plan import url_host
-from xpulaunch.proc import ports
+from xpulaunch.processes import ports
 
 HEALTH_PATH = "/health"
 

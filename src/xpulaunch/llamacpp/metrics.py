@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable, Iterator
 
 from xpulaunch.core.prometheus import Sample, relabel, render
+from xpulaunch.joblog.metrics import JobCounters, MetricsServer
 from xpulaunch.llamacpp.health import fetch_metrics
 from xpulaunch.llamacpp.plan import LlamaPlan
 from xpulaunch.llamacpp.server import LlamaServer
-from xpulaunch.proc.metrics import JobCounters, MetricsServer
 
 __all__ = ["JobCounters", "replica_metrics", "serving_metrics"]
 

@@ -1,6 +1,6 @@
 """Run a :class:`~xpulaunch.llamacpp.plan.LlamaPlan`: one supervised llama-server per replica.
 
-The :class:`~xpulaunch.proc.supervisor.Supervisor` owns the processes, their logs, restarts
+The :class:`~xpulaunch.supervisor.supervisor.Supervisor` owns the processes, their logs, restarts
 and cleanup. This module adds what is llama-specific:
 
 * readiness and liveness probes on ``GET /health`` (reference 3.4, 7.4), with a deadline;
@@ -27,11 +27,7 @@ from types import TracebackType
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError, UsageError
-from xpulaunch.llamacpp.args import with_port
-from xpulaunch.llamacpp.health import free_port, is_healthy
-from xpulaunch.llamacpp.plan import LlamaPlan, Replica
-from xpulaunch.proc import records
-from xpulaunch.proc.events import (
+from xpulaunch.events import (
     Event,
     Exited,
     GaveUp,
@@ -41,9 +37,13 @@ from xpulaunch.proc.events import (
     Stopping,
     Unhealthy,
 )
-from xpulaunch.proc.logs import LogConfig
-from xpulaunch.proc.spec import Probe, WorkerSpec
-from xpulaunch.proc.supervisor import Supervisor
+from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.llamacpp.args import with_port
+from xpulaunch.llamacpp.health import free_port, is_healthy
+from xpulaunch.llamacpp.plan import LlamaPlan, Replica
+from xpulaunch.processes import records
+from xpulaunch.supervisor.spec import Probe, WorkerSpec
+from xpulaunch.supervisor.supervisor import Supervisor
 
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
 # llama.cpp log lines: "0.00.006.413 E srv  load_model: failed ..." (time, level, text).
@@ -121,7 +121,7 @@ class LlamaServer:
         record_dir: str | os.PathLike[str] | None = None,
         job_id: str | None = None,
     ) -> None:
-        """``job_id``: the lease's (see :class:`~xpulaunch.proc.supervisor.Supervisor`).
+        """``job_id``: the lease's (see :class:`~xpulaunch.supervisor.supervisor.Supervisor`).
         ``on_ready(replica)`` runs on the supervisor's thread each time a replica becomes
         ready (again, after a restart); ``on_message`` gets start-up problems, one line each
         (default: the supervisor's console); ``record_dir`` is the supervisor's job-record

@@ -7,6 +7,5 @@ supervisor never holds a vendor library.
 
 The probes are :func:`xpulaunch.probing.host.probe_from_env` and
 :func:`~xpulaunch.probing.host.probe_host`. This package's ``__init__`` imports none of its
-modules: ``xpulaunch run`` forks its probe (:mod:`xpulaunch.probing.isolated`) before it has
-imported any probe, and the child imports them, not the supervisor.
+modules, so that importing one probe does not load every vendor's.
 """

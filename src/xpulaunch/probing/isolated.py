@@ -8,10 +8,8 @@ multi-threaded process can deadlock the child on a lock another thread held), wh
 case in the CLI before the supervisor starts. The Python API's :func:`xpulaunch.probe` stays
 in-process: an application may have threads.
 
-The command line's entry point (:mod:`xpulaunch.cli.entry`) starts a run's probe before it
-imports anything else of ours, so that the probe runs while the command line is parsed and
-the supervisor imported. This module imports the inventory's modules only where they are
-used, for that reason.
+A run starts the probe once its command line is parsed, so that the probe runs while the
+supervisor is imported.
 """
 
 from __future__ import annotations

@@ -1,0 +1,298 @@
+"""Device leases across processes: one ``flock`` per unit key in a lock directory.
+
+How a lease works:
+
+* Each unit key (:attr:`xpulaunch.model.Unit.key`: a card's PCI address or UUID, with
+  ``/tileN`` for a tile) has a lock file ``unit-<escaped key>.lock``; a job holds an exclusive
+  ``flock`` on it. flock locks belong to the *open file description*, so every process that
+  inherited the descriptor holds the lease too: the supervisor passes :attr:`Lease.fds` to its
+  workers and its guardian (``pass_fds``), and the lease ends when the last of them exits --
+  also when the xpulaunch process itself was SIGKILLed (gpu_lock_exec's inheritable-fd trick).
+  Our descriptors are non-inheritable (PEP 446); ``pass_fds`` makes them inheritable only in
+  the children that should hold them.
+* :meth:`Lease.release` only closes our descriptors, never ``LOCK_UN``: unlocking would drop the
+  lock of the whole open file description, also for workers that are still alive. The one
+  place that unlocks is the supervisor, once it has seen every process of the job gone (by
+  session and marker, as the guardian would), so the devices are free when ``run`` returns
+  without waiting for the guardian to exit (see ``docs/DECISIONS.md``).
+* Lock files are never deleted: unlinking a lock file that others have open puts later lockers
+  on another inode and breaks mutual exclusion (py-filelock #31).
+* Who holds a unit is in a side file ``unit-<escaped key>.holder``, written after the lock is
+  taken. Readers find holders by *trying* the lock; a side file whose lock is free is stale and
+  ignored, so a reused pid cannot fake a holder: the kernel lock is the truth.
+* Reading the leases, planning and locking happen under the directory-wide allocation lock
+  ``allocate.lock``, so two launches racing for ``--gpus 1`` never pick the same unit. Every
+  probe of a lock (``status`` too) happens under it, so a probe never fails an allocation.
+
+Why plain ``fcntl.flock`` and not the ``filelock`` package: a lease's locked descriptor must
+pass to the workers through ``pass_fds`` so that the lease outlives a SIGKILLed supervisor,
+while ``filelock.FileLock`` keeps its descriptor private and non-inheritable and releases with
+``LOCK_UN``; on a filesystem without flock it falls back to ``SoftFileLock`` (4.x) or retries
+forever (3.x takes any other flock error for contention), where we raise a clear LeaseError.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
+from xpulaunch.leases.file_names import (
+    HOLDER_SUFFIX,
+    LOCK_SUFFIX,
+    UNIT_PREFIX,
+    holder_file_name,
+    key_of_lock_file,
+    lock_file_name,
+)
+from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.wait_queue import (
+    HolderInfo,
+    WaiterRecord,
+    WaitQueue,
+    WaitStatus,
+    read_record,
+    wait_in_line,
+    write_record,
+)
+from xpulaunch.model import Plan
+
+# Plans a launch with the given units unavailable (unit key -> who holds it).
+PlanFn = Callable[[Mapping[str, str]], Plan]
+
+
+@dataclass(eq=False)
+class Lease:
+    """Locks held for one job; ``release()`` closes our descriptors (idempotent).
+
+    Workers that inherited :attr:`fds` keep the lease after ``release()``: it ends when the
+    last process holding them exits, or when the supervisor that ran them has seen every
+    process of the job gone and unlocked it. ``shared`` leases (``--shared``) and CPU plans
+    hold none.
+    """
+
+    keys: tuple[str, ...]
+    fds: tuple[int, ...]
+    job_id: str
+    root: str | os.PathLike[str]  # the lock directory
+    shared: bool = False
+    released: bool = field(default=False, init=False)
+
+    @property
+    def lock_dir(self) -> Path:
+        return Path(self.root)
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                if exc.errno != errno.EBADF:  # already closed is what we wanted
+                    raise
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A leased unit, as ``xpulaunch status`` shows it."""
+
+    key: str
+    holder: HolderInfo | None  # None: held, but its holder file is missing or unreadable
+    holder_alive: bool | None  # the recording pid; its workers may hold the lease without it
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """Leases and waiting launches of one lock directory (``xpulaunch status``)."""
+
+    lock_dir: Path
+    shared_dir: bool
+    exists: bool = True
+    leases: tuple[LeaseRecord, ...] = ()
+    waiting: tuple[WaiterRecord, ...] = ()
+
+
+class LeaseManager:
+    """Atomic allocation of leases in one lock directory, with a FIFO queue for ``--wait``.
+
+    ``lock_dir=None`` is the private per-user directory (:meth:`LockDirectory.default`); an
+    explicit directory is shared by several users (files readable and writable by all).
+    """
+
+    def __init__(
+        self,
+        lock_dir: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        poll_interval_s: float = 0.2,
+        uid: int | None = None,
+    ) -> None:
+        if lock_dir is None:
+            env = os.environ if env is None else env
+            self.directory = LockDirectory.default(env, uid=uid)
+        else:
+            self.directory = LockDirectory(lock_dir, shared=True)
+        self._clock = clock
+        self._sleep = sleep
+        self._poll_interval_s = poll_interval_s
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.directory.path
+
+    def unavailable(self) -> dict[str, str]:
+        """Unit key -> who holds it, now (for a dry run; reserves nothing)."""
+        if not self.directory.ensure(create=False):
+            return {}
+        with self.directory.allocation_lock():
+            return _describe(self._held())
+
+    def allocate(
+        self,
+        plan_fn: PlanFn,
+        *,
+        shared: bool = False,
+        wait: bool = False,
+        wait_timeout_s: float | None = None,
+        on_wait: Callable[[WaitStatus], None] | None = None,
+        command: Sequence[str] | None = None,
+    ) -> tuple[Plan, Lease]:
+        """Plan with the leased units excluded and lock the plan's units, atomically.
+
+        ``plan_fn(unavailable)`` must be pure and quick (it runs under the allocation lock);
+        it raises SelectionError when too few units are free, DeviceBusyError for a leased
+        explicit unit. ``shared``: explicitly named units are used even when leased, auto/N
+        still avoid leased units, and nothing is locked. ``wait``: queue, first come first
+        served, while the request fails because of leases. ``command``: the holder's command
+        line for ``status`` (default: this process's argv).
+        """
+        self.directory.ensure(create=True)
+        holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
+        if not wait:
+            with self.directory.allocation_lock():
+                return self._allocate_now(plan_fn, holder, shared=shared)
+        plan_fn({})  # a request that fails with nothing leased can never be met: fail now
+
+        def attempt() -> tuple[Plan, Lease] | str:
+            try:
+                return self._allocate_now(plan_fn, holder, shared=shared)
+            except (SelectionError, DeviceBusyError) as exc:
+                return exc.cli_message()  # shown by `xpulaunch status` and the wait line
+
+        return wait_in_line(
+            self.directory,
+            holder.to_dict(),
+            attempt,
+            clock=self._clock,
+            sleep=self._sleep,
+            poll_interval_s=self._poll_interval_s,
+            timeout_s=wait_timeout_s,
+            on_wait=on_wait,
+        )
+
+    def status(self) -> StatusReport:
+        """Current leases and waiting launches."""
+        directory = self.directory
+        if not directory.ensure(create=False):
+            return StatusReport(directory.path, directory.shared, exists=False)
+        with directory.allocation_lock():
+            held = self._held()
+            waiting = tuple(WaitQueue(directory).live())
+        leases = tuple(
+            LeaseRecord(key, info, info.alive() if info else None)
+            for key, info in sorted(held.items())
+        )
+        return StatusReport(directory.path, directory.shared, True, leases, waiting)
+
+    def _allocate_now(
+        self, plan_fn: PlanFn, holder: HolderInfo, *, shared: bool
+    ) -> tuple[Plan, Lease]:
+        unavailable = _describe(self._held())
+        if shared:
+            try:
+                plan = plan_fn(unavailable)
+            except DeviceBusyError:
+                plan = plan_fn({})  # a leased unit named explicitly: sharing it is the point
+            return plan, Lease((), (), holder.job_id, self.directory.root, shared=True)
+        plan = plan_fn(unavailable)
+        return plan, self._lock(plan.lease_keys, holder)
+
+    def _lock(self, keys: Sequence[str], holder: HolderInfo) -> Lease:
+        with ExitStack() as undo:
+            fds: list[int] = []
+            for key in keys:
+                fd = self.directory.must_open(lock_file_name(key), os.O_RDONLY)
+                undo.callback(os.close, fd)
+                fds.append(fd)
+                if not self.directory.try_lock(fd):
+                    who = HolderInfo.from_dict(self._read(holder_file_name(key)))
+                    raise DeviceBusyError(
+                        f"{key} was leased by {who.describe() if who else 'another process'} "
+                        "while this launch was planning; try again, or wait with --wait"
+                    )
+            for key in keys:
+                self._write(holder_file_name(key), {"key": key, **holder.to_dict()})
+            undo.pop_all()
+        return Lease(tuple(keys), tuple(fds), holder.job_id, self.directory.root)
+
+    def _held(self) -> dict[str, HolderInfo | None]:
+        """Unit key -> holder (None: unknown) of every leased unit. Under the allocation lock."""
+        held: dict[str, HolderInfo | None] = {}
+        for name in self.directory.names(UNIT_PREFIX, LOCK_SUFFIX):
+            fd = self.directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+            if fd is None:
+                continue
+            try:
+                free = self.directory.try_lock(fd)
+            finally:
+                os.close(fd)  # drops the probe's own lock on a free unit
+            if free:
+                continue  # a stale holder file next to it is ignored
+            record = self._read(name[: -len(LOCK_SUFFIX)] + HOLDER_SUFFIX)
+            key = key_of_lock_file(name) or str((record or {}).get("key", name))
+            held[key] = HolderInfo.from_dict(record)
+        return held
+
+    def _write(self, name: str, record: Mapping[str, object]) -> None:
+        fd = self.directory.must_open(name, os.O_WRONLY)
+        try:
+            write_record(fd, record)
+        except OSError as exc:
+            raise LeaseError(f"cannot write {self.directory.join(name)}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+
+    def _read(self, name: str) -> dict[str, object] | None:
+        try:
+            fd = self.directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+        except LeaseError:
+            return None  # an unreadable holder file only costs the holder's details
+        if fd is None:
+            return None
+        try:
+            return read_record(fd)
+        finally:
+            os.close(fd)
+
+
+def _describe(held: Mapping[str, HolderInfo | None]) -> dict[str, str]:
+    return {
+        key: info.describe() if info else "another job (its holder record is missing)"
+        for key, info in held.items()
+    }

@@ -1,0 +1,350 @@
+"""The first-come-first-served queue of launches waiting for devices (``--wait``).
+
+Each waiting launch owns one *ticket* file in the lock directory, named
+``wait-<sequence>-<pid>.ticket`` and held with an exclusive ``flock`` for as long as the launch
+waits. A ticket whose lock can be taken belongs to a dead waiter (the kernel dropped its lock
+when the process died, whatever killed it), so dead waiters drop out on their own and a reused
+pid cannot keep a ticket alive. Sequence numbers are handed out under the directory-wide
+allocation lock, so they follow arrival order; every read or change of the queue happens under
+that lock too, so probes never race with each other or with a ticket being created.
+
+Why strict FIFO (only the oldest live ticket may allocate) and no backfilling: a waiter cannot
+see what the waiters ahead of it need (each request lives in its own process as an opaque
+planning function), so it cannot tell whether taking a free device now would delay them.
+Letting any waiter that fits go first starves a ``--gpus 4`` waiter behind a stream of
+``--gpus 1`` jobs on a busy box (the Slurm-without-backfill trade-off). Strict FIFO may leave a
+device idle while the head of the queue waits for more, but every waiter runs, in arrival
+order, as jobs finish. Launches without ``--wait`` do not queue: they try once.
+
+:class:`HolderInfo`, the record of who waits or holds a lease, lives here because tickets and
+lease holder files share it; :mod:`xpulaunch.leases.manager` imports it from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TypeVar
+
+from xpulaunch.errors import LeaseError, WaitTimeoutError
+from xpulaunch.leases.lock_directory import LockDirectory
+
+T = TypeVar("T")
+
+TICKET_PREFIX = "wait-"
+TICKET_SUFFIX = ".ticket"
+# Tickets and holder files hold a small JSON record; anything larger was not written by us.
+_MAX_RECORD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HolderInfo:
+    """Who holds a lease or waits for one, as written to its holder file or ticket."""
+
+    pid: int
+    argv: tuple[str, ...]
+    user: str
+    since_s: float  # wall clock, seconds since the epoch
+    job_id: str
+    hostname: str
+    pid_started_s: float | None = None  # the pid's start time: tells a reused pid apart
+
+    @classmethod
+    def of_this_process(cls, job_id: str, command: Sequence[str] | None = None) -> HolderInfo:
+        return cls(
+            pid=os.getpid(),
+            argv=tuple(sys.argv if command is None else command),
+            user=_user_name(os.getuid()),
+            since_s=time.time(),
+            job_id=job_id,
+            hostname=_hostname(),
+            pid_started_s=_start_time_s(os.getpid()),
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "argv": list(self.argv),
+            "user": self.user,
+            "since_s": self.since_s,
+            "job_id": self.job_id,
+            "hostname": self.hostname,
+            "pid_started_s": self.pid_started_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object] | None) -> HolderInfo | None:
+        """The record, or None when it is missing or was not written by us."""
+        if not data:
+            return None
+        pid, argv, since = data.get("pid"), data.get("argv"), data.get("since_s")
+        user, job_id, host = data.get("user"), data.get("job_id"), data.get("hostname")
+        started = data.get("pid_started_s")
+        if not (
+            isinstance(pid, int)
+            and isinstance(argv, list)
+            and all(isinstance(a, str) for a in argv)
+            and isinstance(since, (int, float))
+            and isinstance(user, str)
+            and isinstance(job_id, str)
+            and isinstance(host, str)
+        ):
+            return None
+        started_s = float(started) if isinstance(started, (int, float)) else None
+        return cls(pid, tuple(argv), user, float(since), job_id, host, started_s)
+
+    def command(self, width: int = 60) -> str:
+        """Short command line: ``xpulaunch --gpus 1 train.py``."""
+        if not self.argv:
+            return "?"
+        text = shlex.join([PurePosixPath(self.argv[0]).name, *self.argv[1:]])
+        return text if len(text) <= width else text[: width - 3] + "..."
+
+    def since(self) -> str:
+        """Local start time: ``10:02`` today, else ``2025-11-21 10:02``."""
+        then = time.localtime(self.since_s)
+        today = time.localtime()[:3] == then[:3]
+        return time.strftime("%H:%M" if today else "%Y-%m-%d %H:%M", then)
+
+    def describe(self) -> str:
+        """``pid 123 (python train.py, user bob, since 10:02)``, for messages and notes."""
+        where = "" if self.hostname == _hostname() else f" on {self.hostname}"
+        return f"pid {self.pid}{where} ({self.command()}, user {self.user}, since {self.since()})"
+
+    def alive(self) -> bool | None:
+        """Whether the recorded pid still runs (None: unknown, on another host).
+
+        For display only: a lease lives as long as any process holding its lock, and the
+        recording xpulaunch process may be gone while its workers still hold it.
+        """
+        if self.hostname != _hostname():
+            return None
+        started_s = _start_time_s(self.pid)
+        if started_s is None or self.pid_started_s is None:
+            return started_s is not None
+        return abs(started_s - self.pid_started_s) < 1.0  # another start time: a reused pid
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # containers often run as a uid without a passwd entry
+        return str(uid)
+
+
+def _hostname() -> str:
+    return os.uname().nodename  # what socket.gethostname() returns on Linux
+
+
+def _is_stopped(holder: HolderInfo) -> bool:
+    """Is this host's waiter ``holder`` stopped by a signal (state T) or a tracer (t)?"""
+    from xpulaunch.processes.procfs import process_info
+
+    if holder.hostname != _hostname() or not holder.alive():
+        return False
+    info = process_info(holder.pid)
+    return info is not None and info.state in ("T", "t")
+
+
+def _start_time_s(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch); None when it is gone or a zombie,
+    which holds no files."""
+    from xpulaunch.processes.procfs import start_time_s
+
+    return start_time_s(pid)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitStatus:
+    """What a waiting launch waits for, and for how long (for a live status line)."""
+
+    waited_s: float
+    position: int  # 1 = next in line
+    reason: str
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterRecord:
+    """A live waiting launch, as ``xpulaunch status`` shows it."""
+
+    position: int  # 1 = next in line
+    holder: HolderInfo | None  # None: its ticket has no readable record
+    waiting_for: str | None
+    stopped: bool = False  # stopped (Ctrl-Z, SIGSTOP): it does not hold the line meanwhile
+
+
+class Ticket:
+    """This launch's place in the queue; ``close()`` leaves the queue (idempotent)."""
+
+    def __init__(self, directory: LockDirectory, name: str, fd: int, record: Mapping[str, object]):
+        self.name = name
+        self._directory = directory
+        self._fd: int | None = fd
+        self._record = dict(record)
+
+    def update(self, waiting_for: str) -> None:
+        """Say what this launch waits for (shown by ``xpulaunch status``). Under the lock."""
+        if self._fd is not None and self._record.get("waiting_for") != waiting_for:
+            self._record["waiting_for"] = waiting_for
+            write_record(self._fd, self._record)
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        # Unlink while still holding the lock: nobody ever sees our ticket unlocked and alive.
+        with suppress(FileNotFoundError):
+            os.unlink(self._directory.join(self.name))
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class WaitQueue:
+    """The tickets of one lock directory. Every method expects the allocation lock held."""
+
+    def __init__(self, directory: LockDirectory):
+        self._directory = directory
+
+    def join(self, record: Mapping[str, object]) -> Ticket:
+        """Take the next place in line, holding a fresh ticket for as long as we wait."""
+        names = self._directory.names(TICKET_PREFIX, TICKET_SUFFIX)
+        sequence = max((_order(n)[0] for n in names), default=0) + 1
+        name = f"{TICKET_PREFIX}{sequence:012d}-{os.getpid()}{TICKET_SUFFIX}"
+        fd = self._directory.open_file(name, os.O_RDWR, create=True, writable_by_all=False)
+        if fd is None or not self._directory.try_lock(fd):
+            # Cannot happen to a name handed out under the allocation lock; never wait on a
+            # ticket that is not ours.
+            if fd is not None:
+                os.close(fd)
+            raise LeaseError(f"could not create and lock the wait ticket {name}")
+        write_record(fd, record)
+        return Ticket(self._directory, name, fd, record)
+
+    def live(self, *, ahead_of: Ticket | None = None) -> list[WaiterRecord]:
+        """Live waiters in arrival order (only those before ``ahead_of`` when given).
+
+        Dead waiters' tickets are removed on the way; one another user left in a sticky shared
+        directory cannot be removed by us and is skipped like any dead ticket.
+        """
+        found: list[WaiterRecord] = []
+        for name in sorted(self._directory.names(TICKET_PREFIX, TICKET_SUFFIX), key=_order):
+            if ahead_of is not None and _order(name) >= _order(ahead_of.name):
+                break
+            record = self._probe(name)
+            if record is not None:
+                reason = record.get("waiting_for")
+                waiting_for = reason if isinstance(reason, str) else None
+                holder = HolderInfo.from_dict(record)
+                stopped = holder is not None and _is_stopped(holder)
+                found.append(WaiterRecord(len(found) + 1, holder, waiting_for, stopped))
+        return found
+
+    def _probe(self, name: str) -> Mapping[str, object] | None:
+        """The record of a live ticket ({} when unreadable); None for a dead one."""
+        fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+        if fd is None:
+            return None
+        try:
+            if self._directory.try_lock(fd):
+                with suppress(FileNotFoundError, PermissionError):
+                    os.unlink(self._directory.join(name))
+                return None
+            return read_record(fd) or {}
+        finally:
+            os.close(fd)
+
+
+def wait_in_line(
+    directory: LockDirectory,
+    record: Mapping[str, object],
+    attempt: Callable[[], T | str],
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    poll_interval_s: float,
+    timeout_s: float | None = None,
+    on_wait: Callable[[WaitStatus], None] | None = None,
+) -> T:
+    """Queue, and call ``attempt()`` under the allocation lock whenever we are first in line.
+
+    ``attempt`` returns its result, or a string saying why it cannot succeed yet. Wake-ups
+    are polls every ``poll_interval_s``: no daemon, nothing to notify.
+    """
+    start_s = clock()
+    # Compare against a deadline, not a remaining time: a sleep of the float remainder then
+    # always reaches it (with a coarse or fake clock, remainders can round to no progress).
+    deadline_s = None if timeout_s is None else start_s + timeout_s
+    with directory.allocation_lock():
+        ticket = WaitQueue(directory).join(record)
+    with ticket:
+        while True:
+            outcome, position = _take_turn(directory, ticket, attempt)
+            if not isinstance(outcome, str):
+                return outcome
+            now_s = clock()
+            waited_s = now_s - start_s
+            if deadline_s is not None and now_s >= deadline_s:
+                limit = f"--wait-timeout {timeout_s:g}"
+                raise WaitTimeoutError(
+                    f"gave up after waiting {waited_s:.0f} s ({limit}): {outcome}"
+                )
+            if on_wait is not None:
+                on_wait(WaitStatus(waited_s, position, outcome, timeout_s))
+            sleep(
+                poll_interval_s if deadline_s is None else min(poll_interval_s, deadline_s - now_s)
+            )
+
+
+def _take_turn(
+    directory: LockDirectory, ticket: Ticket, attempt: Callable[[], T | str]
+) -> tuple[T | str, int]:
+    """One look at the queue and, when first in line, one attempt; with our position."""
+    with directory.allocation_lock():
+        # A stopped waiter (Ctrl-Z) keeps its place but does not hold the line: it takes its
+        # turn again once continued, and nobody waits behind a terminal left suspended.
+        waiters = WaitQueue(directory).live(ahead_of=ticket)
+        ahead = sum(1 for w in waiters if not w.stopped)
+        if ahead:
+            return f"{ahead} earlier launch(es) go first", ahead + 1
+        outcome = attempt()
+        if isinstance(outcome, str):
+            ticket.update(outcome)
+        else:
+            ticket.close()  # still under the lock: the next waiter sees us gone at once
+        return outcome, 1
+
+
+def write_record(fd: int, record: Mapping[str, object]) -> None:
+    """Replace a small file's content with a JSON record (readers hold the allocation lock)."""
+    data = json.dumps(dict(record), sort_keys=True).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def read_record(fd: int) -> dict[str, object] | None:
+    try:
+        data = json.loads(os.pread(fd, _MAX_RECORD_BYTES, 0))
+    except (OSError, ValueError):
+        # Empty between the lock and the write of a dying launch, or foreign content: the
+        # record is unknown, which readers show as such.
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _order(name: str) -> tuple[int, str]:
+    head = name[len(TICKET_PREFIX) :].split("-", 1)[0]
+    return (int(head) if head.isdigit() else 0, name)

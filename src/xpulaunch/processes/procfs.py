@@ -1,0 +1,195 @@
+"""Reading other processes: the one place that looks at ``/proc``.
+
+Everything in xpulaunch that asks about a process it did not just spawn asks here: the engine
+(which processes of a job are left, by session id and by the ``XPULAUNCH_JOB_ID`` marker), the
+record sweep, the guardian's last-resort stage, and lease/queue liveness. So every side agrees
+on what "a process of the job" is.
+
+Identity across pid reuse is ``(pid, start_ticks)``: the start time in clock ticks after boot
+that the kernel keeps in /proc/PID/stat (field 22), which never changes for a process. Wall-clock
+start times (``btime`` + ticks, what psutil's ``create_time()`` returns) move when the clock is
+stepped (psutil issues #1724 and #2526), and these identities are written to files that a later
+process compares, so ticks it is. That is also why this is a small /proc reader and not psutil:
+psutil keeps the tick-based start time private, has no session id, and the guardian's last
+stage runs without site-packages (see :mod:`xpulaunch.processes.guardian`), so this module imports
+only the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xpulaunch.model import JOB_ID_VAR, WORKER_VAR
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+# /proc/PID/stat is 52 numbers and a command name of at most 64 bytes (TASK_COMM_LEN 16,
+# escaped): well under 1 KiB.
+_STAT_MAX_BYTES = 4096
+_GONE_STATES = frozenset("ZXx")  # zombie / dead: it holds no resources but a pid
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """The fields of /proc/PID/stat that xpulaunch uses."""
+
+    pid: int
+    state: str  # one letter: R, S, D, T, Z, ...
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int  # clock ticks after boot: with the pid, the process's identity
+
+    @property
+    def gone(self) -> bool:
+        """A zombie or dead process: it holds nothing but its pid."""
+        return self.state in _GONE_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class JobProcess:
+    """A live process of a job, and the worker it belongs to by its marker (if any)."""
+
+    info: ProcessInfo
+    worker: str | None
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """Parse /proc/PID/stat; None when the process is gone."""
+    # os.read, not open(): a scan reads this for every process of the host.
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:  # gone between listing and reading (ENOENT/ESRCH)
+        return None
+    try:
+        raw = os.read(fd, _STAT_MAX_BYTES)  # one read: the kernel writes it in one go
+    except OSError:  # gone while reading (ESRCH)
+        return None
+    finally:
+        os.close(fd)
+    # The command name (field 2) is in parentheses and may itself hold spaces and ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    ppid, pgid, sid = int(fields[1]), int(fields[2]), int(fields[3])
+    return ProcessInfo(pid, fields[0].decode(), ppid, pgid, sid, int(fields[19]))
+
+
+def process_environ(pid: int) -> dict[str, str]:
+    """The environment a process was started with; empty when unreadable or gone."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:  # gone, or another user's process (EACCES)
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            env[name.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of a live (not zombie) ``pid``: with the pid, its identity."""
+    info = process_info(pid)
+    return None if info is None or info.gone else info.start_ticks
+
+
+def is_running(pid: int, ticks: int) -> bool:
+    """Whether the process ``(pid, ticks)`` still runs (a reused pid has other ticks)."""
+    return start_ticks(pid) == ticks
+
+
+def now_ticks() -> int:
+    """The current time in the units of ``ProcessInfo.start_ticks``."""
+    with open("/proc/uptime", "rb") as handle:
+        uptime_s = float(handle.read().split()[0])
+    # /proc/uptime has 10 ms resolution; one tick of margin so nothing started "now" is missed.
+    return max(int(uptime_s * os.sysconf("SC_CLK_TCK")) - 1, 0)
+
+
+def start_time_s(pid: int) -> float | None:
+    """When a live ``pid`` started, in seconds since the epoch (for people, not identity:
+    it moves with the wall clock, as psutil's ``create_time()`` does)."""
+    ticks, boot_s = start_ticks(pid), boot_time_s()
+    if ticks is None or boot_s is None:
+        return None
+    return boot_s + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def boot_time_s() -> float | None:
+    """The boot time in seconds since the epoch (/proc/stat ``btime``)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            for line in stat:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def iter_processes(uid: int, since_ticks: int = 0) -> Iterator[ProcessInfo]:
+    """Every live (not zombie) process of ``uid`` started at or after ``since_ticks``."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        info = process_info(int(entry.name))
+        if info is None or info.gone or info.start_ticks < since_ticks:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+        except OSError:  # exited while we looked
+            continue
+        yield info
+
+
+def find_job(
+    job_id: str | None,
+    sessions: Mapping[int, int],
+    *,
+    since_ticks: int = 0,
+    exclude: frozenset[int] = frozenset(),
+    cgroup: str | None = None,
+) -> list[JobProcess]:
+    """Live processes of a job: members of its workers' sessions, or carrying its marker.
+
+    ``sessions`` maps a worker's session id to its leader's start ticks. A session whose id
+    was reused by a newer process is not ours (the kernel frees a pid only once no process
+    uses it as session id, so a live leader with other start ticks means reuse). Only
+    processes started at or after ``since_ticks`` are looked at: the job started then, so
+    every process of it, in its workers' sessions or carrying its marker, was forked after.
+    """
+    ours = {sid for sid, ticks in sessions.items() if _session_is_ours(sid, ticks)}
+    found = []
+    for info in iter_processes(os.getuid(), since_ticks):
+        if info.pid in exclude or info.pid <= 1:
+            continue
+        env = process_environ(info.pid)
+        marked = job_id is not None and env.get(JOB_ID_VAR) == job_id
+        if marked or info.sid in ours:
+            found.append(JobProcess(info, env.get(WORKER_VAR)))
+    if cgroup is not None:  # members of the job's cgroup, whatever their session, marker, user
+        found += _cgroup_members(cgroup, {p.info.pid for p in found} | exclude)
+    return found
+
+
+def _cgroup_members(cgroup: str, skip: set[int] | frozenset[int]) -> list[JobProcess]:
+    from xpulaunch.processes.cgroup import JobCgroup
+
+    found = []
+    for pid, worker in JobCgroup(cgroup).members().items():
+        info = process_info(pid) if pid not in skip and pid > 1 else None
+        if info is not None and not info.gone:
+            found.append(JobProcess(info, worker))
+    return found
+
+
+def _session_is_ours(sid: int, leader_ticks: int) -> bool:
+    leader = process_info(sid)
+    return leader is None or leader.start_ticks == leader_ticks

@@ -1,0 +1,197 @@
+"""Starting one worker process: argv list, fresh env, own session, parent-death signal.
+
+Choices, each for a reason:
+
+* ``argv`` is a list and there is never a shell, so no quoting bugs and no extra process
+  between us and the worker.
+* ``start_new_session=True``: the worker leads its own session and process group, so a stop
+  signal reaches its whole tree with one ``killpg`` and the terminal's Ctrl-C reaches only
+  the supervisor, which forwards it once (torch PR #113231).
+* ``PR_SET_PDEATHSIG=SIGKILL`` is set in the child so the kernel kills the worker if the
+  supervisor dies, even by SIGKILL. It fires when the parent *thread* exits (prctl(2)), so
+  every worker is spawned from the supervisor's one loop thread, which lives until every
+  worker is gone; never from a short-lived helper thread. Two ways to set it:
+
+  - util-linux's ``setpriv --pdeathsig KILL -- PROGRAM...`` (2.33+) sets it and execs the
+    program: no Python runs in the child, so CPython can use ``vfork`` and this process
+    waits only for the exec, not for a full fork + ``preexec_fn`` (and ctypes is never
+    imported). Used only when the exec is sure to succeed (:func:`_exec_will_succeed`), so that a
+    program that cannot run is still an ``OSError`` here, not a worker exiting 126/127.
+  - otherwise ``preexec_fn`` calls prctl through ctypes, then re-checks the parent in case
+    the supervisor died in between (the documented race). setpriv does not re-check: a
+    worker orphaned in that window is killed by the guardian (it carries the job's marker).
+* Children get stdout/stderr pipes (read by the loop, prefixed, written to the console and
+  log files) and /dev/null as stdin: a worker in its own session cannot read the terminal.
+* No fork after probing: the supervisor never initialises a GPU runtime, whose state does
+  not survive ``fork(2)`` (a CUDA context is not usable in a forked child).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+from shutil import which
+from typing import IO, TYPE_CHECKING
+
+from xpulaunch.processes.program import find_executable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def libc_prctl() -> Callable[..., int]:
+    """libc's ``prctl``, resolved in the parent with its argument types.
+
+    The child between fork and exec should do as little as possible, and the parent waits
+    for its exec, so the symbol is looked up (``CDLL.__getattr__`` builds the function
+    object) once, here.
+    """
+    import ctypes  # here: only the preexec_fn way needs it
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    ulong = ctypes.c_ulong
+    prctl.argtypes = (ctypes.c_int, ulong, ulong, ulong, ulong)
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _child_setup(
+    prctl: Callable[..., int], parent_pid: int, death_signal: int, cgroup_fd: int | None
+) -> None:
+    if cgroup_fd is not None:  # join the worker's cgroup before anything can fork
+        # EBUSY/EOPNOTSUPP (a parent with controllers enabled): run uncontained, not fail.
+        with contextlib.suppress(OSError):
+            os.write(cgroup_fd, b"0")
+    if not death_signal:
+        return
+    if prctl(PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
+        os._exit(126)
+    if os.getppid() != parent_pid:  # the supervisor died before the prctl took effect
+        os._exit(126)
+
+
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
+    death_signal: int | None = 9,
+    cgroup_fd: int | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start one worker; raises ``OSError`` when the program cannot be executed.
+
+    ``cgroup_fd``: a leaf's ``cgroup.procs``, which the child joins before it execs (so the
+    preexec way is taken: setpriv cannot join a cgroup)."""
+    argv, parent_pid, preexec = list(argv), os.getpid(), None
+    setpriv = _setpriv() if death_signal and cgroup_fd is None else None
+    if death_signal and setpriv and _exec_will_succeed(argv[0], env, cwd):
+        argv = [setpriv, "--pdeathsig", signal.Signals(death_signal).name, "--", *argv]
+    elif death_signal or cgroup_fd is not None:
+        prctl, signum = libc_prctl(), death_signal or 0
+
+        def preexec() -> None:
+            _child_setup(prctl, parent_pid, signum, cgroup_fd)
+
+    proc = subprocess.Popen(
+        argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=tuple(pass_fds),
+        preexec_fn=preexec,  # noqa: PLW1509  (only prctl + getppid; see module docstring)
+    )
+    for stream in _pipes(proc):
+        os.set_blocking(stream.fileno(), False)
+    return proc
+
+
+# setpriv is looked for in the system's directories only, never on a user's PATH.
+SETPRIV_PATH = "/usr/bin:/bin"
+SETPRIV_MIN_VERSION = (2, 33)  # util-linux 2.33 (2018) added --pdeathsig
+_SETPRIV_TIMEOUT_S = 5.0
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux's setpriv when it has ``--pdeathsig``, else None; asked once per process.
+
+    ``setpriv --version`` says ``setpriv from util-linux 2.38.1``. busybox's setpriv applet
+    has no ``--pdeathsig`` and does not answer so, nor does anything else named setpriv.
+    """
+    path = which("setpriv", path=SETPRIV_PATH)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=_SETPRIV_TIMEOUT_S,
+            env={"LC_ALL": "C"}, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    version = util_linux_version(done.stdout)
+    return path if version is not None and version >= SETPRIV_MIN_VERSION else None
+
+
+def util_linux_version(text: str) -> tuple[int, ...] | None:
+    """``(2, 38, 1)`` from ``setpriv from util-linux 2.38.1``; None for anything else."""
+    words = text.split()
+    if len(words) < 4 or words[1:3] != ["from", "util-linux"]:
+        return None
+    numbers = words[3].split("-")[0].split(".")
+    if not all(n.isdigit() for n in numbers[:2]) or len(numbers) < 2:
+        return None
+    return tuple(int(n) for n in numbers if n.isdigit())
+
+
+def _exec_will_succeed(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
+    """Will ``execve`` of ``program`` succeed, as Popen would run it? Decides whether setpriv
+    may run it: only a sure yes counts, an executable regular file (found as
+    :func:`~xpulaunch.processes.program.find_executable` finds it) that is an ELF binary or a
+    script whose ``#!`` interpreter is an executable file. (Left out: a binary for another
+    machine, which the kernel refuses with ENOEXEC; it then exits 126 with setpriv's message.)
+    """
+    path = find_executable(program, env.get("PATH", os.defpath), cwd)
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return False
+    if head.startswith(b"\x7fELF"):
+        return True
+    if not head.startswith(b"#!"):
+        return False  # Popen raises ENOEXEC for it (no /bin/sh fallback, unlike execvp)
+    words = head[2:].split(b"\n", 1)[0].split()
+    interpreter = os.fsdecode(words[0]) if words else ""
+    return os.path.isabs(interpreter) and find_executable(interpreter, "", None) is not None
+
+
+def _pipes(proc: subprocess.Popen[bytes]) -> list[IO[bytes]]:
+    return [s for s in (proc.stdout, proc.stderr) if s is not None]
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd that becomes readable when ``pid`` exits; None where the kernel has none.
+
+    Waiting on pidfds in one ``selectors`` loop is what lets one thread supervise hundreds
+    of idle workers without polling (Linux >= 5.3).
+    """
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(pid)
+    except OSError:  # ENOSYS on old kernels; the caller falls back to a waiter thread
+        return None
+    return fd

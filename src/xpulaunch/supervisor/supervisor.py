@@ -1,0 +1,290 @@
+"""The Supervisor: start, watch, restart and stop a set of worker processes.
+
+::
+
+    spec = WorkerSpec("0", ["llama-server", "--port", "8080"], env=dict(os.environ),
+                      readiness=Probe(http_ok("http://127.0.0.1:8080/health")))
+    with Supervisor([spec], RestartPolicy(gang=False)) as sup:
+        if not sup.wait_ready(timeout=120):
+            raise SystemExit("\\n".join(sup.tail("0")))
+        sup.wait()
+
+Threads: one loop thread (started by :meth:`Supervisor.start`) owns the worker table and is
+the only one that spawns, signals or reaps workers (see :mod:`xpulaunch.supervisor.engine`). Every
+public method only posts a request to it, or reads the snapshot it publishes.
+
+Orphans: each worker gets ``PR_SET_PDEATHSIG=SIGKILL``; a guardian process
+(:mod:`xpulaunch.processes.guardian`) kills the whole job if the supervisor's process dies; a
+record file under the user's runtime dir is swept by the next start as a last resort.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xpulaunch.core.restart import RestartPolicy
+from xpulaunch.errors import LaunchError, UsageError
+from xpulaunch.events import Event, WorkerState, WorkerStatus
+from xpulaunch.joblog.logs import LogConfig, LogSink, rank_folders
+from xpulaunch.processes import records
+from xpulaunch.processes.cgroup import job_cgroup
+from xpulaunch.processes.guardian import start_guardian
+from xpulaunch.processes.limits import ensure_open_files
+from xpulaunch.processes.procfs import now_ticks, start_ticks
+from xpulaunch.processes.signals import wait_answering
+from xpulaunch.supervisor.engine import Engine
+from xpulaunch.supervisor.hang import Watch
+from xpulaunch.supervisor.spec import Probe, WorkerSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import TracebackType
+
+__all__ = ["LogConfig", "Probe", "RestartPolicy", "Supervisor", "WorkerSpec", "WorkerState"]
+
+
+def _validate(workers: Sequence[WorkerSpec], grace_s: float) -> None:
+    if not workers:
+        raise UsageError("no workers to supervise: give at least one WorkerSpec")
+    names = [w.name for w in workers]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(f"worker names must be unique; repeated: {', '.join(duplicates)}")
+    for spec in workers:
+        if not spec.name or "/" in spec.name or spec.name in {".", ".."}:
+            raise UsageError(f"worker name {spec.name!r}: expected a non-empty name without '/'")
+        if not spec.argv:
+            raise UsageError(f"worker {spec.name}: argv is empty")
+    if grace_s < 0:
+        raise UsageError(f"grace {grace_s} s: expected 0 or more seconds")
+
+
+class Supervisor:
+    """Runs :class:`WorkerSpec` s under a :class:`RestartPolicy`; a context manager."""
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerSpec],
+        policy: RestartPolicy = RestartPolicy(),  # noqa: B008 (frozen value)
+        *,
+        grace_s: float = 10.0,
+        logs: LogConfig = LogConfig(),  # noqa: B008 (frozen value)
+        on_event: Callable[[Event], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        lease_fds: tuple[int, ...] = (),
+        release_leases: bool = False,
+        settle: Callable[[Sequence[str]], None] | None = None,
+        record_dir: str | os.PathLike[str] | None = None,
+        job_id: str | None = None,
+        hang_timeout_s: float | None = None,
+        heartbeat: bool = False,
+        max_runtime_s: float | None = None,
+    ) -> None:
+        """``lease_fds`` (flock'd device leases) are held by the workers and the guardian until
+        every process of the job is gone, and by the caller's own descriptors until it
+        releases them. ``release_leases``: the caller is done with them once the job is, so
+        the supervisor unlocks them (``LOCK_UN``) as soon as it has seen every process of the
+        job gone, and the devices are free when :meth:`wait` returns (``xpulaunch run``).
+        ``settle(names)`` blocks (on a helper thread) until those workers' devices can be
+        reused; ``record_dir`` defaults to the user's runtime dir. ``job_id`` (default: a
+        random one) is the ``XPULAUNCH_JOB_ID`` every process of the job carries; pass the
+        lease's, so that ``xpulaunch status`` and the workers name the job alike.
+
+        Each worker's attempt gets its own ``TORCHELASTIC_ERROR_FILE`` (under
+        ``logs.log_dir``, where ``logs.layout`` puts it, else in a private directory removed
+        at the end), so the :class:`~xpulaunch.events.Exited` of a failed run carries
+        its ``root_cause``.
+        ``hang_timeout_s``: a worker silent that long (no output; with ``heartbeat``, no
+        :func:`xpulaunch.heartbeat`) is failed (see :mod:`xpulaunch.supervisor.hang`).
+        ``max_runtime_s``: the job is stopped after that long, with exit status 124."""
+        _validate(workers, grace_s)
+        _validate_durations(hang_timeout_s=hang_timeout_s, max_runtime_s=max_runtime_s)
+        if heartbeat and hang_timeout_s is None:
+            raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
+        self._log_dir = logs.log_dir
+        self._hang_timeout_s, self._heartbeat = hang_timeout_s, heartbeat
+        self._max_runtime_s = max_runtime_s
+        self._specs = tuple(workers)
+        self._policy, self._grace_s = policy, grace_s
+        self._sink = LogSink(logs, [w.name for w in workers], folders=rank_folders(workers))
+        self._on_event, self._clock = on_event, clock
+        self._lease_fds, self._settle = tuple(lease_fds), settle
+        self._release_leases = release_leases
+        self._record_dir = os.fspath(record_dir) if record_dir else records.runtime_dir(os.environ)
+        self.job_id = _job_id(job_id)
+        self._engine: Engine | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._early_signal: int | None = None
+        self.cgroup_note = ""  # why the job has no cgroup of its own ("" when it has one)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every worker; raises :class:`LaunchError` (nothing left running) when a
+        program cannot be started. Calling it again does nothing."""
+        with self._lock:
+            if self._engine is not None:
+                return
+            ensure_open_files(len(self._specs))
+            self._engine = self._make_engine()
+            self._thread = threading.Thread(
+                target=self._engine.run, name="xpulaunch-supervisor", daemon=True
+            )
+            self._thread.start()
+        if self._early_signal is not None:  # a Ctrl-C that came while we were starting
+            self._engine.request_stop(self._early_signal, None)
+        error = self._engine.wait_started()
+        if error is not None:
+            status = self.wait()
+            raise LaunchError(error, exit_code=status)
+
+    def _make_engine(self) -> Engine:
+        records.sweep(self._record_dir)
+        since = now_ticks()
+        record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
+        cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
+        cgroup_path = cgroup.path if cgroup is not None else None
+        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds, cgroup_path)
+        header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
+        if watchdog is not None:
+            header["guardian"] = _identity(watchdog.pid)
+        if cgroup_path is not None:
+            header["cgroup"] = cgroup_path
+        record = records.JobRecord(self._record_dir, self.job_id, header)
+        return Engine(
+            self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
+            on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
+            settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
+            release_leases=self._release_leases, watch=self._watch(), cgroup=cgroup,
+        )  # fmt: skip
+
+    def _watch(self) -> Watch:
+        private = self._log_dir is None
+        run_dir = self._log_dir or self._private_run_dir()
+        return Watch(
+            run_dir=Path(run_dir), remove_run_dir=private, hang_timeout_s=self._hang_timeout_s,
+            heartbeat=self._heartbeat, max_runtime_s=self._max_runtime_s,
+        )  # fmt: skip
+
+    def _private_run_dir(self) -> str:
+        """Where the workers' error files go without ``--log-dir``: beside the job's record
+        (the user's private runtime directory), else a new temporary directory."""
+        path = os.path.join(self._record_dir, f"{self.job_id}.run")
+        try:
+            os.makedirs(path, mode=0o700)
+        except OSError:
+            import tempfile
+
+            return tempfile.mkdtemp(prefix="xpulaunch-run-")
+        return path
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until every worker is down for good; the exit status, or None on timeout.
+        It waits in slices, so that the main thread's signal handlers run meanwhile
+        (:func:`~xpulaunch.processes.signals.wait_answering`)."""
+        engine, thread = self._engine, self._thread
+        if engine is None or thread is None:
+            raise UsageError("the supervisor was not started: call start() first")
+        self._refuse_on_loop_thread()
+        status = wait_answering(engine.wait, timeout)
+        if status is not None:
+            thread.join()
+        return status
+
+    def _refuse_on_loop_thread(self) -> None:
+        if threading.current_thread() is self._thread:
+            raise UsageError(
+                "wait() and stop() cannot run inside on_event (the supervisor's own loop); "
+                "call send_stop_signal() there instead"
+            )
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """True once every worker is READY; False on timeout or when the job ended first."""
+        if self._engine is None:
+            raise UsageError("the supervisor was not started: call start() first")
+        return self._engine.board.wait_ready(timeout)
+
+    def stop(self, grace_s: float | None = None) -> int:
+        """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status: 0
+        unless a worker had failed for good before (a requested stop is a success)."""
+        if self._engine is None:
+            return 0
+        self._refuse_on_loop_thread()  # before posting: a refused stop must not count
+        self._engine.request_stop(signal.SIGTERM, grace_s, by_signal=False)
+        status = self.wait()
+        return 0 if status is None else status
+
+    def send_stop_signal(self, signum: int) -> None:
+        """What a signal handler calls: the first call forwards ``signum`` to every worker
+        and stops the job gracefully; a second call kills everything at once. Takes no lock:
+        a handler may interrupt :meth:`start` on the same thread."""
+        engine = self._engine
+        if engine is None:
+            self._early_signal = signum
+        else:
+            engine.request_stop(signum, None)
+
+    # -- observation -------------------------------------------------------------------
+    def status(self) -> list[WorkerStatus]:
+        if self._engine is None:
+            return [_pending(s.name) for s in self._specs]
+        return self._engine.board.statuses()
+
+    def tail(self, name: str, lines: int = 20) -> list[str]:
+        """The last ``lines`` lines a worker wrote (stdout and stderr, in order)."""
+        if name not in {s.name for s in self._specs}:
+            raise UsageError(f"no worker named {name!r}")
+        return self._sink.tail(name, lines)
+
+    def events(self) -> list[Event]:
+        return [] if self._engine is None else self._engine.board.events()
+
+    def log_path(self, name: str) -> Path | None:
+        """The log file of ``name``'s current attempt (with ``LogConfig.log_dir``); in
+        torchrun's layout the worker's folder."""
+        return self._sink.log_path(name)
+
+    def message(self, text: str) -> None:
+        """Write one ``xpulaunch:`` line through the same lock as the workers' output."""
+        self._sink.message(text)
+
+    def __enter__(self) -> Supervisor:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _job_id(given: str | None) -> str:
+    """A random id, or ``given`` when it is safe in a file name and an environment value."""
+    if given is None:
+        return os.urandom(8).hex()
+    if not given or not all(c.isascii() and (c.isalnum() or c in "-_") for c in given):
+        raise UsageError(f"job id {given!r}: expected letters, digits, '-' or '_'")
+    return given
+
+
+def _validate_durations(**seconds: float | None) -> None:
+    for name, value in seconds.items():
+        if value is not None and not (0 < value < float("inf")):
+            raise UsageError(f"{name} {value}: expected a number of seconds > 0")
+
+
+def _pending(name: str) -> WorkerStatus:
+    return WorkerStatus(name, WorkerState.PENDING, None, 0, 0, None, False)
+
+
+def _identity(pid: int) -> list[int] | None:
+    ticks = start_ticks(pid)
+    return None if ticks is None else [pid, ticks]

@@ -1,0 +1,141 @@
+"""What a launch loads into the process that supervises the job for its whole life.
+
+A fresh interpreter runs the path that ``xpulaunch run --gpus auto PROGRAM`` takes, twice: the
+API (probe this host, plan, allocate the devices under the lease lock, ``run_plan`` one real
+worker; on this host's inventory and on a CUDA inventory of 8 H100s, with a real lease of one
+device), and the CLI itself. Then:
+
+* no torch, accelerate or vendor GPU runtime: the launcher never initialises a GPU (a CUDA
+  context does not survive ``fork``, and importing torch costs seconds of every launch);
+* no pynvml in the CLI's process: it probes in a forked child, so NVML's library is not
+  resident in the supervisor for the life of the job (:mod:`xpulaunch.probing.isolated`);
+* no ``http.client``, ``ssl`` or ``email`` for a plain ``run``: only llama health checks
+  speak HTTP, and they import it when they run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import inventory_path
+
+# GPU runtimes and frameworks: a launcher that imports one of them initialises (or at least
+# loads) a GPU stack in the process that forks the workers.
+GPU_RUNTIMES = ("torch", "accelerate", "intel_extension_for_pytorch", "cupy", "pycuda", "pyzes")
+HTTP = ("http.client", "ssl", "email")
+
+_API = """
+import json, os, sys
+before = set(sys.modules)
+from xpulaunch import api
+from xpulaunch.core import inventory as inventory_doc
+from xpulaunch.launch.run import RunOptions, run_plan
+from xpulaunch.leases import LeaseManager
+
+env = dict(os.environ)
+worker = [sys.executable, "-c", "pass"]
+statuses = []
+inventory = api.probe(env)
+manager = LeaseManager(sys.argv[1])
+plan, lease = manager.allocate(
+    lambda held: api.plan(worker, gpus="auto", inventory=inventory, parent_env=env,
+                          unavailable=held)
+)
+with lease:
+    statuses.append((plan.backend.value, run_plan(plan, env, RunOptions(), lease.fds)))
+with open(sys.argv[2], encoding="utf-8") as handle:
+    cuda = inventory_doc.loads(handle.read(), source="8x-h100.json")
+plan, lease = manager.allocate(
+    lambda held: api.plan(worker, gpus="1", inventory=cuda, parent_env=env, unavailable=held)
+)
+with lease:
+    statuses.append((plan.backend.value, run_plan(plan, env, RunOptions(), lease.fds)))
+json.dump({"statuses": statuses, "loaded": sorted(set(sys.modules) - before)}, sys.stderr)
+"""
+
+_CLI = """
+import json, sys
+before = set(sys.modules)
+from xpulaunch.cli.main import main
+try:
+    main(["--gpus", "auto", "--", sys.executable, "-c", "pass"])
+except SystemExit as exc:
+    status = exc.code
+json.dump({"status": status, "loaded": sorted(set(sys.modules) - before)}, sys.stderr)
+"""
+
+
+def _run(code: str, *args: str, env: dict[str, str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
+        env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, object] = json.loads(done.stderr.splitlines()[-1])
+    return result
+
+
+@pytest.fixture(scope="module")
+def api_path(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The API's launch path, in a fresh interpreter: exit statuses and modules loaded."""
+    root = tmp_path_factory.mktemp("api-imports")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(root)}
+    return _run(_API, str(root / "locks"), str(inventory_path("8x-h100.json")), env=env)
+
+
+@pytest.fixture(scope="module")
+def cli_path(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """``xpulaunch --gpus auto PROGRAM`` (probe, lease, run) in a fresh interpreter."""
+    root = tmp_path_factory.mktemp("cli-imports")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(root), "XPULAUNCH_LOCK_DIR": str(root / "locks")}
+    result = _run(_CLI, env=env)
+    assert result["status"] == 0
+    return result
+
+
+def _loaded(path: dict[str, object], name: str) -> list[str]:
+    loaded = path["loaded"]
+    assert isinstance(loaded, list)
+    return [m for m in loaded if m == name or m.startswith(name + ".")]
+
+
+def test_the_api_path_ran_both_plans(api_path: dict[str, object]) -> None:
+    host, cuda = api_path["statuses"]  # type: ignore[misc]
+    assert host[1] == 0  # "cpu" here; "cuda" on a host with NVIDIA GPUs
+    assert cuda == ["cuda", 0]
+    assert _loaded(api_path, "xpulaunch.supervisor.supervisor")  # the real run_plan ran
+
+
+def test_the_cli_ran_the_supervisor(cli_path: dict[str, object]) -> None:
+    assert _loaded(cli_path, "xpulaunch.supervisor.supervisor")
+
+
+@pytest.mark.parametrize("name", GPU_RUNTIMES)
+def test_no_gpu_runtime_is_imported(
+    api_path: dict[str, object], cli_path: dict[str, object], name: str
+) -> None:
+    assert _loaded(api_path, name) == []
+    assert _loaded(cli_path, name) == []
+
+
+def test_nvml_is_not_resident_in_the_cli_supervisor(cli_path: dict[str, object]) -> None:
+    assert _loaded(cli_path, "pynvml") == []
+
+
+@pytest.mark.parametrize("name", HTTP)
+def test_a_plain_run_does_not_speak_http(
+    api_path: dict[str, object], cli_path: dict[str, object], name: str
+) -> None:
+    assert _loaded(api_path, name) == []
+    assert _loaded(cli_path, name) == []
+
+
+def test_the_names_checked_are_real_modules() -> None:
+    # A typo above would make a test pass without checking anything.
+    for name in HTTP:
+        assert __import__(name, fromlist=["_"]).__name__ == name
