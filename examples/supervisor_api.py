@@ -21,8 +21,8 @@ from dataclasses import replace
 from xpulaunch import (
     Event,
     Exited,
+    HealthCheck,
     LogConfig,
-    Probe,
     Ready,
     Restarting,
     RestartPolicy,
@@ -53,7 +53,7 @@ def server(name: str) -> WorkerSpec:
         argv = [sys.executable, "-m", "http.server", str(ports[name]), "--bind", "127.0.0.1"]
         return replace(base, argv=argv)
 
-    probe = Probe(lambda: http_ok(name), interval_s=0.2, timeout_s=1.0, start_deadline_s=30)
+    probe = HealthCheck(lambda: http_ok(name), interval_s=0.2, timeout_s=1.0, start_deadline_s=30)
     return replace(base, argv=["(set by prepare)"], readiness=probe, prepare=prepare)
 
 

@@ -1,7 +1,7 @@
-"""An xpulaunch-like parent for the signal and orphan tests: run_plan on a hand-built plan.
+"""An xpulaunch-like parent for the signal and orphan tests: supervise a hand-built plan.
 
 ``python drive_plan.py SPEC.json`` where SPEC has ``argvs`` (one argv per worker),
-``isolate`` and RunOptions fields. Errors end as one line, like ``xpulaunch``'s ``main()``.
+``isolate`` and RunRequest fields. Errors end as one line, like ``xpulaunch``'s ``main()``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import sys
 
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import XpulaunchError
-from xpulaunch.launch.run import RunOptions, run_plan
+from xpulaunch.launch.request import RunRequest
+from xpulaunch.launch.run import supervise
 from xpulaunch.model import Backend, Plan, WorkerPlan
 
 
@@ -31,11 +32,11 @@ def main() -> int:
     plan = Plan(Backend.CPU, (), workers, None, isolate=spec.pop("isolate"))
     if "restart" in spec:
         spec["restart"] = RestartMode(spec["restart"])
-    if "console_ranks" in spec:
-        spec["console_ranks"] = frozenset(spec["console_ranks"])
+    if "ranks" in spec:
+        spec["ranks"] = frozenset(spec["ranks"])
     print(f"driver pid {os.getpid()}", file=sys.stderr, flush=True)
     try:
-        return run_plan(plan, dict(os.environ), RunOptions(**spec))
+        return supervise(plan, RunRequest(program=("job",), **spec), dict(os.environ))
     except XpulaunchError as exc:
         print(f"xpulaunch: error: {exc.message}", file=sys.stderr)
         return exc.exit_code

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from xpulaunch.core import inventory as inventory_doc
+from xpulaunch.launch.request import RunRequest
 from xpulaunch.model import Inventory
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -119,3 +120,66 @@ def process_gone(proc: Any) -> bool:
         return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def request_of(*argv: str, env: dict[str, str] | None = None) -> RunRequest:
+    """The request a command line (``run ...`` or ``torchrun ...``, through the group and its
+    config files) builds; nothing runs."""
+    import click
+    from click.testing import CliRunner
+
+    from xpulaunch.cli import run as run_module
+    from xpulaunch.cli.group import cli
+
+    seen: list[RunRequest] = []
+    real = run_module.to_request
+
+    def spy(*a: object) -> RunRequest:
+        seen.append(real(*a))  # type: ignore[arg-type]
+        raise click.exceptions.Exit(0)
+
+    run_module.to_request = spy  # type: ignore[assignment]
+    try:
+        result = CliRunner().invoke(cli, list(argv), env=env)
+    finally:
+        run_module.to_request = real
+    assert result.exit_code == 0 and seen, (result.output, result.exception)
+    return seen[0]
+
+
+def cli_error(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The exit status and stderr of ``xpulaunch ARGV`` that fails before anything starts."""
+    import contextlib
+    import io
+
+    from xpulaunch.cli.main import main
+
+    err = io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    code = 0
+    try:
+        with contextlib.redirect_stderr(err):
+            main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, err.getvalue()
+
+
+def run_request(*args: str, env: dict[str, str] | None = None) -> RunRequest:
+    """The request ``xpulaunch run ARGS -- prog`` builds; nothing runs."""
+    return request_of("run", *args, "--", "prog", env=env)
+
+
+def run_refused(*args: str, env: dict[str, str] | None = None) -> str:
+    """The one error line click gives for ``xpulaunch run ARGS -- prog``."""
+    from click.testing import CliRunner
+
+    from xpulaunch.cli import run as run_module
+
+    result = CliRunner().invoke(run_module.run, [*args, "--", "prog"], env=env)
+    assert result.exit_code == 2, result.output
+    return result.output

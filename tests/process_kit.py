@@ -178,7 +178,7 @@ DRIVER = Path(__file__).with_name("drive_plan.py")
 
 @pytest.fixture
 def drive(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start ``drive_plan.py`` (an xpulaunch-like parent calling run_plan) on a plan."""
+    """Start ``drive_plan.py`` (an xpulaunch-like parent calling supervise) on a plan."""
     started: list[subprocess.Popen[str]] = []
 
     def start(plan_argvs: list[list[str]], **options: object) -> subprocess.Popen[str]:

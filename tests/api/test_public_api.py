@@ -18,16 +18,15 @@ from helpers import inventory_path
 
 EXPECTED = {
     "Backend", "Device", "DeviceBusyError", "DeviceMap", "Event", "Exited", "GaveUp",
-    "HangDetected", "Hierarchy", "Inventory", "InventoryError", "LaunchError", "LaunchRequest",
-    "Lease",
-    "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice",
-    "NodeGroup", "Plan",
-    "Probe", "ProbeError", "Problem", "Ready", "RestartMode", "RestartPolicy", "Restarting",
-    "RunOptions", "SelectionError", "ServerStartError", "Started", "Stopped", "Stopping",
-    "Supervisor", "TimedOut", "Unhealthy", "Unit", "UsageError", "Vendor", "WaitTimeoutError",
-    "WorkerFailedError", "WorkerPlan", "WorkerSpec", "WorkerState", "WorkerStatus",
-    "XpulaunchError", "heartbeat", "inventory_document", "load_inventory", "make_plan", "plan",
-    "plan_document", "plan_llama", "probe", "run_plan", "serve_llama", "worker_specs",
+    "HangDetected", "HealthCheck", "Hierarchy", "Inventory", "InventoryError", "LaunchError",
+    "Lease", "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice",
+    "NodeGroup", "Plan", "ProbeError", "Problem", "Ready", "RestartMode", "RestartPolicy",
+    "Restarting", "RunRequest", "SelectionError", "ServerStartError", "Started", "Stopped",
+    "Stopping", "Supervisor", "SupervisorSettings", "TimedOut", "Unhealthy", "Unit",
+    "UsageError", "Vendor", "WaitTimeoutError", "WorkerFailedError", "WorkerPlan", "WorkerSpec",
+    "WorkerState", "WorkerStatus", "XpulaunchError", "heartbeat", "inventory_document",
+    "load_inventory", "plan", "plan_document", "plan_llama", "probe", "run", "serve_llama",
+    "worker_specs",
 }  # fmt: skip
 
 
@@ -139,17 +138,15 @@ def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:
         model=str(tmp_path / "model.gguf"), gpus="2", binary=str(tmp_path / "llama-server"),
         llama_backend=LlamaBackend.CUDA,
     )  # fmt: skip
-    request = xpulaunch.LaunchRequest(argv=("true",), gpus="2")
     return {
         "probe": lambda: xpulaunch.probe(env),
         "load_inventory": lambda: xpulaunch.load_inventory(inventory_path("8x-h100.json")),
         "inventory_document": lambda: xpulaunch.inventory_document(inventory),
-        "make_plan": lambda: xpulaunch.make_plan(request, inventory, env),
         "plan": lambda: xpulaunch.plan(["true"], gpus="2", inventory=inventory, parent_env=env),
         "plan_document": lambda: xpulaunch.plan_document(cpu_plan),
         "plan_llama": lambda: xpulaunch.plan_llama(llama, inventory, env, dry_run=True),
         "worker_specs": lambda: xpulaunch.worker_specs(cpu_plan, env),
-        "run_plan": lambda: xpulaunch.run_plan(cpu_plan, env, xpulaunch.RunOptions()),
+        "run": lambda: xpulaunch.run(["true"], gpus="none", parent_env=env),
         "heartbeat": xpulaunch.heartbeat,  # outside a run: does nothing
     }
 
@@ -191,3 +188,9 @@ def test_a_uuid_prefix_selects_the_device_it_starts() -> None:
         parent_env={},
     )  # fmt: skip
     assert [d.device.index for d in plan.devices] == [1]
+
+
+def test_the_old_name_of_health_check_still_resolves_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="HealthCheck"):
+        assert xpulaunch.Probe is xpulaunch.HealthCheck
+    assert "Probe" not in xpulaunch.__all__

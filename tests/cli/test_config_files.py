@@ -145,7 +145,7 @@ def test_config_show_text(project: Path) -> None:
     ("text", "message"),
     [
         ("nproc-per-nod = 2\n", "unknown key 'nproc-per-nod'; did you mean 'nproc-per-node'?"),
-        ("max-restarts = 'x'\n", "max-restarts: 'x' is not a valid integer range."),
+        ("max-restarts = 'x'\n", "max-restarts: 'x' is not a whole number"),
         ("restart = 'sometimes'\n", "restart: 'sometimes' is not one of"),
         ("gpus = \n", "Invalid value (at line 1, column 8)"),
         ("[profiles.big]\nisolat = true\n", "[profiles.big]: unknown key 'isolat'"),

@@ -71,7 +71,7 @@ def test_json_plan_document_for_the_contract_example() -> None:
     assert plan["workers"][0]["argv"][1:] == ["train.py"]
     assert plan["set_at_start"] == [
         "XPULAUNCH_JOB_ID", "XPULAUNCH_WORKER", "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_ERROR_FILE",
+        "TORCHELASTIC_ERROR_FILE", "XPULAUNCH_HEARTBEAT_FILE",
     ]  # fmt: skip
     assert plan["device_map"] == "sequential" and plan["notes"]
 
@@ -157,9 +157,9 @@ def test_backend_from_environment_variable() -> None:
         (["--gpus", "lots"], {}, "--gpus 'lots': expected auto, all, none"),
         (["--backend", "metal"], {}, "expected auto, cuda, xpu, rocm or cpu"),
         ([], {"XPULAUNCH_BACKEND": "opencl"}, "expected auto, cuda, xpu, rocm or cpu"),
-        (["--nproc-per-node", "zero"], {}, "--nproc-per-node 'zero'"),
+        (["--nproc-per-node", "zero"], {}, "--nproc-per-node: 'zero': expected a count"),
         (["--min-free-memory", "lots"], {}, "is not a size"),
-        (["--max-utilization", "200"], {}, "must be a percentage"),
+        (["--max-utilization", "200"], {}, "'200' is not a percentage"),
         (["--gpus", "9"], {}, "--gpus 9: only 2 free device(s)"),
         (["--gpus", "0,7"], {}, "--gpus 7: no such device"),
         ([], {"CUDA_VISIBLE_DEVICES": "0,0"}, "CUDA_VISIBLE_DEVICES"),

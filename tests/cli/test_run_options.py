@@ -11,6 +11,7 @@ import pytest
 
 from xpulaunch.cli.devices import devices
 from xpulaunch.cli.run import run
+from xpulaunch.launch.request import Backoff
 
 HERE = Path(__file__).resolve().parent
 A_FILE = str(HERE / "test_run_options.py")
@@ -34,11 +35,11 @@ def refused(command: click.Command, *args: str) -> click.ClickException:
         (["train.py", "--gpus", "auto"], {"gpus": "auto", "program": ("train.py",)}),
         (
             ["examples/train.py", "--gpus", "auto", "--nproc-per-node", "2"],
-            {"nproc_per_node": "2", "program": ("examples/train.py",)},
+            {"nproc_per_node": 2, "program": ("examples/train.py",)},
         ),
         (
             ["--gpus", "2", "--nproc-per-node", "auto", "train.py", "--lr", "0.1"],
-            {"gpus": "2", "nproc_per_node": "auto", "program": ("train.py", "--lr", "0.1")},
+            {"gpus": "2", "nproc_per_node": None, "program": ("train.py", "--lr", "0.1")},
         ),
         (
             [
@@ -63,11 +64,11 @@ def refused(command: click.Command, *args: str) -> click.ClickException:
         ),
         (
             ["train.py", "--gang", "--no-gang", "--grace", "2.5", "--backoff", "0", "--no-color"],
-            {"gang": False, "grace": 2.5, "backoff": "0", "no_color": True},
+            {"gang": False, "grace": 2.5, "backoff": Backoff(0, 30, 2), "no_color": True},
         ),
         (
             ["train.py", "--log-dir", A_DIR, "--ranks", "0,2", "--wait", "--wait-timeout", "30"],
-            {"log_dir": A_DIR, "ranks": "0,2", "wait": True, "wait_timeout": 30.0},
+            {"log_dir": A_DIR, "ranks": frozenset({"0", "2"}), "wait": True, "wait_timeout": 30.0},
         ),
         (
             ["train.py", "--master-port", "29500", "--device-map", "balanced", "--shared"],
@@ -83,9 +84,9 @@ def refused(command: click.Command, *args: str) -> click.ClickException:
                 "--lock-dir",
                 "/x",
             ],
-            {"min_free_memory": "8GiB", "max_utilization": 10.0, "lock_dir": "/x"},
+            {"min_free_memory": 8 * 2**30, "max_utilization": 10.0, "lock_dir": "/x"},
         ),
-        (["train.py", "--local-ranks-filter", "1"], {"ranks": "1"}),
+        (["train.py", "--local-ranks-filter", "1"], {"ranks": frozenset({"1"})}),
         (
             ["train.py", "--", "--gpus", "7"],
             {"gpus": "auto", "program": ("train.py", "--gpus", "7")},
@@ -103,8 +104,8 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got == {
         "program": ("train.py",), "gpus": "auto", "backend": "auto", "dry_run": False,
         "as_json": False, "inventory": None, "min_free_memory": None, "max_utilization": None,
-        "nproc_per_node": "1", "isolate": False, "device_map": None, "master_addr": None,
-        "master_port": None, "restart": None, "max_restarts": None, "backoff": "1:30:2",
+        "nproc_per_node": 1, "isolate": False, "device_map": None, "master_addr": None,
+        "master_port": None, "restart": None, "max_restarts": None, "backoff": Backoff(1, 30, 2),
         "stable_window": 60.0, "gang": None, "grace": 10.0, "log_dir": None,
         "log_layout": "xpulaunch", "log_run_id": None, "ranks": None,
         "no_color": False, "lock_dir": None, "shared": False, "wait": False,
@@ -124,11 +125,11 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--gpus"], "'--gpus' requires an argument"),
         (["train.py", "--gpus"], "'--gpus' requires an argument"),
         (["--dry-run=1", "train.py"], "does not take a value"),
-        (["--master-port", "0", "train.py"], "0 is not in the range 1<=x<=65535"),
+        (["--master-port", "0", "train.py"], "0 is not in the range 1 to 65535"),
         (["--device-map", "Balanced", "train.py"], "'Balanced' is not one of"),
         (["--log-dir", A_FILE, "train.py"], "is a file"),
-        (["--max-restarts", "1.5", "train.py"], "'1.5' is not a valid integer"),
-        (["--wait-timeout", "-1", "train.py"], "-1.0 is not in the range x>=0"),
+        (["--max-restarts", "1.5", "train.py"], "'1.5' is not a whole number"),
+        (["--wait-timeout", "-1", "train.py"], "'-1' is not a number of seconds >= 0"),
         (["--dry-run"], "Missing argument 'PROGRAM...'"),
     ],
 )
@@ -148,7 +149,7 @@ def test_environment_variables_count_as_click_reads_them(monkeypatch: pytest.Mon
     )  # fmt: skip
     assert values(run, "train.py", "--grace", "3")["grace"] == 3.0  # the command line wins
     monkeypatch.setenv("XPULAUNCH_GRACE", "soon")
-    assert "'soon' is not a valid float" in refused(run, "train.py").format_message()
+    assert "'soon' is not a number of seconds" in refused(run, "train.py").format_message()
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
-"""``xpulaunch torchrun``: torchrun's command line (and its ``PET_*`` variables) translated into
-``run``'s, every option by both spellings, unsupported ones refused by name (or by variable);
-and the warning of plain ``run``."""
+"""``xpulaunch torchrun``: torchrun's command line (and its ``PET_*`` variables) as the same
+request ``run`` builds from our options, every option by both spellings, unsupported ones
+refused by name (or by variable); and the warning of plain ``run``."""
 
 from __future__ import annotations
 
@@ -8,48 +8,32 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from helpers import inventory_path
+from helpers import cli_error, inventory_path, request_of
 from xpulaunch.cli.main import main
-from xpulaunch.cli.program import option_arity
-from xpulaunch.cli.run import run
-from xpulaunch.cli.torchrun_args import (
-    FLAGS,
-    NO_VARIABLE,
-    REFUSED,
-    VALUED,
-    canonical,
-    translate,
-    variable,
-)
-from xpulaunch.errors import UsageError
+from xpulaunch.cli.torchrun import FLAGS, REFUSED, TORCHRUN_ONLY, torchrun
+from xpulaunch.launch.request import RunRequest
 
-PY = "/usr/bin/python3"
-OURS = option_arity(run)
+PY = sys.executable
 CPU_ONLY = str(inventory_path("cpu-only.json"))
 
 
-def full(*args: str, env: dict[str, str] | None = None) -> list[str]:
-    return translate(list(args), OURS, PY, env or {}, new_run_id=lambda: "UUID")
+def t(*args: str, env: dict[str, str] | None = None) -> RunRequest:
+    """The request of ``xpulaunch torchrun ARGS``, without torchrun's log layout (tested on
+    its own below)."""
+    request = request_of("torchrun", *args, env=env)
+    assert request.log_layout.value == "torchrun"
+    return replace(request, log_layout=RunRequest.__dataclass_fields__["log_layout"].default,
+                   log_run_id=None)  # fmt: skip
 
 
-def t(*args: str, env: dict[str, str] | None = None) -> list[str]:
-    """The translation without the log layout's arguments (tested on their own below)."""
-    run_args = full(*args, env=env)
-    if "--log-layout" in run_args[: run_args.index("--")]:
-        at = run_args.index("--log-layout")
-        assert run_args[at : at + 3] == ["--log-layout", "torchrun", "--log-run-id"]
-        del run_args[at : at + 4]
-    return run_args
-
-
-@pytest.mark.parametrize("option", sorted(FLAGS | VALUED))
-def test_both_spellings_are_known(option: str) -> None:
-    assert canonical(option) == option
-    assert canonical(option.replace("-", "_").replace("__", "--", 1)) == option
+def r(*args: str) -> RunRequest:
+    """The request of ``xpulaunch run ARGS``."""
+    return request_of("run", *args)
 
 
 @pytest.mark.parametrize(
@@ -86,53 +70,46 @@ def test_both_spellings_are_known(option: str) -> None:
         (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_id=7", "t.py"],
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400",
           "--rdzv-id", "7", "--", "t.py"]),
-        (["--gpus", "2", "--isolate", "--dry-run", "t.py"],
-         ["--gpus", "2", "--isolate", "--dry-run", "--", "t.py"]),
+        (["--gpus", "2", "--isolate", "t.py"], ["--gpus", "2", "--isolate", "--", "t.py"]),
         (["t.py", "--nproc_per_node", "2"], ["--", "t.py", "--nproc_per_node", "2"]),
     ],
 )  # fmt: skip
-def test_translation(args: list[str], expected: list[str]) -> None:
-    assert t(*args) == expected
+def test_a_torchrun_line_is_the_run_line(args: list[str], expected: list[str]) -> None:
+    assert t(*args) == r(*expected)
 
 
-@pytest.mark.parametrize("option", sorted(REFUSED))
-def test_each_unsupported_option_is_refused_by_name(option: str) -> None:
-    with pytest.raises(UsageError) as caught:
-        t(option.replace("-", "_").replace("__", "--", 1), "x", "t.py")
-    assert str(caught.value).startswith(f"{option}: not supported")
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_each_unsupported_option_is_refused_by_name(name: str) -> None:
+    option = "--" + name
+    value = [] if name in FLAGS else ["x"]
+    code, err = cli_error("torchrun", option, *value, "t.py")
+    assert code == 2
+    assert err.startswith(f"xpulaunch: error: --{name.replace('_', '-')}")
+    assert "not supported" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--nnodes", "2", "--rdzv-backend", "etcd", "t.py"], "--rdzv-backend etcd"),
-        (["--role", "trainer", "t.py"], "--role trainer"),
+        (["--role", "trainer", "t.py"], "--role"),
         (["--signals-to-handle", "SIGTERM,SIGUSR1", "t.py"], "--signals-to-handle SIGUSR1"),
         (["--rdzv-conf", "read_timout=5", "t.py"], "--rdzv-conf read_timout=5: unknown key"),
-        (
-            [
-                "--nnodes",
-                "2",
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                "h:1",
-                "--rdzv-conf",
-                "last_call_timeout=soon",
-                "t.py",
-            ],
-            "--rdzv-conf last_call_timeout=soon: expected whole",
-        ),
+        (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1",
+          "--rdzv-conf", "last_call_timeout=soon", "t.py"],
+         "--rdzv-conf last_call_timeout=soon: expected whole"),
         (["--standalone", "--nnodes", "2", "t.py"], "--standalone"),
-        (["--bogus", "t.py"], "--bogus: not an option of torchrun or xpulaunch run"),
-        (["--nproc-per-node"], "--nproc-per-node: expected a value"),
-        (["--standalone"], "no script given"),
+        (["--bogus", "t.py"], "--bogus"),
+        (["--nproc-per-node"], "--nproc-per-node"),
+        (["--standalone"], "Missing argument"),
         (["-m", "--no-python", "x"], "--module and --no-python"),
+        (["--nproc-per-node", "two", "t.py"], "expected auto, gpu, xpu, cpu or a count"),
     ],
-)
-def test_mistakes(args: list[str], message: str) -> None:
-    with pytest.raises(UsageError, match=message):
-        t(*args)
+)  # fmt: skip
+def test_mistakes_are_one_line(args: list[str], message: str) -> None:
+    code, err = cli_error("torchrun", *args)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert message in err
 
 
 @pytest.mark.parametrize(
@@ -140,36 +117,20 @@ def test_mistakes(args: list[str], message: str) -> None:
     [
         (["t.py"], "none"),  # torchrun's default --rdzv-id
         (["--rdzv-id", "job7", "t.py"], "job7"),
-        (["--standalone", "--rdzv-id", "job7", "t.py"], "UUID"),  # torchrun's: a new uuid4
         (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "--rdzv-id", "j", "t.py"],
          "j"),
+        (["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "t.py"], "none"),
     ],
 )  # fmt: skip
 def test_log_dir_is_laid_out_as_torchrun_names_its_run(args: list[str], run_id: str) -> None:
-    run_args = full(*args)
-    assert run_args[-6:] == ["--log-layout", "torchrun", "--log-run-id", run_id, "--", "t.py"]
+    request = request_of("torchrun", *args)
+    assert (request.log_layout.value, request.log_run_id) == ("torchrun", run_id)
 
 
-def test_a_multi_node_c10d_job_asks_for_torchruns_layout() -> None:
-    """run then hands --log-dir to torch's agent (test_a_multi_node_c10d_dry_run_...)."""
-    run_args = full("--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "t.py")
-    assert run_args[-6:] == ["--log-layout", "torchrun", "--log-run-id", "none", "--", "t.py"]
-
-
-def test_the_standalone_run_id_is_a_uuid() -> None:
-    first, second = (translate(["--standalone", "t.py"], OURS, PY, {}) for _ in range(2))
-    at = first.index("--log-run-id") + 1
-    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", first[at])
-    assert first[at] != second[at]
-
-
-@pytest.mark.parametrize(
-    ("option", "name"),
-    [("--nproc-per-node", "PET_NPROC_PER_NODE"), ("--module", "PET_MODULE"),
-     ("--rdzv-endpoint", "PET_RDZV_ENDPOINT"), ("--standalone", "PET_STANDALONE")],
-)  # fmt: skip
-def test_variable_names_are_torchruns(option: str, name: str) -> None:
-    assert variable(option) == name
+def test_the_standalone_run_id_is_a_new_uuid() -> None:
+    first, second = (request_of("torchrun", "--standalone", "t.py").log_run_id for _ in "ab")
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    assert re.fullmatch(uuid, first or "") and first != second
 
 
 @pytest.mark.parametrize(
@@ -199,41 +160,47 @@ def test_variable_names_are_torchruns(option: str, name: str) -> None:
          ["--nproc-per-node", "2", "--", "t.py"]),
         ({"PET_STANDALONE": "0", "PET_NNODES": "2"}, [], ["--nnodes", "2", "--", "t.py"]),
         ({"PET_MODULE": "1"}, [], ["--", PY, "-m", "t.py"]),
-        ({"PET_NO_PYTHON": "1"}, [], ["--", "t.py"]),
         ({"PET_TEE": "3", "PET_REDIRECTS": "3", "PET_MONITOR_INTERVAL": "0.5",
           "PET_START_METHOD": "fork", "PET_ROLE": "default"}, [], ["--", "t.py"]),
         # torchrun reads no variable for these two, and an empty variable is no value.
         ({"PET_NUMA_BINDING": "node", "PET_LOGS_SPECS": "x", "PET_NPROC_PER_NODE": ""}, [],
          ["--", "t.py"]),
         ({"PET_VIRTUAL_LOCAL_RANK": "0"}, [], ["--", "t.py"]),
-        ({"XPULAUNCH_NNODES": "2", "NNODES": "2"}, [], ["--", "t.py"]),
+        ({"XPULAUNCH_NNODES": "2", "NNODES": "2"}, [], ["--nnodes", "2", "--", "t.py"]),
     ],
 )  # fmt: skip
 def test_pet_variables_are_defaults(
-    env: dict[str, str], args: list[str], expected: list[str], tmp_path: Path
+    env: dict[str, str], args: list[str], expected: list[str]
 ) -> None:
-    script = "t.py"
-    if "PET_NO_PYTHON" in env:  # --no-python looks the program up; give it one
-        script = str(tmp_path / "t.py")
-        expected = ["--", script]
-    assert t(*args, script, env=env) == expected
+    assert t(*args, "t.py", env=env) == r(*expected)
 
 
-@pytest.mark.parametrize("option", sorted(FLAGS | VALUED))
-def test_every_option_but_two_has_its_variable(option: str) -> None:
-    env = {variable(option): "1"}
-    try:
-        run_args = full("t.py", env=env)
-    except UsageError as refused:  # refused, or a value "1" does not fit: named by variable
-        assert str(refused).startswith(f"{variable(option)}=1")
-        assert option not in NO_VARIABLE
-        return
-    assert (run_args == full("t.py")) is (option in NO_VARIABLE or option in _NO_EFFECT)
+def test_a_no_python_program_is_looked_up_on_path(tmp_path: Path) -> None:
+    program = tmp_path / "tool"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "PET_NO_PYTHON": "1"}
+    assert t("tool", env=env).program == (str(program),)
 
 
-# Options whose value "1" changes nothing in the translation (accepted, or torchrun's default).
-_NO_EFFECT = {"--monitor-interval", "--tee", "--redirects", "--event-log-handler",
-              "--run-path"}  # fmt: skip
+def test_every_torchrun_option_has_both_spellings_and_its_variable() -> None:
+    names = {opt for p in torchrun.params for opt in getattr(p, "opts", ())}
+    for spec in TORCHRUN_ONLY:
+        long = next(d for d in spec.decls if d.startswith("--"))
+        assert long.replace("-", "_").replace("__", "--", 1) in names
+    variables = {v for p in torchrun.params for v in _envvars(p)}
+    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE",
+                 "RDZV_BACKEND", "RDZV_ENDPOINT", "RDZV_ID", "RDZV_CONF", "MAX_RESTARTS",
+                 "LOG_DIR", "LOCAL_RANKS_FILTER", "MONITOR_INTERVAL", "START_METHOD", "ROLE",
+                 "REDIRECTS", "TEE", "SIGNALS_TO_HANDLE", "SHUTDOWN_TIMEOUT", "LOCAL_ADDR",
+                 "EVENT_LOG_HANDLER", "DUPLICATE_STDOUT_FILTERS"):  # fmt: skip
+        assert f"PET_{name}" in variables, name
+    assert not {"PET_NUMA_BINDING", "PET_LOGS_SPECS"} & variables  # torchrun has none either
+
+
+def _envvars(param: object) -> list[str]:
+    envvar = getattr(param, "envvar", None)
+    return [envvar] if isinstance(envvar, str) else list(envvar or ())
 
 
 @pytest.mark.parametrize(
@@ -243,36 +210,23 @@ _NO_EFFECT = {"--monitor-interval", "--tee", "--redirects", "--event-log-handler
          "PET_RDZV_BACKEND=etcd: not supported by xpulaunch torchrun"),
         ({"PET_LOCAL_ADDR": "10.0.0.1"}, [], "PET_LOCAL_ADDR=10.0.0.1: not supported"),
         ({"PET_VIRTUAL_LOCAL_RANK": "1"}, [], "PET_VIRTUAL_LOCAL_RANK=1: not supported"),
-        ({"PET_STANDALONE": "yes"}, [], "PET_STANDALONE=yes: expected 1 .on. or 0 .off.$"),
-        ({"PET_MASTER_PORT": "http"}, [], "PET_MASTER_PORT=http: expected an integer$"),
-        ({"PET_MONITOR_INTERVAL": "soon"}, [], "PET_MONITOR_INTERVAL=soon: expected a number$"),
-        ({"PET_NPROC_PER_NODE": "two"}, [], "PET_NPROC_PER_NODE=two: expected auto, gpu"),
-        ({"PET_ROLE": "trainer"}, [], "PET_ROLE=trainer: not supported"),
-        ({"PET_RDZV_CONF": "join_timeout=9,bogus=5"}, [],
-         "PET_RDZV_CONF=join_timeout=9,bogus=5: unknown key 'bogus'"),
+        ({"PET_STANDALONE": "yes"}, [], "PET_STANDALONE=yes: expected 1 (on) or 0 (off)"),
+        ({"PET_MASTER_PORT": "http"}, [], "PET_MASTER_PORT"),
+        ({"PET_MONITOR_INTERVAL": "soon"}, [], "PET_MONITOR_INTERVAL"),
+        ({"PET_NPROC_PER_NODE": "two"}, [], "PET_NPROC_PER_NODE"),
+        ({"PET_ROLE": "trainer"}, [], "PET_ROLE"),
+        ({"PET_RDZV_CONF": "join_timeout=9,bogus=5"}, [], "unknown key 'bogus'"),
         ({"PET_SIGNALS_TO_HANDLE": "SIGUSR1"}, [], "PET_SIGNALS_TO_HANDLE=SIGUSR1: not supp"),
         ({"PET_STANDALONE": "1"}, ["--nnodes", "2"],
-         "PET_STANDALONE=1: a standalone job has one node; drop --nnodes 2$"),
-        ({"PET_NNODES": "2"}, ["--standalone"], "--standalone: .* drop PET_NNODES=2$"),
-        ({"PET_MASTER_PORT": "http"}, ["--master-port", "x"], "--master-port x: expected an"),
+         "a standalone job has one node; drop --nnodes 2"),
+        ({"PET_NNODES": "2"}, ["--standalone"], "drop PET_NNODES=2"),
+        ({"PET_MASTER_PORT": "http"}, ["--master-port", "x"], "--master-port"),
     ],
 )  # fmt: skip
 def test_pet_refusals_name_the_variable(env: dict[str, str], args: list[str], message: str) -> None:
-    with pytest.raises(UsageError, match=message):
-        t(*args, "t.py", env=env)
-
-
-def test_a_refused_pet_value_is_one_line_and_status_2(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PET_NNODES", "2")
-    monkeypatch.setenv("PET_RDZV_BACKEND", "etcd")
-    with pytest.raises(SystemExit) as caught:
-        main(["torchrun", "--nproc_per_node=2", "train.py"])
-    assert caught.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("xpulaunch: error: PET_RDZV_BACKEND=etcd: not supported")
-    assert len(err.splitlines()) == 1
+    code, err = cli_error("torchrun", *args, "t.py", env=env)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert message in err
 
 
 def test_pet_variables_reach_the_plan(
@@ -289,15 +243,6 @@ def test_pet_variables_reach_the_plan(
     assert [w["rank"] for w in plan["workers"]] == [2, 3]
     assert plan["workers"][0]["env"]["MASTER_ADDR"] == "10.1.2.3"
     assert plan["workers"][0]["env"]["MASTER_PORT"] == "29511"
-
-
-def test_cli_refusal_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as caught:
-        main(["torchrun", "--numa_binding", "node", "train.py"])
-    assert caught.value.code != 0
-    err = capsys.readouterr().err
-    assert err.startswith("xpulaunch: error: --numa-binding: not supported")
-    assert len(err.splitlines()) == 1
 
 
 def test_cli_torchrun_dry_run_plans_torchrun_ranks(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,8 +6,7 @@ import contextlib
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from helpers import INVENTORIES, inventory_names, load_inventory
 from xpulaunch.core import inventory as doc

@@ -166,7 +166,7 @@ def test_every_host_plans_and_serialises(name: str, isolate: bool) -> None:
         assert worker["env"]["RANK"] == str(worker["rank"])
     assert doc["set_at_start"] == [
         "XPULAUNCH_JOB_ID", "XPULAUNCH_WORKER", "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_ERROR_FILE",
+        "TORCHELASTIC_ERROR_FILE", "XPULAUNCH_HEARTBEAT_FILE",
     ]  # fmt: skip
 
 

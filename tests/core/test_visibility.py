@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from xpulaunch.core.visibility import child_visibility_env, parent_visible
 from xpulaunch.errors import MaskError, SelectionError

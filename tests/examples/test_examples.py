@@ -1,4 +1,4 @@
-"""The examples, run for real: DDP with torch (gloo on CPU) through run_plan, and the API demo."""
+"""The examples, run for real: DDP with torch (gloo on CPU) through supervise, and the API demo."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from xpulaunch import Backend, Plan, RestartMode, RunOptions, WorkerPlan, run_plan
+from xpulaunch import Backend, Plan, RestartMode, RunRequest, WorkerPlan
+from xpulaunch.launch.request import Backoff
+from xpulaunch.launch.run import supervise
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.slow
@@ -55,14 +57,16 @@ def ddp_plan(ckpt: Path, *extra: str) -> Plan:
 @pytest.mark.torch
 def test_ddp_crash_gang_restart_and_resume(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     pytest.importorskip("torch")
-    options = RunOptions(restart=RestartMode.ON_FAILURE, max_restarts=1, backoff_initial_s=0)
+    options = RunRequest(
+        program=("train.py",), restart=RestartMode.ON_FAILURE, max_restarts=1, backoff=Backoff(0)
+    )
     reference = tmp_path / "reference"
-    assert run_plan(ddp_plan(reference), dict(os.environ), options) == 0
+    assert supervise(ddp_plan(reference), options, dict(os.environ)) == 0
     capfd.readouterr()
 
     crashed = tmp_path / "crashed"
     plan = ddp_plan(crashed, "--crash-at-step", "12", "--ckpt-every", "5")
-    assert run_plan(plan, dict(os.environ), options) == 0
+    assert supervise(plan, options, dict(os.environ)) == 0
     captured = capfd.readouterr()
     out, err = captured.out, captured.err
     assert "[1] rank 1: simulated crash at step 12" in err
@@ -82,7 +86,7 @@ def test_ddp_crash_gang_restart_and_resume(tmp_path: Path, capfd: pytest.Capture
 def test_ddp_gives_up_when_no_restart_is_allowed(tmp_path: Path, capfd: pytest.CaptureFixture):
     pytest.importorskip("torch")
     plan = ddp_plan(tmp_path / "ckpt", "--crash-at-step", "3", "--steps", "5")
-    assert run_plan(plan, dict(os.environ), RunOptions()) == 3
+    assert supervise(plan, RunRequest(program=("train.py",)), dict(os.environ)) == 3
     err = capfd.readouterr().err
     assert "worker 1 failed first: it exited with code 3" in err
     assert "rank 1: simulated crash at step 3" in err

@@ -158,7 +158,7 @@ def test_rendered_and_relabelled_text_parses() -> None:
     [
         (["--metrics-port", "-1"], "--metrics-port"),
         (["--metrics-port", "70000"], "--metrics-port"),
-        (["--metrics-port", "0", "--metrics-interval", "0"], "--metrics-interval 0"),
+        (["--metrics-port", "0", "--metrics-interval", "0"], "--metrics-interval: '0' is not"),
         (["--events", "/no/such/dir/events.jsonl"], "cannot write it (No such file"),
     ],
 )

@@ -91,8 +91,7 @@ def test_an_unwritable_log_dir_is_one_line(tmp_path: Path) -> None:
 
 
 def test_rank_folders_are_local_ranks() -> None:
-    specs = [WorkerSpec("2", ["x"], {"LOCAL_RANK": "0"}), WorkerSpec("server", ["x"], {})]
-    assert rank_folders(specs) == {"2": "0", "server": "server"}
+    assert rank_folders({"2": {"LOCAL_RANK": "0"}, "server": {}}) == {"2": "0", "server": "server"}
 
 
 def test_logs_reads_the_latest_run_of_a_torchrun_log_dir(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """What a launch loads into the process that supervises the job for its whole life.
 
 A fresh interpreter runs the path that ``xpulaunch run --gpus auto PROGRAM`` takes, twice: the
-API (probe this host, plan, allocate the devices under the lease lock, ``run_plan`` one real
+API (probe this host, plan, allocate the devices under the lease lock, ``supervise`` one real
 worker; on this host's inventory and on a CUDA inventory of 8 H100s, with a real lease of one
 device), and the CLI itself. Then:
 
@@ -34,7 +34,8 @@ import json, os, sys
 before = set(sys.modules)
 from xpulaunch import api
 from xpulaunch.core import inventory as inventory_doc
-from xpulaunch.launch.run import RunOptions, run_plan
+from xpulaunch.launch.request import RunRequest
+from xpulaunch.launch.run import supervise
 from xpulaunch.leases import LeaseManager
 
 env = dict(os.environ)
@@ -47,14 +48,16 @@ plan, lease = manager.allocate(
                           unavailable=held)
 )
 with lease:
-    statuses.append((plan.backend.value, run_plan(plan, env, RunOptions(), lease.fds)))
+    status = supervise(plan, RunRequest(program=('w',)), env, lease_fds=lease.fds)
+    statuses.append((plan.backend.value, status))
 with open(sys.argv[2], encoding="utf-8") as handle:
     cuda = inventory_doc.loads(handle.read(), source="8x-h100.json")
 plan, lease = manager.allocate(
     lambda held: api.plan(worker, gpus="1", inventory=cuda, parent_env=env, unavailable=held)
 )
 with lease:
-    statuses.append((plan.backend.value, run_plan(plan, env, RunOptions(), lease.fds)))
+    status = supervise(plan, RunRequest(program=('w',)), env, lease_fds=lease.fds)
+    statuses.append((plan.backend.value, status))
 json.dump({"statuses": statuses, "loaded": sorted(set(sys.modules) - before)}, sys.stderr)
 """
 
@@ -108,7 +111,7 @@ def test_the_api_path_ran_both_plans(api_path: dict[str, object]) -> None:
     host, cuda = api_path["statuses"]  # type: ignore[misc]
     assert host[1] == 0  # "cpu" here; "cuda" on a host with NVIDIA GPUs
     assert cuda == ["cuda", 0]
-    assert _loaded(api_path, "xpulaunch.supervisor.supervisor")  # the real run_plan ran
+    assert _loaded(api_path, "xpulaunch.supervisor.supervisor")  # the real supervise ran
 
 
 def test_the_cli_ran_the_supervisor(cli_path: dict[str, object]) -> None:

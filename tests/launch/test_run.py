@@ -1,4 +1,4 @@
-"""run_plan: child environments, failure summary, console filters, program checks."""
+"""supervise: child environments, failure summary, console filters, program checks."""
 
 from __future__ import annotations
 
@@ -11,14 +11,23 @@ from pathlib import Path
 import pytest
 
 from process_kit import make_plan
-from xpulaunch.core.plan import LaunchRequest
-from xpulaunch.core.plan import make_plan as plan_request
+from xpulaunch.core.plan import LaunchRequest, make_plan as plan_request
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import LaunchError, UsageError
-from xpulaunch.launch.run import RunOptions, run_plan, specs_for_plan
+from xpulaunch.launch.request import Backoff, RunRequest
+from xpulaunch.launch.run import specs_for_plan, supervise
 from xpulaunch.model import Inventory
 
 Argv = Callable[..., list[str]]
+
+
+def request(**fields: object) -> RunRequest:
+    """A request whose supervision fields matter (supervise takes the plan as made)."""
+    return RunRequest(program=("job",), **fields)  # type: ignore[arg-type]
+
+
+def run_plan(plan: object, env: dict[str, str], asked: RunRequest, **kw: object) -> int:
+    return supervise(plan, asked, env, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +51,7 @@ def test_children_get_plan_env_and_markers(child: Argv, capfd: pytest.CaptureFix
         [child("print_env.py", *names)] * 2,
         env={"EXTRA": "x", "TORCHELASTIC_MAX_RESTARTS": "0"},  # as a plan without restarts
     )
-    assert run_plan(plan, dict(os.environ), RunOptions()) == 0
+    assert run_plan(plan, dict(os.environ), request()) == 0
     seen = env_lines(capfd.readouterr().out)
     assert set(seen) == {"0", "1"}
     for name, env in seen.items():
@@ -56,7 +65,7 @@ def test_children_get_plan_env_and_markers(child: Argv, capfd: pytest.CaptureFix
 
 def test_a_given_job_id_is_the_workers_marker(child: Argv, capfd: pytest.CaptureFixture) -> None:
     plan = make_plan([child("print_env.py", "XPULAUNCH_JOB_ID")])
-    assert run_plan(plan, dict(os.environ), RunOptions(), job_id="lease-0a1b") == 0
+    assert run_plan(plan, dict(os.environ), request(), job_id="lease-0a1b") == 0
     assert env_lines(capfd.readouterr().out)["0"] == {"XPULAUNCH_JOB_ID": "lease-0a1b"}
 
 
@@ -64,14 +73,14 @@ def test_a_given_job_id_is_the_workers_marker(child: Argv, capfd: pytest.Capture
 def test_a_job_id_unsafe_in_a_file_name_is_refused(child: Argv, job_id: str) -> None:
     plan = make_plan([child("print_env.py", "XPULAUNCH_JOB_ID")])
     with pytest.raises(UsageError, match="job id"):
-        run_plan(plan, dict(os.environ), RunOptions(), job_id=job_id)
+        run_plan(plan, dict(os.environ), request(), job_id=job_id)
 
 
 def test_parent_env_is_the_base_and_is_not_changed(child: Argv, capfd: pytest.CaptureFixture):
     parent = {"PATH": os.environ["PATH"], "ONLY_IN_PARENT": "p"}
     before = dict(parent)
     plan = make_plan([child("print_env.py", "ONLY_IN_PARENT", "HOME")])
-    assert run_plan(plan, parent, RunOptions()) == 0
+    assert run_plan(plan, parent, request()) == 0
     seen = env_lines(capfd.readouterr().out)["0"]
     assert seen == {"ONLY_IN_PARENT": "p", "HOME": None}
     assert parent == before
@@ -81,7 +90,7 @@ def test_failure_summary_names_the_first_failure(
     child: Argv, capfd: pytest.CaptureFixture, tmp_path: Path
 ) -> None:
     plan = make_plan([child("sleeper.py"), child("exit_with.py", 3)])
-    options = RunOptions(log_dir=tmp_path / "logs", grace_s=2)
+    options = request(log_dir=str(tmp_path / "logs"), grace_s=2)
     assert run_plan(plan, dict(os.environ), options) == 3
     err = capfd.readouterr().err
     assert "xpulaunch: worker 1 failed first: it exited with code 3" in err
@@ -93,7 +102,7 @@ def test_failure_summary_names_the_first_failure(
 
 def test_failure_summary_names_the_signal(child: Argv, capfd: pytest.CaptureFixture) -> None:
     plan = make_plan([child("exit_with.py", 0, "SIGSEGV")])
-    assert run_plan(plan, dict(os.environ), RunOptions()) == 139
+    assert run_plan(plan, dict(os.environ), request()) == 139
     assert "worker 0 failed first: it was killed by SIGSEGV (exit status 139)" in (
         capfd.readouterr().err
     )
@@ -103,7 +112,7 @@ def test_restart_is_announced_and_counted(
     child: Argv, capfd: pytest.CaptureFixture, tmp_path: Path
 ) -> None:
     plan = make_plan([child("flaky.py", tmp_path, 2), child("flaky.py", tmp_path, 0)])
-    options = RunOptions(restart=RestartMode.ON_FAILURE, max_restarts=1, backoff_initial_s=0)
+    options = request(restart=RestartMode.ON_FAILURE, max_restarts=1, backoff=Backoff(0, 30, 2))
     assert run_plan(plan, dict(os.environ), options) == 0
     captured = capfd.readouterr()
     assert "worker 0 exited with code 2; restarting all workers: restart 1 of 1 in 0 s" in (
@@ -115,7 +124,7 @@ def test_restart_is_announced_and_counted(
 
 def test_console_ranks_filter(child: Argv, capfd: pytest.CaptureFixture, tmp_path: Path) -> None:
     plan = make_plan([child("exit_with.py", 0)] * 3)
-    options = RunOptions(console_ranks=frozenset({"1"}), log_dir=tmp_path)
+    options = request(ranks=frozenset({"1"}), log_dir=str(tmp_path))
     assert run_plan(plan, dict(os.environ), options) == 0
     out = capfd.readouterr().out
     assert out == "[1] out line from 1\n"
@@ -125,20 +134,20 @@ def test_console_ranks_filter(child: Argv, capfd: pytest.CaptureFixture, tmp_pat
 def test_unknown_console_rank_is_a_usage_error(child: Argv) -> None:
     plan = make_plan([child("exit_with.py", 0)])
     with pytest.raises(UsageError, match="--ranks 7: no such worker; the workers are 0"):
-        run_plan(plan, dict(os.environ), RunOptions(console_ranks=frozenset({"7"})))
+        run_plan(plan, dict(os.environ), request(ranks=frozenset({"7"})))
 
 
 def test_isolate_means_independent_restarts(child: Argv) -> None:
     isolated = make_plan([child("exit_with.py", 0)], isolate=True)
-    assert RunOptions().policy(isolated).gang is False
-    assert RunOptions().policy(make_plan([child("exit_with.py", 0)])).gang is True
-    assert RunOptions(gang=True).policy(isolated).gang is True
+    assert request().policy(isolated.isolate).gang is False
+    assert request().policy(False).gang is True
+    assert request(gang=True).policy(isolated.isolate).gang is True
 
 
 def test_unlimited_restarts_reach_the_child_as_minus_one(child: Argv) -> None:
-    options = RunOptions(restart=RestartMode.ALWAYS, max_restarts=None)
-    request = LaunchRequest(tuple(child("exit_with.py", 0)), max_restarts=options.restart_limit)
-    plan = plan_request(request, Inventory(), {})
+    options = request(restart=RestartMode.ALWAYS)
+    launch = LaunchRequest(tuple(child("exit_with.py", 0)), max_restarts=options.restart_limit)
+    plan = plan_request(launch, Inventory(), {})
     (spec,) = specs_for_plan(plan, {"PATH": os.defpath})
     assert spec.env["TORCHELASTIC_MAX_RESTARTS"] == "-1"
 
@@ -146,13 +155,13 @@ def test_unlimited_restarts_reach_the_child_as_minus_one(child: Argv) -> None:
 @pytest.mark.parametrize(
     ("options", "limit"),
     [
-        (RunOptions(), 0),  # restart policy "no"
-        (RunOptions(restart=RestartMode.ON_FAILURE, max_restarts=2), 2),
-        (RunOptions(restart=RestartMode.ALWAYS, max_restarts=None), None),
-        (RunOptions(restart=RestartMode.NO, max_restarts=None), 0),
+        (request(), 0),  # restart policy "no"
+        (request(restart=RestartMode.ON_FAILURE, max_restarts=2), 2),
+        (request(restart=RestartMode.ALWAYS), None),
+        (request(restart=RestartMode.NO), 0),
     ],
 )
-def test_the_restart_limit_the_plan_holds(options: RunOptions, limit: int | None) -> None:
+def test_the_restart_limit_the_plan_holds(options: RunRequest, limit: int | None) -> None:
     assert options.restart_limit == limit
 
 
@@ -167,7 +176,7 @@ def test_the_restart_limit_the_plan_holds(options: RunOptions, limit: int | None
 )
 def test_programs_are_checked_before_anything_starts(argv: list[str], message: str) -> None:
     with pytest.raises(LaunchError, match=message):
-        run_plan(make_plan([argv]), dict(os.environ), RunOptions())
+        run_plan(make_plan([argv]), dict(os.environ), request())
 
 
 def test_a_plans_program_is_looked_up_on_the_child_path_and_from_its_cwd(
@@ -190,7 +199,7 @@ def test_long_lines_of_two_fast_writers_are_never_cut(
 ) -> None:
     # Each worker writes 300 lines of 5,000 bytes in 1,000-byte writes, as fast as it can.
     plan = make_plan([child("flood.py", 300, 5000)] * 2)
-    assert run_plan(plan, dict(os.environ), RunOptions(color=False)) == 0
+    assert run_plan(plan, dict(os.environ), request(color=False)) == 0
     lines = capfd.readouterr().out.splitlines()
     assert len(lines) == 600
     seen: dict[str, list[int]] = {"0": [], "1": []}
@@ -208,7 +217,7 @@ def test_long_lines_of_two_fast_writers_are_never_cut(
 def test_the_launch_path_imports_nothing_heavy() -> None:
     # The supervisor must stay small (RSS goal) and never touch a GPU runtime itself.
     code = (
-        "import sys, xpulaunch.launch.run, xpulaunch.launch.options\n"
+        "import sys, xpulaunch.launch.run\n"
         "heavy = {'torch', 'pynvml', 'numpy'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )

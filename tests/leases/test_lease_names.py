@@ -6,8 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from xpulaunch.leases import LeaseManager
 from xpulaunch.leases.file_names import holder_file_name, key_of_lock_file, lock_file_name

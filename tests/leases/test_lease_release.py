@@ -1,11 +1,11 @@
-"""When ``run_plan`` returns, its devices are free at once; never while the job lives.
+"""When ``supervise`` returns, its devices are free at once; never while the job lives.
 
 The supervisor unlocks the leases itself (``flock(LOCK_UN)`` on the open file description
 that it, the workers and the guardian share) once it has seen every process of the job gone,
 instead of waiting for the guardian to exit (issue 4). Real processes throughout: a driver
 like ``xpulaunch run`` allocates one device through ``LeaseManager`` and runs a worker that
 leaves a grandchild behind, in its own session, ignoring SIGTERM, holding the inherited lease
-fd. The driver keeps its own lease descriptors open after ``run_plan`` returns, so the device
+fd. The driver keeps its own lease descriptors open after ``supervise`` returns, so the device
 can only be free then because the supervisor unlocked it. The SIGKILLed-supervisor case (the
 guardian keeps the devices until the job is gone) is test_orphans.py's.
 """
@@ -49,19 +49,20 @@ while not os.path.exists(out + ".go"):
     time.sleep(0.01)
 """
 
-# Like `xpulaunch run`: allocate, run_plan with the lease fds, say so; keep our descriptors
+# Like `xpulaunch run`: allocate, supervise with the lease fds, say so; keep our descriptors
 # until stdin closes (so only an unlock can have freed the device).
 DRIVER = """
 import json, os, sys
 from xpulaunch.model import Backend, Device, Plan, Unit, Vendor, WorkerPlan
-from xpulaunch.launch.run import RunOptions, run_plan
+from xpulaunch.launch.request import RunRequest
+from xpulaunch.launch.run import supervise
 from xpulaunch.leases import LeaseManager
 lock_dir, key, argv = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 unit = Unit(Device(Vendor.NVIDIA, 0, pci_bus_id=key))
 plan_fn = lambda held: Plan(Backend.CUDA, (unit,), (WorkerPlan("0", 0, 0, tuple(argv), {}),), None)
 plan, lease = LeaseManager(lock_dir).allocate(plan_fn)
-status = run_plan(plan, dict(os.environ), RunOptions(grace_s=0.3), lease.fds,
-                  release_leases=sys.argv[4] == "release")
+status = supervise(plan, RunRequest(program=("job",), grace_s=0.3), dict(os.environ),
+                   lease_fds=lease.fds, release_leases=sys.argv[4] == "release")
 print("returned", status, flush=True)
 sys.stdin.read()
 lease.release()
@@ -87,11 +88,11 @@ def _watch_until_returned(driver: subprocess.Popen[str], lock_file: Path, grandc
         if ready:
             assert seen_held  # the check above really watched a held lease
             return driver.stdout.readline().strip()
-    pytest.fail("run_plan did not return")
+    pytest.fail("supervise did not return")
 
 
 @pytest.mark.parametrize("marker", ["0", "other"])
-def test_devices_are_free_when_run_plan_returns(tmp_path: Path, marker: str) -> None:
+def test_devices_are_free_when_supervise_returns(tmp_path: Path, marker: str) -> None:
     lock_dir = tmp_path / "locks"
     pid_file = tmp_path / "grandchild.pid"
     script = tmp_path / "worker.py"
@@ -132,7 +133,7 @@ def test_devices_are_free_when_run_plan_returns(tmp_path: Path, marker: str) -> 
 
 def test_without_release_the_callers_lease_holds_the_device_after_the_job(tmp_path: Path) -> None:
     """The Python API's default: a caller may run several jobs under one lease, so the device
-    stays leased after run_plan returns, until the caller releases it."""
+    stays leased after supervise returns, until the caller releases it."""
     lock_dir = tmp_path / "locks"
     argv = [sys.executable, "-c", "pass"]
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 from click.testing import CliRunner
 
-from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options, wait_line
+from helpers import run_refused, run_request
 from xpulaunch.cli.status import status
+from xpulaunch.cli.waiting import WaitReporter
 from xpulaunch.leases import LeaseManager, WaitStatus
+from xpulaunch.leases.wait_queue import wait_line
 from xpulaunch.model import Inventory
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)
@@ -106,7 +107,7 @@ def test_status_through_the_real_entry_point(
     (tmp_path / "file").write_text("")
     done = _xpulaunch("status", "--lock-dir", str(tmp_path / "file"))
     assert done.returncode == 2 and done.stdout == ""  # click's own check: a usage error
-    assert done.stderr.startswith("xpulaunch: error: Invalid value for '--lock-dir'")
+    assert done.stderr.startswith("xpulaunch: error: --lock-dir: Directory ")
     assert done.stderr.count("\n") == 1
 
     planted = tmp_path / "planted"
@@ -131,21 +132,10 @@ def _xpulaunch(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@click.command()
-@lease_options
-def _probe_command(**options: Any) -> None:
-    settings = LeaseSettings.pop_from(options)
-    click.echo(json.dumps({"left": sorted(options), **_as_dict(settings)}))
-
-
-def _as_dict(settings: LeaseSettings) -> dict[str, Any]:
-    lock_dir = str(settings.lock_dir) if settings.lock_dir else None
-    return {
-        "lock_dir": lock_dir,
-        "shared": settings.shared,
-        "wait": settings.wait,
-        "timeout": settings.wait_timeout_s,
-    }
+def _lease_fields(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    request = run_request(*args, env=env)
+    return {"lock_dir": request.lock_dir, "shared": request.shared, "wait": request.wait,
+            "timeout": request.wait_timeout_s}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -167,32 +157,16 @@ def test_lease_options_parse(
     args: list[str], expected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("XPULAUNCH_LOCK_DIR")
-    result = CliRunner().invoke(_probe_command, args)
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"left": [], **expected}
+    assert _lease_fields(*args) == expected
 
 
-def test_lock_dir_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XPULAUNCH_LOCK_DIR", "/srv/shared-locks")
-    result = CliRunner().invoke(_probe_command, [])
-    assert json.loads(result.output)["lock_dir"] == "/srv/shared-locks"
+def test_lock_dir_comes_from_the_environment() -> None:
+    fields = _lease_fields(env={"XPULAUNCH_LOCK_DIR": "/srv/shared-locks"})
+    assert fields["lock_dir"] == "/srv/shared-locks"
 
 
 def test_negative_wait_timeout_is_refused() -> None:
-    result = CliRunner().invoke(_probe_command, ["--wait-timeout", "-1"])
-    assert result.exit_code == 2 and "--wait-timeout" in result.output
-
-
-def test_settings_allocate_waits_with_the_given_timeout(
-    lock_dir: Path, one_card: Inventory, plan_for: PlanFor
-) -> None:
-    from xpulaunch.errors import WaitTimeoutError
-
-    _plan, lease = LeaseManager(lock_dir).allocate(plan_for(one_card, "1"))
-    settings = LeaseSettings(lock_dir=lock_dir, wait=True, wait_timeout_s=0.2)
-    with lease, pytest.raises(WaitTimeoutError, match=r"--wait-timeout 0\.2"):
-        settings.allocate(plan_for(one_card, "1"))
-    assert settings.manager().lock_dir == lock_dir
+    assert "--wait-timeout" in run_refused("--wait-timeout", "-1")
 
 
 def test_wait_line_and_reporter_on_a_log() -> None:
@@ -201,10 +175,10 @@ def test_wait_line_and_reporter_on_a_log() -> None:
     assert "(3rd in line)" in wait_line(WaitStatus(1, 3, "2 earlier launch(es) go first"))
     log = io.StringIO()
     reporter = WaitReporter(log, log_every_s=30)
-    reporter(first)
-    reporter(WaitStatus(10.0, 1, "--gpus 1: only 0 free", 60.0))  # same: not repeated
-    reporter(WaitStatus(40.0, 1, "--gpus 1: only 0 free", 60.0))  # 30 s later: repeated
-    reporter(WaitStatus(41.0, 1, "something else", 60.0))  # changed: reported
+    reporter.on_wait(first)
+    reporter.on_wait(WaitStatus(10.0, 1, "--gpus 1: only 0 free", 60.0))  # same: not repeated
+    reporter.on_wait(WaitStatus(40.0, 1, "--gpus 1: only 0 free", 60.0))  # 30 s later: repeated
+    reporter.on_wait(WaitStatus(41.0, 1, "something else", 60.0))  # changed: reported
     lines = log.getvalue().splitlines()
     assert [line.split()[2] for line in lines] == ["3", "40", "41"]
     assert all(line.startswith("xpulaunch: waiting ") for line in lines)
@@ -217,7 +191,7 @@ def test_reporter_rewrites_one_line_on_a_terminal() -> None:
 
     tty = Tty()
     with WaitReporter(tty) as reporter:
-        reporter(WaitStatus(1.0, 2, "1 earlier launch(es) go first"))
-        reporter(WaitStatus(2.0, 1, "--gpus 1: only 0 free"))
+        reporter.on_wait(WaitStatus(1.0, 2, "1 earlier launch(es) go first"))
+        reporter.on_wait(WaitStatus(2.0, 1, "--gpus 1: only 0 free"))
     out = tty.getvalue()
     assert "\n" not in out and out.count("\r\x1b[K") == 3 and out.endswith("\r\x1b[K")

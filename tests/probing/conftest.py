@@ -1,4 +1,4 @@
-"""Probe tests: make the fakes next to this file importable (``import probe_fakes``)."""
+"""HealthCheck tests: make the fakes next to this file importable (``import probe_fakes``)."""
 
 from __future__ import annotations
 

@@ -47,12 +47,14 @@ def test_guardian_holds_the_lease_until_the_job_is_gone(child: Argv, tmp_path: P
     script.write_text(
         "import fcntl, os, sys\n"
         "from xpulaunch.model import Backend, Plan, WorkerPlan\n"
-        "from xpulaunch.launch.run import RunOptions, run_plan\n"
+        "from xpulaunch.launch.request import RunRequest\n"
+        "from xpulaunch.launch.run import supervise\n"
         f"fd = os.open({str(lease)!r}, os.O_RDWR | os.O_CREAT)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
         f"argv = tuple({child('tree.py', out, '--ignore-term')!r})\n"
         "plan = Plan(Backend.CPU, (), (WorkerPlan('0', 0, 0, argv, {}),), None)\n"
-        "sys.exit(run_plan(plan, dict(os.environ), RunOptions(grace_s=60), lease_fds=(fd,)))\n"
+        "request = RunRequest(program=('job',), grace_s=60)\n"
+        "sys.exit(supervise(plan, request, dict(os.environ), lease_fds=(fd,)))\n"
     )
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
     proc = subprocess.Popen([os.sys.executable, str(script)], env=env)

@@ -120,8 +120,8 @@ def test_max_runtime_ends_the_job_with_124(script: Callable[[str], str], tmp_pat
     ("args", "message"),
     [
         (["--heartbeat"], "--heartbeat needs --hang-timeout"),
-        (["--hang-timeout", "0"], "--hang-timeout 0.0: expected a number of seconds > 0"),
-        (["--max-runtime", "-3"], "--max-runtime -3.0: expected a number of seconds > 0"),
+        (["--hang-timeout", "0"], "--hang-timeout: '0' is not a number of seconds > 0"),
+        (["--max-runtime", "-3"], "--max-runtime: '-3' is not a number of seconds > 0"),
     ],
 )
 def test_bad_values_are_one_line_errors(

@@ -23,7 +23,7 @@ from process_kit import alive, pids_in, wait_for
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.events import Event, Exited, Started, Unhealthy
 from xpulaunch.joblog.logs import LogConfig
-from xpulaunch.supervisor.supervisor import Probe, Supervisor, WorkerSpec
+from xpulaunch.supervisor.supervisor import HealthCheck, Supervisor, WorkerSpec
 
 Argv = Callable[..., list[str]]
 LONG_GRACE_S = 30.0
@@ -71,7 +71,7 @@ def test_a_stopped_worker_failing_liveness_is_replaced_well_within_the_grace(
         pid = sup.status()[0].pid
         return pid is None or psutil.Process(pid).status() != psutil.STATUS_STOPPED
 
-    probe = Probe(not_stopped, interval_s=0.1, timeout_s=1.0, failure_threshold=2)
+    probe = HealthCheck(not_stopped, interval_s=0.1, timeout_s=1.0, failure_threshold=2)
     worker = WorkerSpec("0", child("tree.py", out, "--note-term"), dict(os.environ),
                         liveness=probe)  # fmt: skip
     policy = RestartPolicy(mode=RestartMode.ALWAYS, max_restarts=2, backoff_initial_s=0.0)
@@ -99,7 +99,7 @@ HANGING_CHECK = """
     import os, sys, threading, time
     from xpulaunch.core.restart import RestartMode, RestartPolicy
     from xpulaunch.joblog.logs import LogConfig
-    from xpulaunch.supervisor.supervisor import Probe, Supervisor, WorkerSpec
+    from xpulaunch.supervisor.supervisor import HealthCheck, Supervisor, WorkerSpec
 
     asked = threading.Event()
 
@@ -108,7 +108,7 @@ HANGING_CHECK = """
         time.sleep(60)
         return True
 
-    probe = Probe(check, interval_s=0.05, timeout_s=0.2)
+    probe = HealthCheck(check, interval_s=0.05, timeout_s=0.2)
     worker = WorkerSpec("0", sys.argv[1:], dict(os.environ), readiness=probe)
     sup = Supervisor([worker], RestartPolicy(mode=RestartMode.NO), grace_s=5,
                      logs=LogConfig(console=False), record_dir=os.environ["RECORDS"])

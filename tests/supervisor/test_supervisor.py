@@ -24,7 +24,7 @@ from xpulaunch.events import (
     WorkerState,
 )
 from xpulaunch.joblog.logs import LogConfig
-from xpulaunch.supervisor.supervisor import Probe, Supervisor, WorkerSpec
+from xpulaunch.supervisor.supervisor import HealthCheck, Supervisor, WorkerSpec
 
 Argv = Callable[..., list[str]]
 QUIET = LogConfig(console=False)
@@ -197,7 +197,7 @@ def test_leftovers_of_a_finished_worker_are_removed(
 
 def test_readiness_and_liveness_probes(child: Argv, tmp_path: Path, record_dir: Path) -> None:
     flag = tmp_path / "ready"
-    probe = Probe(flag.exists, interval_s=0.05, timeout_s=1.0, failure_threshold=2)
+    probe = HealthCheck(flag.exists, interval_s=0.05, timeout_s=1.0, failure_threshold=2)
     worker = spec("srv", child("ready_after.py", flag, 0.3), readiness=probe, liveness=probe)
     policy = RestartPolicy(max_restarts=1, backoff_initial_s=0.0, gang=False)
     sup, events = supervise([worker], policy, record_dir)
@@ -216,7 +216,7 @@ def test_readiness_and_liveness_probes(child: Argv, tmp_path: Path, record_dir: 
 
 def test_readiness_deadline_fails_fast(child: Argv, tmp_path: Path, record_dir: Path) -> None:
     flag = tmp_path / "never"
-    probe = Probe(flag.exists, interval_s=0.05, start_deadline_s=0.3)
+    probe = HealthCheck(flag.exists, interval_s=0.05, start_deadline_s=0.3)
     worker = spec("srv", child("sleeper.py"), readiness=probe)
     sup, events = supervise([worker], NO_RESTART, record_dir)
     sup.start()

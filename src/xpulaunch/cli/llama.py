@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch import api
-from xpulaunch.cli.bounds import POSITIVE_SECONDS, SECONDS
-from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
-from xpulaunch.cli.operations_options import llama_metrics_options
-from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
+from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
+from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, BackoffType, Integer
+from xpulaunch.cli.plan_options import plan_parameters
 from xpulaunch.cli.render import print_plan
+from xpulaunch.cli.run_options import lease_parameters
+from xpulaunch.cli.waiting import WaitReporter
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig
-from xpulaunch.launch.options import parse_backoff
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
 from xpulaunch.llamacpp.serve import cuda_settle, plan_llama
@@ -27,23 +26,54 @@ from xpulaunch.model import Inventory, Plan
 from xpulaunch.processes.signals import forwarding
 
 if TYPE_CHECKING:
-    from xpulaunch.leases import Lease
+    from xpulaunch.launch.request import Backoff
+    from xpulaunch.leases import Lease, LeaseManager
 
 _SECONDS = POSITIVE_SECONDS
 
 
+def _with(params: list[click.Parameter]) -> Callable[[click.Command], click.Command]:
+    """Add ready-made parameters to a command, listed before the ones declared below them."""
+
+    def apply(command: click.Command) -> click.Command:
+        command.params[:0] = params
+        return command
+
+    return apply
+
+
+llama_metrics_options = option_group(
+    click.option(
+        "--metrics-port",
+        type=ANY_PORT,
+        envvar="XPULAUNCH_METRICS_PORT",
+        metavar="PORT",
+        help="Serve Prometheus metrics on http://HOST:PORT/metrics: the supervisor's, and "
+        "each replica's own (llama-server --metrics) labelled with model and replica.",
+    ),
+    click.option(
+        "--metrics-host",
+        default="127.0.0.1",
+        show_default=True,
+        envvar="XPULAUNCH_METRICS_HOST",
+        help="Address the metrics endpoint listens on.",
+    ),
+)
+
+
+@_with([*plan_parameters(), *lease_parameters()])
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
 @click.option(
     "--replicas",
-    type=click.IntRange(1, 1024),
+    type=Integer(1, 1024),
     default=1,
     show_default=True,
     help="Servers to start, each on its own devices and port.",
 )
 @click.option(
     "--port",
-    type=click.IntRange(1, 65535),
+    type=Integer(1, 65535),
     help="Port of the first replica (the next ones count up). Default: free ports.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
@@ -60,7 +90,6 @@ _SECONDS = POSITIVE_SECONDS
     show_default=True,
     help="Which build the binary is; auto asks it with --list-devices.",
 )
-@plan_options
 @click.option(
     "--ready-timeout",
     type=_SECONDS,
@@ -87,7 +116,7 @@ _SECONDS = POSITIVE_SECONDS
 )
 @click.option(
     "--health-failures",
-    type=click.IntRange(min=1),
+    type=Integer(1),
     default=3,
     show_default=True,
     metavar="N",
@@ -104,7 +133,7 @@ _SECONDS = POSITIVE_SECONDS
 )
 @click.option(
     "--max-restarts",
-    type=click.IntRange(min=-1),
+    type=Integer(-1),
     default=3,
     show_default=True,
     envvar="XPULAUNCH_MAX_RESTARTS",
@@ -113,6 +142,7 @@ _SECONDS = POSITIVE_SECONDS
 )
 @click.option(
     "--backoff",
+    type=BackoffType(),
     default="1:30:2",
     show_default=True,
     envvar="XPULAUNCH_BACKOFF",
@@ -136,7 +166,6 @@ _SECONDS = POSITIVE_SECONDS
 )
 @click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
 @llama_metrics_options
-@lease_options
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Start llama.cpp's llama-server pinned to selected devices, wait until every replica
@@ -149,20 +178,24 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     xpulaunch llama -m model.gguf -- -c 8192 -ngl 20      llama-server's own options
     """
     parent_env = dict(os.environ)
-    leases = LeaseSettings.pop_from(options)
     request = _request(server_args, options)
-    parse_backoff(options["backoff"])  # checked for a dry run too
     path = options["inventory"]
     inventory = _inventory(path, parent_env)
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
-        held = None if path else leases.manager().unavailable()
+        held = None if path else _leases(options).unavailable()
         planned = plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held)
         print_plan(planned.plan, as_json, servers=True)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
-    return _lease_and_serve(request, inventory, parent_env, leases, options)
+    return _lease_and_serve(request, inventory, parent_env, options)
+
+
+def _leases(options: dict[str, Any]) -> LeaseManager:
+    from xpulaunch.leases import LeaseManager
+
+    return LeaseManager(options["lock_dir"])
 
 
 def _inventory(path: str | None, parent_env: dict[str, str]) -> Inventory:
@@ -178,7 +211,6 @@ def _lease_and_serve(
     request: LlamaRequest,
     inventory: Inventory,
     parent_env: dict[str, str],
-    leases: LeaseSettings,
     options: dict[str, Any],
 ) -> int:
     """Plan under the lease lock (waiting in line if asked), then serve until stopped."""
@@ -190,7 +222,11 @@ def _lease_and_serve(
 
     with WaitReporter() as reporter:
         command = ["xpulaunch", "llama", "-m", str(request.model)]
-        _, lease = leases.allocate(plan_fn, on_wait=reporter, command=command)
+        wait = options["wait"] or options["wait_timeout"] is not None
+        _, lease = _leases(options).allocate(
+            plan_fn, shared=options["shared"], wait=wait, wait_timeout_s=options["wait_timeout"],
+            on_wait=reporter.on_wait, command=command,
+        )  # fmt: skip
     with lease:
         return _serve(planned[0], parent_env, options, lease)
 
@@ -206,19 +242,20 @@ def _request(server_args: tuple[str, ...], options: dict[str, Any]) -> LlamaRequ
         passthrough=server_args if options["metrics_port"] is None else (*server_args, "--metrics"),
         gpus=options["gpus"],
         backend=options["backend"],
-        min_free_memory_bytes=size_option(options["min_free_memory"], "--min-free-memory"),
-        max_utilization_percent=percent_option(options["max_utilization"], "--max-utilization"),
+        min_free_memory_bytes=options["min_free_memory"],
+        max_utilization_percent=options["max_utilization"],
     )
 
 
 def _serve(
     plan: LlamaPlan, parent_env: dict[str, str], options: dict[str, Any], lease: Lease
 ) -> int:
-    first_s, cap_s, factor = parse_backoff(options["backoff"])
+    backoff: Backoff = options["backoff"]
     policy = RestartPolicy(
         mode=RestartMode(options["restart"]),
         max_restarts=None if options["max_restarts"] == -1 else options["max_restarts"],
-        backoff_initial_s=first_s, backoff_max_s=cap_s, backoff_factor=factor, gang=False,
+        backoff_initial_s=backoff.first_s, backoff_max_s=backoff.max_s,
+        backoff_factor=backoff.factor, gang=False,
     )  # fmt: skip
     health = HealthOptions(
         ready_timeout_s=options["ready_timeout"],

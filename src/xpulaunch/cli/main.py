@@ -49,8 +49,28 @@ def _error_line(exc: click.ClickException | XpulaunchError) -> str:
     if isinstance(exc, XpulaunchError):
         return exc.cli_message()
     ctx = getattr(exc, "ctx", None)  # usage errors know their command
-    hint = "" if ctx is None else f" (see '{ctx.command_path} --help')"
-    return exc.format_message() + hint
+    if isinstance(exc, click.BadParameter) and exc.param is not None and exc.message:
+        # What the user wrote: the variable the value came from, or the option's first name
+        # (not click's "Invalid value for ... (env var: ...)").
+        hint = _variable(exc) or (exc.param.opts[0] if exc.param.opts else exc.param.name)
+        return f"{hint}: {exc.message}" + _help_hint(ctx)
+    return exc.format_message() + _help_hint(ctx)
+
+
+def _help_hint(ctx: click.Context | None) -> str:
+    return "" if ctx is None else f" (see '{ctx.command_path} --help')"
+
+
+def _variable(exc: click.BadParameter) -> str | None:
+    """The environment variable a bad value came from (``XPULAUNCH_GRACE``), so that the
+    message names what the user set, not an option they never typed."""
+    ctx, param = exc.ctx, exc.param
+    if ctx is None or param is None or param.name is None:
+        return None
+    if ctx.get_parameter_source(param.name) is not click.core.ParameterSource.ENVIRONMENT:
+        return None
+    names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+    return next((name for name in names if os.environ.get(name)), None)
 
 
 MAX_ERROR_CHARS = 1000  # an error may quote the input, and inputs can be huge

@@ -8,9 +8,9 @@ from datetime import datetime
 
 import click
 
-from xpulaunch.cli.lease_options import lock_dir_option
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
+from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"

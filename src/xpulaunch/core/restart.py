@@ -24,6 +24,8 @@ from enum import Enum
 
 from xpulaunch.errors import UsageError
 
+DEFAULT_MAX_RESTARTS = 3  # with --restart and no --max-restarts
+
 
 class RestartMode(str, Enum):
     """When a run that ended is started again (docker's ``--restart`` words)."""
@@ -82,6 +84,12 @@ class RestartPolicy:
         exponent = min(restarts, 64)
         delay_s = self.backoff_initial_s * self.backoff_factor**exponent
         return float(min(delay_s, self.backoff_max_s))
+
+
+def restart_limit(mode: RestartMode, max_restarts: int | None) -> int | None:
+    """How many restarts a worker may see (``TORCHELASTIC_MAX_RESTARTS``): 0 when restarts
+    are off, None when there is no limit."""
+    return 0 if mode is RestartMode.NO else max_restarts
 
 
 @dataclass(frozen=True, slots=True)

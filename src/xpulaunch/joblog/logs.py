@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import BinaryIO
 
-    from xpulaunch.supervisor.spec import WorkerSpec
 
 MAX_LINE_BYTES = 64 * 1024
 KEEP_ATTEMPTS = 20  # besides attempt_0
@@ -104,13 +103,29 @@ def _wants_colour(config: LogConfig, stream: BinaryIO) -> bool:
     return not os.environ.get("NO_COLOR") and stream.isatty()
 
 
+def make_log_dir(value: str | None) -> str | None:
+    """Create ``--log-dir`` at once, so that a bad one fails before any device is leased."""
+    if value is None:
+        return None
+    try:
+        os.makedirs(value, exist_ok=True)
+        if not os.access(value, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise UsageError(
+            f"--log-dir {value}: cannot create or write it ({exc.strerror}); "
+            "give a writable directory"
+        ) from exc
+    return value
+
+
 def make_run_log_dir(
     log_dir: str | None, layout: LogLayout, run_id: str | None = None
 ) -> str | None:
     """The directory a run writes its logs (and ``summary.json``) into: ``log_dir`` itself;
     in torchrun's layout a new ``<log_dir>/<run_id>_<random>``, as torchrun's
     ``DefaultLogsSpecs`` makes it (``run_id``: the rendezvous id, torchrun's default
-    ``none``). ``log_dir`` must exist (:func:`xpulaunch.launch.options.make_log_dir`)."""
+    ``none``). ``log_dir`` must exist (:func:`make_log_dir`)."""
     if log_dir is None or layout == LogLayout.XPULAUNCH:
         return log_dir
     import tempfile  # only here: not on the launch path of our own layout
@@ -124,10 +139,10 @@ def make_run_log_dir(
         ) from exc
 
 
-def rank_folders(workers: Sequence[WorkerSpec]) -> dict[str, str]:
-    """Each worker's folder in torchrun's layout: its ``LOCAL_RANK``, else (a worker that has
-    none, as ``Supervisor`` users may give) its name."""
-    return {w.name: w.env.get("LOCAL_RANK", w.name) for w in workers}
+def rank_folders(envs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """Each worker's folder in torchrun's layout (``envs``: name -> environment): its
+    ``LOCAL_RANK``, else (a worker that has none, as ``Supervisor`` users may give) its name."""
+    return {name: env.get("LOCAL_RANK", name) for name, env in envs.items()}
 
 
 def log_stamp(wall_s: float) -> bytes:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from xpulaunch.core.prometheus import CONTENT_TYPE, Family, Labels, Sample, render
 from xpulaunch.errors import UsageError
@@ -26,10 +26,16 @@ from xpulaunch.events import Event, Exited, HangDetected, LeaseAcquired
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from xpulaunch.events import WorkerStatus
     from xpulaunch.model import Plan
-    from xpulaunch.supervisor.supervisor import Supervisor
 
 PROBE_TIMEOUT_S = 60.0
+
+
+class StatusSource(Protocol):
+    """Whose workers are counted (a :class:`~xpulaunch.supervisor.supervisor.Supervisor`)."""
+
+    def status(self) -> list[WorkerStatus]: ...
 
 
 class JobCounters:
@@ -50,7 +56,7 @@ class JobCounters:
             self.lease_wait_s = event.waited_s
 
 
-def job_families(supervisor: Supervisor, counters: JobCounters) -> list[Family]:
+def job_families(supervisor: StatusSource, counters: JobCounters) -> list[Family]:
     statuses = supervisor.status()
     up: list[Sample] = [(_worker(s.name), 1.0 if s.pid is not None else 0.0) for s in statuses]
     restarts: list[Sample] = [(_worker(s.name), float(s.restarts)) for s in statuses]
@@ -127,7 +133,7 @@ class MetricsServer:
 
     def __init__(
         self,
-        supervisor: Supervisor,
+        supervisor: StatusSource,
         plan: Plan,
         *,
         host: str = "127.0.0.1",

@@ -12,10 +12,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from xpulaunch.model import Backend
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
     from typing import Any
+
+    from xpulaunch.model import Plan
 
 SLACK_BYTES = 256 * 1024 * 1024  # other tenants' small allocations are not ours to wait for
 
@@ -102,3 +106,23 @@ class NvmlSettle:
 
     def _limit(self, device_id: str) -> int:
         return self._baseline[device_id] + SLACK_BYTES
+
+
+def gpu_settle(plan: Plan) -> NvmlSettle | None:
+    """For CUDA plans, the Supervisor's ``settle`` hook: before a restart, wait (bounded)
+    until the workers' GPUs released their memory (NVML only, never torch). Call it before
+    starting: it records each device's baseline."""
+    if plan.backend is not Backend.CUDA:
+        return None
+    devices = {
+        w.name: [_device_id(plan, i) for i in (w.units or range(len(plan.devices)))]
+        for w in plan.workers
+    }
+    settle = NvmlSettle({n: [d for d in ids if d] for n, ids in devices.items()})
+    settle.baseline()
+    return settle
+
+
+def _device_id(plan: Plan, index: int) -> str | None:
+    device = plan.devices[index].device
+    return device.pci_bus_id or device.uuid

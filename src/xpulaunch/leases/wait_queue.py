@@ -348,3 +348,15 @@ def read_record(fd: int) -> dict[str, object] | None:
 def _order(name: str) -> tuple[int, str]:
     head = name[len(TICKET_PREFIX) :].split("-", 1)[0]
     return (int(head) if head.isdigit() else 0, name)
+
+
+def wait_line(status: WaitStatus) -> str:
+    """``waiting 12 s for devices (next in line): --gpus 1: only 0 free device(s) ...``"""
+    place = "next in line" if status.position == 1 else f"{_ordinal(status.position)} in line"
+    limit = "" if status.timeout_s is None else f" of {status.timeout_s:g}"
+    return f"waiting {status.waited_s:.0f} s{limit} for devices ({place}): {status.reason}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -17,8 +17,7 @@ from xpulaunch.core.masks import ODS_VAR
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.selection import GpuMode, parse_gpus
 from xpulaunch.errors import SelectionError, UsageError
-from xpulaunch.llamacpp import args as llama_args
-from xpulaunch.llamacpp import vulkan
+from xpulaunch.llamacpp import args as llama_args, vulkan
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
 from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 

@@ -97,7 +97,7 @@ def plan_llama(
 def cuda_settle(plan: LlamaPlan) -> Any | None:
     """On CUDA, wait for a dead replica's VRAM to be freed before its restart (landscape (c)
     12); the same NVML hook ``xpulaunch run`` uses (None for other backends)."""
-    from xpulaunch.launch.run import gpu_settle
+    from xpulaunch.launch.gpu_settle import gpu_settle
 
     return gpu_settle(plan.plan)
 

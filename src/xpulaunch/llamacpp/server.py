@@ -42,7 +42,7 @@ from xpulaunch.llamacpp.args import with_port
 from xpulaunch.llamacpp.health import free_port, is_healthy
 from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.processes import records
-from xpulaunch.supervisor.spec import Probe, WorkerSpec
+from xpulaunch.supervisor.spec import HealthCheck, WorkerSpec
 from xpulaunch.supervisor.supervisor import Supervisor
 
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
@@ -156,8 +156,10 @@ class LlamaServer:
     ) -> WorkerSpec:
         health, name = self._health, replica.name
         check = self._checker(name)
-        ready = Probe(check, health.ready_interval_s, health.timeout_s, 1, health.ready_timeout_s)
-        alive = Probe(check, health.interval_s, health.timeout_s, health.failure_threshold)
+        ready = HealthCheck(
+            check, health.ready_interval_s, health.timeout_s, 1, health.ready_timeout_s
+        )
+        alive = HealthCheck(check, health.interval_s, health.timeout_s, health.failure_threshold)
         return WorkerSpec(
             name, argv, env, pass_fds=lease_fds, readiness=ready, liveness=alive,
             prepare=lambda attempt: self._prepare(name, attempt),

@@ -27,7 +27,7 @@ import shutil
 import signal
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import Action, Decision, Outcome, RestartPolicy, decide
+from xpulaunch.core.restart import Action, Decision, Outcome, decide
 from xpulaunch.errors import LaunchError
 from xpulaunch.events import (
     Event,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from xpulaunch.processes.guardian import GuardianHandle
     from xpulaunch.processes.procfs import JobProcess
     from xpulaunch.processes.records import JobRecord
-    from xpulaunch.supervisor.spec import WorkerSpec
+    from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
 
 TIMED_OUT_STATUS = 124  # GNU timeout's status for a command that ran out of time
 RECHECK_S = 0.05  # how often a dying tree is looked at again (only while one is dying)
@@ -71,9 +71,8 @@ class Engine:
     def __init__(
         self,
         specs: Sequence[WorkerSpec],
-        policy: RestartPolicy,
+        settings: SupervisorSettings,
         *,
-        grace_s: float,
         sink: LogSink,
         on_event: Callable[[Event], None] | None,
         clock: Callable[[], float],
@@ -82,12 +81,11 @@ class Engine:
         settle: Callable[[Sequence[str]], None] | None,
         guardian: GuardianHandle | None,
         record: JobRecord,
-        lease_fds: tuple[int, ...] = (),
-        release_leases: bool = False,
-        watch: Watch = Watch(),  # noqa: B008 (frozen value)
+        watch: Watch,
         cgroup: JobCgroup | None = None,
     ) -> None:
-        self.policy, self.grace_s, self.clock = policy, grace_s, clock
+        policy, lease_fds = settings.policy, settings.lease_fds
+        self.policy, self.grace_s, self.clock = policy, settings.grace_s, clock
         self.watch = watch
         self.cgroup = cgroup
         self.sink, self._on_event, self._settle = sink, on_event, settle
@@ -101,7 +99,9 @@ class Engine:
         ]  # fmt: skip
         timeout_s = watch.hang_timeout_s
         self.hangs = (
-            None if timeout_s is None else HangWatch(self, timeout_s, heartbeat=watch.heartbeat)
+            None
+            if timeout_s is None
+            else HangWatch(self, self.loop, sink, timeout_s, heartbeat=watch.heartbeat)
         )
         self._timed_out = False
         groups = [self.workers] if policy.gang else [[w] for w in self.workers]
@@ -119,7 +119,7 @@ class Engine:
         # unlock them at the end (last: nothing to close if an earlier step failed). Not the
         # caller's numbers: those may be closed (Lease.release) and reused meanwhile.
         self._holds_leases = bool(lease_fds)
-        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if release_leases else ()
+        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if settings.release_leases else ()
 
     # -- called from any thread ----------------------------------------------------------
     def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:

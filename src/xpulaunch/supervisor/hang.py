@@ -29,8 +29,9 @@ from xpulaunch.events import HangDetected
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from xpulaunch.supervisor.engine import Engine
-    from xpulaunch.supervisor.worker import Worker
+    from xpulaunch.joblog.logs import LogSink
+    from xpulaunch.supervisor.loop import Loop
+    from xpulaunch.supervisor.worker import Worker, WorkerOwner
 
 PY_SPY_TIMEOUT_S = 30.0
 
@@ -52,21 +53,20 @@ class Watch:
     max_runtime_s: float | None = None
 
 
-def heartbeat_path(run_dir: Path, attempt: int, name: str) -> Path:
-    return run_dir / f"attempt_{attempt}" / f"{name}.heartbeat"
-
-
 class HangWatch:
-    def __init__(self, engine: Engine, timeout_s: float, *, heartbeat: bool) -> None:
-        self._engine, self._timeout_s, self._heartbeat = engine, timeout_s, heartbeat
-        self._clock = engine.clock
+    """Fails a silent worker through its ``owner``, as a failed health check does."""
+
+    def __init__(
+        self, owner: WorkerOwner, loop: Loop, sink: LogSink, timeout_s: float, *, heartbeat: bool
+    ) -> None:
+        self._owner, self._loop, self._sink = owner, loop, sink
+        self._timeout_s, self._heartbeat = timeout_s, heartbeat
+        self._clock = loop.clock
 
     def started(self, worker: Worker) -> None:
         """Arm the first deadline of a run that just started."""
         run_id = worker.run_id
-        self._engine.loop.call_at(
-            self._clock() + self._timeout_s, lambda: self._check(worker, run_id)
-        )
+        self._loop.call_at(self._clock() + self._timeout_s, lambda: self._check(worker, run_id))
 
     def _check(self, worker: Worker, run_id: int) -> None:
         if run_id != worker.run_id or not worker.alive or worker.expected:
@@ -74,7 +74,7 @@ class HangWatch:
         last_s = self._last_activity_s(worker)
         now = self._clock()
         if now < last_s + self._timeout_s:
-            self._engine.loop.call_at(last_s + self._timeout_s, lambda: self._check(worker, run_id))
+            self._loop.call_at(last_s + self._timeout_s, lambda: self._check(worker, run_id))
             return
         self._hung(worker, run_id, now - last_s)
 
@@ -95,18 +95,16 @@ class HangWatch:
     def _hung(self, worker: Worker, run_id: int, silent_s: float) -> None:
         what = "heartbeat" if self._heartbeat else "output"
         pid = worker.pid or 0
-        self._engine.emit(HangDetected(self._clock(), worker.name, pid, silent_s, what))
+        self._owner.emit(HangDetected(self._clock(), worker.name, pid, silent_s, what))
         reason = (
             f"silent for {silent_s:.0f} s (no {what} within --hang-timeout {self._timeout_s:g} s)"
         )
         py_spy = shutil.which("py-spy")
         if py_spy is None:
-            self._engine.sink.message(
-                f"worker {worker.name}: no stack dump (py-spy is not installed)"
-            )
-            self._engine.on_failed(worker, reason)
+            self._sink.message(f"worker {worker.name}: no stack dump (py-spy is not installed)")
+            self._owner.on_failed(worker, reason)
             return
-        self._engine.loop.submit(
+        self._loop.submit(
             lambda: _dump_stacks(py_spy, pid), lambda f: self._dumped(worker, run_id, reason, f)
         )
 
@@ -114,9 +112,9 @@ class HangWatch:
         self, worker: Worker, run_id: int, reason: str, future: Future[list[bytes]]
     ) -> None:
         lines = [b"xpulaunch: py-spy dump of the silent process:", *future.result()]
-        self._engine.sink.write(worker.name, True, lines)
+        self._sink.write(worker.name, True, lines)
         if run_id == worker.run_id and worker.alive:
-            self._engine.on_failed(worker, reason)
+            self._owner.on_failed(worker, reason)
 
 
 def _dump_stacks(py_spy: str, pid: int) -> list[bytes]:

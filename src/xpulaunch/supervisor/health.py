@@ -1,6 +1,6 @@
 """Health checks of a worker run (readiness, then liveness), without threads or clocks.
 
-A :class:`~xpulaunch.supervisor.spec.Probe` (public name) describes one check; a
+A :class:`~xpulaunch.supervisor.spec.HealthCheck` (public name) describes one check; a
 :class:`HealthCheckRun` holds the state of one worker run's checks. The worker calls
 :meth:`HealthCheckRun.tick` every ``interval_s`` and :meth:`HealthCheckRun.result` when a
 check (run on a helper thread) answers, and acts on the verdict. Readiness failures are
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from xpulaunch.supervisor.spec import Probe
+    from xpulaunch.supervisor.spec import HealthCheck
 
 
 class Verdict(str, Enum):
@@ -30,7 +30,9 @@ class Verdict(str, Enum):
 
 
 class HealthCheckRun:
-    def __init__(self, readiness: Probe | None, liveness: Probe | None, started_at_s: float):
+    def __init__(
+        self, readiness: HealthCheck | None, liveness: HealthCheck | None, started_at_s: float
+    ):
         self._readiness, self._liveness = readiness, liveness
         self._started_at_s = started_at_s
         self.ready = readiness is None
@@ -40,7 +42,7 @@ class HealthCheckRun:
         self.detail = ""
 
     @property
-    def check(self) -> Probe | None:
+    def check(self) -> HealthCheck | None:
         """The check in charge now: readiness until it passed, then liveness."""
         return self._liveness if self.ready else self._readiness
 

@@ -1,11 +1,17 @@
-"""What to run: :class:`WorkerSpec`, its health checks (:class:`Probe`), and the variables
-that the supervisor adds to a worker's environment when it starts it (:func:`start_env`)."""
+r"""What to run and how: :class:`WorkerSpec`, its :class:`HealthCheck`\ s, the
+:class:`SupervisorSettings`, and the variables that the supervisor adds to a worker's
+environment when it starts it (:func:`start_env`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.restart import RestartPolicy
+from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
+from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.model import ERROR_FILE_VAR, JOB_ID_VAR, RESTART_COUNT_VAR, WORKER_VAR
 
 if TYPE_CHECKING:
@@ -13,10 +19,10 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class Probe:
-    """A health check (readiness or liveness). ``check`` returns True when healthy; it must
-    return (or raise ``OSError``, which counts as a failure) within ``timeout_s``. It runs on
-    a helper thread, never on the supervisor's loop."""
+class HealthCheck:
+    """A health check of a worker (readiness or liveness). ``check`` returns True when
+    healthy; it must return (or raise ``OSError``, which counts as a failure) within
+    ``timeout_s``. It runs on a helper thread, never on the supervisor's loop."""
 
     check: Callable[[], bool]
     interval_s: float = 1.0
@@ -36,13 +42,48 @@ class WorkerSpec:
     env: Mapping[str, str]
     cwd: str | None = None
     pass_fds: tuple[int, ...] = ()
-    readiness: Probe | None = None
-    liveness: Probe | None = None
+    readiness: HealthCheck | None = None
+    liveness: HealthCheck | None = None
     prepare: Callable[[int], WorkerSpec] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SupervisorSettings:
+    """How a :class:`~xpulaunch.supervisor.supervisor.Supervisor` runs its workers.
+
+    ``lease_fds`` (flock'd device leases) are held by the workers and the guardian until every
+    process of the job is gone; with ``release_leases`` the supervisor unlocks them as soon as
+    it has seen every process of the job gone (``xpulaunch run``). ``record_dir`` defaults to
+    the user's runtime dir; ``job_id`` (default: a random one) is the ``XPULAUNCH_JOB_ID``
+    every process of the job carries. ``hang_timeout_s``: a worker silent that long (no
+    output; with ``heartbeat``, no :func:`xpulaunch.heartbeat`) is failed;
+    ``max_runtime_s``: the job is stopped after that long, with exit status 124.
+    """
+
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    grace_s: float = 10.0
+    logs: LogConfig = field(default_factory=LogConfig)
+    lease_fds: tuple[int, ...] = ()
+    release_leases: bool = False
+    record_dir: str | None = None
+    job_id: str | None = None
+    hang_timeout_s: float | None = None
+    heartbeat: bool = False
+    max_runtime_s: float | None = None
+
+
+def heartbeat_path(run_dir: Path, attempt: int, name: str) -> Path:
+    return run_dir / f"attempt_{attempt}" / f"{name}.heartbeat"
+
+
 def start_env(
-    env: Mapping[str, str], *, job_id: str, worker: str, attempt: int, error_file: str = ""
+    env: Mapping[str, str],
+    *,
+    job_id: str,
+    worker: str,
+    attempt: int,
+    error_file: str = "",
+    heartbeat_file: str = "",
 ) -> dict[str, str]:
     """``env`` plus the variables known only when a worker starts (``model.SET_AT_START``).
 
@@ -55,4 +96,16 @@ def start_env(
     started = {JOB_ID_VAR: job_id, WORKER_VAR: worker, RESTART_COUNT_VAR: str(attempt)}
     if error_file:
         started[ERROR_FILE_VAR] = error_file
+    if heartbeat_file:
+        started[HEARTBEAT_FILE_VAR] = heartbeat_file
     return {**env, **started}
+
+
+def __getattr__(name: str) -> object:
+    """``Probe``, the old name of :class:`HealthCheck` (it read like a device probe)."""
+    if name == "Probe":
+        warnings.warn(
+            "xpulaunch.Probe is now xpulaunch.HealthCheck", DeprecationWarning, stacklevel=2
+        )
+        return HealthCheck
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,8 @@
 ::
 
     spec = WorkerSpec("0", ["llama-server", "--port", "8080"], env=dict(os.environ),
-                      readiness=Probe(http_ok("http://127.0.0.1:8080/health")))
-    with Supervisor([spec], RestartPolicy(gang=False)) as sup:
+                      readiness=HealthCheck(http_ok("http://127.0.0.1:8080/health")))
+    with Supervisor([spec], SupervisorSettings(policy=RestartPolicy(gang=False))) as sup:
         if not sup.wait_ready(timeout=120):
             raise SystemExit("\\n".join(sup.tail("0")))
         sup.wait()
@@ -24,8 +24,9 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
@@ -39,16 +40,24 @@ from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
 from xpulaunch.supervisor.engine import Engine
 from xpulaunch.supervisor.hang import Watch
-from xpulaunch.supervisor.spec import Probe, WorkerSpec
+from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, WorkerSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import TracebackType
 
-__all__ = ["LogConfig", "Probe", "RestartPolicy", "Supervisor", "WorkerSpec", "WorkerState"]
+__all__ = [
+    "HealthCheck",
+    "LogConfig",
+    "RestartPolicy",
+    "Supervisor",
+    "SupervisorSettings",
+    "WorkerSpec",
+    "WorkerState",
+]
 
 
-def _validate(workers: Sequence[WorkerSpec], grace_s: float) -> None:
+def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> None:
     if not workers:
         raise UsageError("no workers to supervise: give at least one WorkerSpec")
     names = [w.name for w in workers]
@@ -60,8 +69,14 @@ def _validate(workers: Sequence[WorkerSpec], grace_s: float) -> None:
             raise UsageError(f"worker name {spec.name!r}: expected a non-empty name without '/'")
         if not spec.argv:
             raise UsageError(f"worker {spec.name}: argv is empty")
-    if grace_s < 0:
-        raise UsageError(f"grace {grace_s} s: expected 0 or more seconds")
+    if settings.grace_s < 0:
+        raise UsageError(f"grace {settings.grace_s} s: expected 0 or more seconds")
+    for name in ("hang_timeout_s", "max_runtime_s"):
+        value = getattr(settings, name)
+        if value is not None and not (0 < value < float("inf")):
+            raise UsageError(f"{name} {value}: expected a number of seconds > 0")
+    if settings.heartbeat and settings.hang_timeout_s is None:
+        raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
 
 
 class Supervisor:
@@ -70,53 +85,42 @@ class Supervisor:
     def __init__(
         self,
         workers: Sequence[WorkerSpec],
-        policy: RestartPolicy = RestartPolicy(),  # noqa: B008 (frozen value)
+        settings: SupervisorSettings | RestartPolicy | None = None,
         *,
-        grace_s: float = 10.0,
-        logs: LogConfig = LogConfig(),  # noqa: B008 (frozen value)
         on_event: Callable[[Event], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        lease_fds: tuple[int, ...] = (),
-        release_leases: bool = False,
         settle: Callable[[Sequence[str]], None] | None = None,
-        record_dir: str | os.PathLike[str] | None = None,
-        job_id: str | None = None,
-        hang_timeout_s: float | None = None,
-        heartbeat: bool = False,
-        max_runtime_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **fields: Any,
     ) -> None:
-        """``lease_fds`` (flock'd device leases) are held by the workers and the guardian until
-        every process of the job is gone, and by the caller's own descriptors until it
-        releases them. ``release_leases``: the caller is done with them once the job is, so
-        the supervisor unlocks them (``LOCK_UN``) as soon as it has seen every process of the
-        job gone, and the devices are free when :meth:`wait` returns (``xpulaunch run``).
-        ``settle(names)`` blocks (on a helper thread) until those workers' devices can be
-        reused; ``record_dir`` defaults to the user's runtime dir. ``job_id`` (default: a
-        random one) is the ``XPULAUNCH_JOB_ID`` every process of the job carries; pass the
-        lease's, so that ``xpulaunch status`` and the workers name the job alike.
+        """``settings`` says how (a :class:`RestartPolicy` alone is the policy); ``fields``
+        replace single settings (``grace_s=5``, ``logs=LogConfig(...)``). ``on_event`` sees
+        every event on the supervisor's loop thread; ``settle(names)`` blocks (on a helper
+        thread) until those workers' devices can be reused before they restart.
 
-        Each worker's attempt gets its own ``TORCHELASTIC_ERROR_FILE`` (under
-        ``logs.log_dir``, where ``logs.layout`` puts it, else in a private directory removed
-        at the end), so the :class:`~xpulaunch.events.Exited` of a failed run carries
-        its ``root_cause``.
-        ``hang_timeout_s``: a worker silent that long (no output; with ``heartbeat``, no
-        :func:`xpulaunch.heartbeat`) is failed (see :mod:`xpulaunch.supervisor.hang`).
-        ``max_runtime_s``: the job is stopped after that long, with exit status 124."""
-        _validate(workers, grace_s)
-        _validate_durations(hang_timeout_s=hang_timeout_s, max_runtime_s=max_runtime_s)
-        if heartbeat and hang_timeout_s is None:
-            raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
-        self._log_dir = logs.log_dir
-        self._hang_timeout_s, self._heartbeat = hang_timeout_s, heartbeat
-        self._max_runtime_s = max_runtime_s
+        Each worker's attempt gets its own ``TORCHELASTIC_ERROR_FILE`` (under the log dir,
+        else in a private directory removed at the end), so the
+        :class:`~xpulaunch.events.Exited` of a failed run carries its ``root_cause``."""
+        if isinstance(settings, RestartPolicy):
+            settings = SupervisorSettings(policy=settings)
+        try:
+            settings = replace(settings or SupervisorSettings(), **fields)
+        except TypeError as exc:
+            raise UsageError(f"Supervisor: {exc}") from None
+        _validate(workers, settings)
+        self.settings = settings
         self._specs = tuple(workers)
-        self._policy, self._grace_s = policy, grace_s
-        self._sink = LogSink(logs, [w.name for w in workers], folders=rank_folders(workers))
-        self._on_event, self._clock = on_event, clock
-        self._lease_fds, self._settle = tuple(lease_fds), settle
-        self._release_leases = release_leases
-        self._record_dir = os.fspath(record_dir) if record_dir else records.runtime_dir(os.environ)
-        self.job_id = _job_id(job_id)
+        self._sink = LogSink(
+            settings.logs,
+            [w.name for w in workers],
+            folders=rank_folders({w.name: w.env for w in workers}),
+        )
+        self._on_event, self._settle, self._clock = on_event, settle, clock
+        self._record_dir = (
+            os.fspath(settings.record_dir)
+            if settings.record_dir
+            else records.runtime_dir(os.environ)
+        )
+        self.job_id = _job_id(settings.job_id)
         self._engine: Engine | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -149,7 +153,8 @@ class Supervisor:
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
         cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
         cgroup_path = cgroup.path if cgroup is not None else None
-        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds, cgroup_path)
+        settings = self.settings
+        watchdog = start_guardian(self.job_id, since, record_file, settings.lease_fds, cgroup_path)
         header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
         if watchdog is not None:
             header["guardian"] = _identity(watchdog.pid)
@@ -157,19 +162,20 @@ class Supervisor:
             header["cgroup"] = cgroup_path
         record = records.JobRecord(self._record_dir, self.job_id, header)
         return Engine(
-            self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
-            on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
-            settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
-            release_leases=self._release_leases, watch=self._watch(), cgroup=cgroup,
+            self._specs, settings, sink=self._sink, on_event=self._on_event, clock=self._clock,
+            job_id=self.job_id, since_ticks=since, settle=self._settle, guardian=watchdog,
+            record=record, watch=self._watch(), cgroup=cgroup,
         )  # fmt: skip
 
     def _watch(self) -> Watch:
-        private = self._log_dir is None
-        run_dir = self._log_dir or self._private_run_dir()
+        log_dir = self.settings.logs.log_dir
         return Watch(
-            run_dir=Path(run_dir), remove_run_dir=private, hang_timeout_s=self._hang_timeout_s,
-            heartbeat=self._heartbeat, max_runtime_s=self._max_runtime_s,
-        )  # fmt: skip
+            run_dir=Path(log_dir or self._private_run_dir()),
+            remove_run_dir=log_dir is None,
+            hang_timeout_s=self.settings.hang_timeout_s,
+            heartbeat=self.settings.heartbeat,
+            max_runtime_s=self.settings.max_runtime_s,
+        )
 
     def _private_run_dir(self) -> str:
         """Where the workers' error files go without ``--log-dir``: beside the job's record
@@ -273,12 +279,6 @@ def _job_id(given: str | None) -> str:
     if not given or not all(c.isascii() and (c.isalnum() or c in "-_") for c in given):
         raise UsageError(f"job id {given!r}: expected letters, digits, '-' or '_'")
     return given
-
-
-def _validate_durations(**seconds: float | None) -> None:
-    for name, value in seconds.items():
-        if value is not None and not (0 < value < float("inf")):
-            raise UsageError(f"{name} {value}: expected a number of seconds > 0")
 
 
 def _pending(name: str) -> WorkerStatus:

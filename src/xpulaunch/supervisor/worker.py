@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Protocol
 from xpulaunch.core.root_cause import RootCause, from_error_file, from_stderr
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
-from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
 from xpulaunch.joblog.logs import LineBuffer
 from xpulaunch.processes.procfs import process_info
 from xpulaunch.processes.spawn import open_pidfd, spawn
@@ -37,9 +36,8 @@ from xpulaunch.processes.tree import (
     signal_processes,
     with_cont,
 )
-from xpulaunch.supervisor.hang import heartbeat_path
 from xpulaunch.supervisor.health import HealthCheckRun, Verdict, run_check
-from xpulaunch.supervisor.spec import start_env
+from xpulaunch.supervisor.spec import heartbeat_path, start_env
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -141,13 +139,15 @@ class Worker:
         except (XpulaunchError, OSError) as exc:
             return self._start_failed(f"cannot prepare worker {self.name}: {exc}")
         error_file = self._fresh_error_file(attempt)
-        env = start_env(spec.env, job_id=self._job_id, worker=self.name, attempt=attempt,
-                        error_file=str(error_file or ""))  # fmt: skip
+        self.heartbeat_file = None
         if self._heartbeat and self._run_dir is not None:
             self.heartbeat_file = heartbeat_path(self._run_dir, attempt, self.name)
             with contextlib.suppress(OSError):  # then only its start counts as a beat
                 self.heartbeat_file.touch()  # a fresh mtime: the run has just begun
-            env[HEARTBEAT_FILE_VAR] = str(self.heartbeat_file)
+        env = start_env(
+            spec.env, job_id=self._job_id, worker=self.name, attempt=attempt,
+            error_file=str(error_file or ""), heartbeat_file=str(self.heartbeat_file or ""),
+        )  # fmt: skip
         self._sink.open_attempt(self.name, attempt)
         self._first_line = self._sink.mark(self.name)
         cgroup_fd = self._cgroup_fd()

@@ -1,0 +1,61 @@
+"""``--accelerate-config FILE|default``: run a job as ``accelerate launch`` would with that file.
+
+The file's process count, devices and rendezvous fill ``run``'s own options unless the
+command line or the environment set them (as ``accelerate launch`` lets its flags win over the
+file), each checked by that option's own type; its other settings become variables of every
+worker. What xpulaunch does not honour is named in one warning line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from xpulaunch.errors import UsageError
+
+_SET_BY_USER = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
+def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Fill ``values`` (a command's converted keyword arguments) from ``accelerate_config``,
+    and add the workers' variables (``extra_env``) and a note (``notes``)."""
+    value = values.get("accelerate_config")
+    if not value:
+        return
+    from xpulaunch.core.accelerate_config import translate
+    from xpulaunch.integrations.accelerate_files import read_config, resolve_config_path
+
+    path = resolve_config_path(value, env)
+    source = f"--accelerate-config {path}"
+    launch = translate(read_config(path), env, source=source, cwd=os.getcwd())
+    _fill(values, launch.options, str(path))
+    if launch.ignored:
+        _warn(f"{path}: not honoured: {', '.join(launch.ignored)}")
+    for line in launch.warnings:
+        _warn(f"{path}: {line}")
+    values["extra_env"] = tuple(sorted(launch.env.items()))
+    values["notes"] = (f"accelerate config {path}: {launch.summary}",)
+
+
+def _fill(values: dict[str, Any], options: Mapping[str, object], source: str) -> None:
+    ctx = click.get_current_context()
+    params = {p.name: p for p in ctx.command.params}
+    lacking = [name for name in options if name not in params]
+    if lacking:
+        flags = ", ".join("--" + name.replace("_", "-") for name in lacking)
+        raise UsageError(f"{source}: num_machines > 1 needs {flags}, which this command lacks")
+    for name, value in options.items():
+        if ctx.get_parameter_source(name) in _SET_BY_USER:
+            continue
+        try:
+            values[name] = params[name].type_cast_value(ctx, value)
+        except click.BadParameter as exc:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{source}: its {flag} would be {value!r}: {exc.message}") from exc
+
+
+def _warn(text: str) -> None:
+    click.echo(f"xpulaunch: warning: {text}", err=True)

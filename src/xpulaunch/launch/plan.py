@@ -1,0 +1,134 @@
+"""Planning a launch: the program resolved, the inventory probed or read, and the pure
+:func:`~xpulaunch.core.plan.make_plan` called, as ``xpulaunch run --dry-run`` does.
+:func:`xpulaunch.plan` is :func:`plan`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from xpulaunch.core import inventory as inventory_doc
+from xpulaunch.core.nodes import DEFAULT_PORT
+from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.errors import InventoryError, LaunchError
+from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
+from xpulaunch.processes import ports
+from xpulaunch.processes.program import resolve_program
+from xpulaunch.textfiles import read_regular_file
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+
+def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> Inventory:
+    """Probe this host's accelerators without initialising any GPU runtime.
+
+    ``env`` is the environment the probe's tools run with (default: this process's); the
+    probe strips the visibility variables that would hide devices from them. The inventory's
+    ``problems`` list everything ``xpulaunch devices --debug`` shows, a tool that is not
+    installed included: a caller decides what to ignore.
+    """
+    from xpulaunch.probing.host import probe_from_env
+
+    return probe_from_env(
+        dict(os.environ) if env is None else env, use_torch=use_torch, report_missing=True
+    )
+
+
+def load_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Read an inventory document (``xpulaunch devices --json`` output)."""
+    limit = inventory_doc.MAX_DOCUMENT_CHARS
+    try:
+        data = read_regular_file(path, limit)
+        if len(data) > limit:
+            raise InventoryError(
+                f"larger than {limit // 2**20} MiB", option="inventory", value=os.fspath(path)
+            )
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise InventoryError(
+            f"cannot read it ({exc.strerror})", option="inventory", value=os.fspath(path)
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise InventoryError(
+            f"not UTF-8 text ({exc.reason})", option="inventory", value=os.fspath(path)
+        ) from exc
+    return inventory_doc.loads(text, source=str(path))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A currently free TCP port for MASTER_PORT: rank 0 binds it as it starts, and a worker
+    that fails to bind fails the gang, which is then restarted on the same plan."""
+    hint = (
+        "give an IPv4 address or name of this host, or a --master-port too when the master "
+        "runs elsewhere"
+    )
+    return ports.free_port(host, option="master_addr", hint=hint)
+
+
+def plan(
+    program: Sequence[str],
+    *,
+    gpus: str = "auto",
+    backend: str | None = None,
+    nproc_per_node: int | None = 1,
+    isolate: bool = False,
+    min_free_memory_bytes: int | None = None,
+    max_utilization_percent: float | None = None,
+    device_map: DeviceMap | str | None = None,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    inventory: Inventory | str | os.PathLike[str] | None = None,
+    parent_env: Mapping[str, str] | None = None,
+    unavailable: Mapping[str, str] | None = None,
+    must_exist: bool = True,
+    max_restarts: int | None = 0,
+    extra_env: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
+    nodes: NodeGroup | None = None,
+) -> Plan:
+    """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
+
+    ``max_restarts`` is what the workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they
+    are not restarted, None for no limit. ``extra_env`` is given to every worker under the
+    plan's own variables (device masks, ranks), which win; ``notes`` are added to the plan's.
+    ``nodes``: this machine's place in a job of several nodes; there ``master_port`` defaults
+    to torchrun's 29500, since every node must name the same. ``unavailable`` maps a unit's
+    lease key to who holds it; ``must_exist`` False: a program missing here is a note (a
+    plan for another machine).
+    """
+    if not program:
+        raise LaunchError("no PROGRAM given")
+    resolved = resolve_program(program, must_exist=must_exist)  # on this process's PATH
+    if inventory is None:
+        inventory = probe(parent_env)
+    elif not isinstance(inventory, Inventory):
+        inventory = load_inventory(inventory)
+    request = LaunchRequest(
+        argv=resolved.argv,
+        gpus=gpus,
+        backend=backend,
+        nproc_per_node=nproc_per_node,
+        isolate=isolate,
+        min_free_memory_bytes=min_free_memory_bytes,
+        max_utilization_percent=max_utilization_percent,
+        device_map=DeviceMap(device_map) if isinstance(device_map, str) else device_map,
+        master_addr=master_addr,
+        master_port=_master_port(master_port, master_addr, nodes),
+        max_restarts=max_restarts,
+        extra_env=tuple(sorted((extra_env or {}).items())),
+        nodes=nodes or NodeGroup(),
+    )
+    env = dict(os.environ) if parent_env is None else parent_env
+    result = make_plan(request, inventory, env, unavailable=unavailable)
+    extra_notes = (*([resolved.note] if resolved.note else []), *notes)
+    return replace(result, notes=(*result.notes, *extra_notes)) if extra_notes else result
+
+
+def _master_port(port: int | None, master_addr: str, nodes: NodeGroup | None) -> int:
+    if port is not None:
+        return port
+    if nodes is not None and nodes.nnodes > 1:
+        return DEFAULT_PORT
+    return free_port(master_addr)

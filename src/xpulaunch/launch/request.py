@@ -1,0 +1,126 @@
+"""``RunRequest``: everything ``xpulaunch run`` was asked, as one frozen value.
+
+The command line builds it once from click's converted values (:mod:`xpulaunch.cli.run_options`),
+the Python API from keywords (:func:`xpulaunch.run`); :func:`xpulaunch.launch.run.run` is its
+one reader. Values are already valid when it is built: click's parameter types check the
+command line, :meth:`RunRequest.__post_init__` what the types cannot (combinations), so that a
+dry run refuses exactly what a real run refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xpulaunch.core.nodes import NodeRequest
+from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode, RestartPolicy, restart_limit
+from xpulaunch.errors import UsageError
+from xpulaunch.joblog.logs import LogLayout
+from xpulaunch.model import DeviceMap
+
+DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Seconds before the first restart, the cap, and the growth factor."""
+
+    first_s: float = 1.0
+    max_s: float = 30.0
+    factor: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """One launch. Field names are the options' (``--max-restarts`` is ``max_restarts``), with
+    units where they have one. ``restart`` None: ``on-failure`` when ``max_restarts`` is
+    given, else ``no``; ``max_restarts`` None: the default limit, -1 none (torchrun's)."""
+
+    program: tuple[str, ...]
+    # Which devices, and how many workers.
+    gpus: str = "auto"
+    backend: str | None = None
+    nproc_per_node: int | None = 1  # None: one per selected device
+    isolate: bool = False
+    min_free_memory_bytes: int | None = None
+    max_utilization_percent: float | None = None
+    device_map: DeviceMap | None = None
+    inventory: str | None = None  # an inventory document instead of probing this host
+    extra_env: tuple[tuple[str, str], ...] = ()  # under the plan's own variables
+    notes: tuple[str, ...] = ()  # added to the plan's "why"
+    # Where this node stands in a job of several.
+    nodes: NodeRequest = field(default_factory=NodeRequest)
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
+    rdzv_conf: tuple[tuple[str, str], ...] = ()  # torch's c10d settings
+    # Restarts and stopping.
+    restart: RestartMode | None = None
+    max_restarts: int | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    stable_window_s: float = 60.0
+    gang: bool | None = None  # None: gang restarts unless the workers are isolated
+    grace_s: float = 10.0
+    # What the run leaves behind and shows.
+    log_dir: str | None = None
+    log_layout: LogLayout = LogLayout.XPULAUNCH
+    log_run_id: str | None = None  # torchrun's layout: the run's directory name
+    ranks: frozenset[str] | None = None  # workers shown on the console; None: all
+    color: bool | None = None  # None: on a terminal unless NO_COLOR
+    hang_timeout_s: float | None = None
+    heartbeat: bool = False
+    max_runtime_s: float | None = None
+    events: str | None = None  # a file, or "-" for standard output
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_interval_s: float = 10.0
+    # Device leases.
+    lock_dir: str | None = None
+    shared: bool = False
+    wait: bool = False
+    wait_timeout_s: float | None = None
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.program:
+            raise UsageError("no PROGRAM given")
+        if self.heartbeat and self.hang_timeout_s is None:
+            raise UsageError("--heartbeat needs --hang-timeout SECONDS (how long without a beat)")
+        if self.max_restarts is not None and self.max_restarts < -1:
+            raise UsageError(
+                f"--max-restarts {self.max_restarts}: expected a count >= 0, or -1 for no limit"
+            )
+        if self.rdzv_conf and (self.nodes.rdzv_backend or "static") != "c10d":
+            conf = ",".join(f"{k}={v}" for k, v in self.rdzv_conf)
+            raise UsageError(
+                f"--rdzv-conf {conf}: only with --rdzv-backend c10d (torch's rendezvous settings)"
+            )
+
+    @property
+    def restart_mode(self) -> RestartMode:
+        if self.restart is not None:
+            return self.restart
+        return RestartMode.ON_FAILURE if self.max_restarts not in (None, 0) else RestartMode.NO
+
+    @property
+    def restart_count(self) -> int | None:
+        """The restart limit; None: no limit (``--restart always`` alone has none, as in
+        docker)."""
+        if self.max_restarts == -1:
+            return None
+        if self.max_restarts is None:
+            return None if self.restart_mode is RestartMode.ALWAYS else DEFAULT_MAX_RESTARTS
+        return self.max_restarts
+
+    @property
+    def restart_limit(self) -> int | None:
+        """What workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they are not restarted."""
+        return restart_limit(self.restart_mode, self.restart_count)
+
+    def policy(self, isolate: bool) -> RestartPolicy:
+        return RestartPolicy(
+            mode=self.restart_mode,
+            max_restarts=self.restart_count,
+            backoff_initial_s=self.backoff.first_s,
+            backoff_factor=self.backoff.factor,
+            backoff_max_s=self.backoff.max_s,
+            stable_window_s=self.stable_window_s,
+            gang=not isolate if self.gang is None else self.gang,
+        )
