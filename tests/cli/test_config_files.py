@@ -149,16 +149,49 @@ def test_config_show_text(project: Path) -> None:
         ("restart = 'sometimes'\n", "restart: 'sometimes' is not one of"),
         ("gpus = \n", "Invalid value (at line 1, column 8)"),
         ("[profiles.big]\nisolat = true\n", "[profiles.big]: unknown key 'isolat'"),
+        # TOML's types are not taken loosely: a fraction, a boolean or an empty text is refused.
+        ("isolate = 1\n", "isolate: expected true or false, not 1"),
+        ("log-dir = 5\n", "log-dir: expected a string, not 5"),
+        ("max-restarts = 2.9\n", "max-restarts: '2.9' is not a whole number"),
+        ("max-restarts = true\n", "max-restarts: expected a value, not True"),
+        ("grace = true\n", "grace: expected a value, not True"),
+        ("lock-dir = ''\n", "lock-dir: expected a value, not ''"),
+        ("events = ''\n", "events: expected a value, not ''"),
+        ("a = " + "[" * 100_000 + "\n", "nested too deeply"),
+        (b"gpus = '\xff'\n", "not UTF-8 text"),
     ],
 )
-def test_a_bad_file_is_one_line_with_file_and_key(project: Path, text: str, message: str) -> None:
-    (project / "xpulaunch.toml").write_text(text)
+def test_a_bad_file_is_one_line_with_file_and_key(
+    project: Path, text: str | bytes, message: str
+) -> None:
+    path = project / "xpulaunch.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     for args in (["--dry-run", "/bin/true"], ["config", "show"]):
         done = xpulaunch(project, *args)
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith(f"xpulaunch: error: {project / 'xpulaunch.toml'}")
         assert message in done.stderr
         assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"tool = 5\n# tool.xpulaunch\n", None),  # not a table: not the project file
+        (b"[tool.xpulaunch]\ngpus = 'none'\n\xff\n", "not UTF-8 text"),
+        (b"[tool.xpulaunch]\nisolate = 1\n", "isolate: expected true or false"),
+    ],
+)
+def test_a_pyproject_table_is_read_strictly(
+    project: Path, text: bytes, message: str | None
+) -> None:
+    (project / "pyproject.toml").write_bytes(text)
+    done = xpulaunch(project, "--gpus", "none", "--dry-run", "/bin/true")
+    if message is None:
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_an_unknown_profile_names_the_ones_defined(project: Path) -> None:

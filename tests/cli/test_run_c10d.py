@@ -100,3 +100,21 @@ def test_our_layout_keeps_the_agents_log_and_torchruns_goes_to_the_agent(
     assert "--log-dir" not in agent_options(capsys, *C10D, "--log-dir", logs)
     torchrun = agent_options(capsys, *C10D, "--log-dir", logs, "--log-layout", "torchrun")
     assert torchrun[-6:] == ["--log-dir", logs, "--redirects", "3", "--tee", "3"]
+
+
+def test_c10d_without_torch_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "--gpus", "none", "--rdzv-backend", "c10d", "--nnodes", "1:2",
+              "--rdzv-endpoint", "127.0.0.1:1", "true"])  # fmt: skip
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xpulaunch: error: --rdzv-backend c10d runs torch's elastic agent")
+    assert len(err.splitlines()) == 1

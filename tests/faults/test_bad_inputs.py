@@ -110,3 +110,45 @@ def test_an_unresolvable_llama_host_is_one_line(launch: Launch, tmp_path: Path) 
 def test_a_40_kb_input_is_not_echoed_in_full(launch: Launch) -> None:
     line = one_line_error(launch, "run", "--dry-run", "--gpus", "x" * 40_000, "true")
     assert "more characters" in line or "..." in line
+
+
+@pytest.mark.parametrize("how", ["zero", "fifo", "huge"])
+def test_an_accelerate_config_that_is_no_file_is_refused_at_once(
+    launch: Launch, tmp_path: Path, how: str
+) -> None:
+    path = tmp_path / "accelerate.yaml"
+    if how == "zero":
+        path.symlink_to("/dev/zero")
+    elif how == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(b"# " + b"x" * (5 * 2**20) + b"\n")
+    for args in (["--dry-run", "--gpus", "none"], ["--gpus", "none"]):
+        line = one_line_error(
+            launch, "run", *args, "--accelerate-config", str(path), "true", timeout_s=30
+        )
+        assert "--accelerate-config" in line
+        assert ("larger than 4 MiB" if how == "huge" else "not a regular file") in line
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("num_processes: two\n", "num_processes: 'two' is not a whole number"),
+        ("num_processes: 2.5\n", "num_processes: 2.5 is not a whole number"),
+        ("num_processes: true\n", "num_processes: True is not a whole number"),
+        ("num_processes: -3\n", "num_processes: -3 is not a whole number of at least 1"),
+        ("num_processes: 2\nnum_machines: 0\n", "num_machines: 0 is not a whole number"),
+        ("num_processes: 2\nmain_process_port: 'abc'\n", "main_process_port: 'abc'"),
+        ("num_processes: 2\nmain_process_port: 99999\n", "from 0 to 65535"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ],
+)
+def test_bad_accelerate_values_are_one_line_naming_the_key(
+    launch: Launch, tmp_path: Path, text: str, why: str
+) -> None:
+    path = tmp_path / "accelerate.yaml"
+    head = "" if text.startswith("a:") else "distributed_type: MULTI_CPU\nuse_cpu: true\n"
+    path.write_text(head + text)
+    line = one_line_error(launch, "run", "--dry-run", "--accelerate-config", str(path), "true")
+    assert why in line

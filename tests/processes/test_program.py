@@ -44,6 +44,8 @@ def test_what_cannot_run_is_one_line_or_a_note_for_a_dry_run(
     with pytest.raises(LaunchError) as caught:
         resolve_program(argv, env=env)
     assert caught.value.message == error
+    # The shell's statuses: found but not runnable is 126, not found 127.
+    assert caught.value.exit_code == (126 if "not executable" in error else 127)
     assert resolve_program(argv, env=env, must_exist=False).note == note
 
 

@@ -75,18 +75,24 @@ def read_toml(path: Path) -> dict[str, Any]:
             return table
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text ({exc.reason}), so not TOML") from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: {exc}") from exc
+    except RecursionError as exc:  # arrays nested thousands deep
+        raise UsageError(f"{path}: nested too deeply to be a config file") from exc
 
 
 def _has_tool_table(path: Path) -> bool:
-    """Cheap first look (the text has the table's header), then a real parse."""
+    """Cheap first look (the text names the table), then a real parse, whose errors are the
+    user's to see: a project that means to configure us must not be ignored silently."""
     try:
-        if "tool.xpulaunch" not in path.read_text(encoding="utf-8"):
+        if "xpulaunch" not in path.read_text(encoding="utf-8", errors="replace"):
             return False
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return False
-    return isinstance(read_toml(path).get("tool", {}).get("xpulaunch"), dict)
+    tool = read_toml(path).get("tool")
+    return isinstance(tool, dict) and isinstance(tool.get("xpulaunch"), dict)
 
 
 def command_options(name: str) -> dict[str, click.Option]:
@@ -128,11 +134,25 @@ def default_map(settings: Mapping[str, Setting]) -> dict[str, dict[str, Any]]:
 
 
 def _checked(option: click.Option, key: str, setting: Setting) -> Any:
+    """A TOML value as the option takes it: a flag is ``true``/``false``, never a number; a
+    count is never a boolean or a fraction (``max-restarts = 2.9`` is refused, not taken as 2);
+    text is never empty (an empty value would be taken as unset)."""
+    value = setting.value
+    if option.is_flag and not isinstance(value, bool):
+        raise UsageError(f"{setting.source}: {key}: expected true or false, not {value!r}")
+    if not option.is_flag and (isinstance(value, bool) or value == ""):
+        raise UsageError(f"{setting.source}: {key}: expected a value, not {value!r}")
+    if isinstance(option.type, click.Path | click.Choice) and not isinstance(value, str):
+        raise UsageError(f"{setting.source}: {key}: expected a string, not {value!r}")
+    if isinstance(option.type, click.types.StringParamType):  # gpus = 2, nnodes = 2 read well
+        if not isinstance(value, str | int):
+            raise UsageError(f"{setting.source}: {key}: expected a string, not {value!r}")
+        value = str(value)
     try:
-        option.type.convert(setting.value, option, None)
+        option.type.convert(value, option, None)
     except click.BadParameter as exc:
         raise UsageError(f"{setting.source}: {key}: {exc.message}") from exc
-    return setting.value
+    return value
 
 
 def apply_config_files(ctx: click.Context, profile: str | None) -> None:

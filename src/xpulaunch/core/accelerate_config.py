@@ -172,8 +172,26 @@ def _launch_args(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     args.setdefault("num_processes", 1 if kind == "NO" else -1)
     if args["num_processes"] == -1:
         raise UsageError(f"{source}: num_processes is not set; give --nproc-per-node")
+    _whole(args, "num_processes", source, low=1)
+    _whole(args, "num_machines", source, low=1)
+    _whole(args, "machine_rank", source, low=0)
+    _whole(args, "main_process_port", source, low=0, high=65535)
     _flatten_sections(args)
     return args
+
+
+def _whole(args: Mapping[str, Any], key: str, source: str, *, low: int, high: int = 2**31) -> None:
+    """A count or port as accelerate's argparse would accept it (an integer, or its text),
+    never a boolean or a fraction that ``int()`` would quietly round."""
+    value = args.get(key)
+    if value is None:
+        return
+    number = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value)
+    if number is None or not low <= number <= high:
+        bound = f"from {low} to {high}" if high < 2**31 else f"of at least {low}"
+        raise UsageError(f"{source}: {key}: {value!r} is not a whole number {bound}")
 
 
 def _check_keys(config: Mapping[str, Any], source: str) -> None:

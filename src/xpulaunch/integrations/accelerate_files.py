@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError
+from xpulaunch.textfiles import read_regular_file
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,17 +34,31 @@ def resolve_config_path(value: str, env: Mapping[str, str]) -> Path:
     return default_config_path(env) if value == "default" else Path(value)
 
 
+MAX_CONFIG_BYTES = 4 * 2**20  # accelerate writes a few hundred bytes
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """The file's mapping; a missing, unreadable or malformed file is a one-line UsageError."""
+    """The file's mapping; a missing, unreadable or malformed file is a one-line UsageError,
+    and so is what is not a regular file of a sane size (a FIFO would block, /dev/zero never
+    ends)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data_bytes = read_regular_file(path, MAX_CONFIG_BYTES)
+        if len(data_bytes) > MAX_CONFIG_BYTES:
+            raise UsageError(
+                f"--accelerate-config {path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; "
+                "give the file `accelerate config` wrote"
+            )
+        text = data_bytes.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise UsageError(
             f"--accelerate-config {path}: cannot read it ({why}); "
             "run `accelerate config` or give the file it wrote"
         ) from exc
-    data = _parse_json(text, path) if path.suffix == ".json" else _parse_yaml(text, path)
+    try:
+        data = _parse_json(text, path) if path.suffix == ".json" else _parse_yaml(text, path)
+    except RecursionError as exc:
+        raise UsageError(f"--accelerate-config {path}: nested too deeply") from exc
     if not isinstance(data, dict):
         raise UsageError(f"--accelerate-config {path}: expected a mapping of keys to values")
     return data

@@ -130,6 +130,8 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
 def run(request: RunRequest, env: Mapping[str, str], ui: RunUI) -> int:
     """Lease devices and run the job until it is over; its exit status."""
     nodes = node_settings(request, env, ui.say)
+    if nodes.elastic is not None:
+        _need_torch()
     ours = supervised(request, nodes)
     # The probe runs in a forked child, outside the allocation lock (only planning runs under
     # it): NVML's memory never becomes the supervisor's, and it probes while this process
@@ -159,6 +161,18 @@ def run(request: RunRequest, env: Mapping[str, str], ui: RunUI) -> int:
             meeting=_meeting(plan, nodes, request.join_timeout_s),
         )  # fmt: skip
     return status
+
+
+def _need_torch() -> None:
+    """c10d runs torch's elastic agent: say so in one line where torch is missing (looked up,
+    not imported: the supervisor never imports torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError(
+            "--rdzv-backend c10d runs torch's elastic agent, and torch is not installed for "
+            f"{sys.executable}; install your vendor's torch build, or use --rdzv-backend static"
+        )
 
 
 def _allocate(

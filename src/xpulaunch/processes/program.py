@@ -95,7 +95,10 @@ def _cannot_run(
 ) -> ResolvedProgram:
     error, note = problem
     if must_exist:
-        raise LaunchError(f"{culprit}: {error}")
+        # The shell's statuses: 126 for a program found but not runnable, 127 not found.
+        raise LaunchError(
+            f"{culprit}: {error}", exit_code=126 if problem is _NOT_EXECUTABLE else 127
+        )
     return ResolvedProgram(command, f"{culprit}: {note}")
 
 
