@@ -90,11 +90,14 @@ def warn_torchrun_options(program: tuple[str, ...]) -> None:
     to PROGRAM, which is what ``run`` does with an argument it does not know."""
     import os
 
+    explicit = click.get_current_context().meta.get(AFTER_DASHDASH, 0)
+    args = program[1 : len(program) - explicit]
+    if not any(arg.startswith("-") for arg in args):
+        return  # nothing to look for: the torchrun command need not be built
     from xpulaunch.cli.torchrun import torchrun_options_in
 
-    explicit = click.get_current_context().meta.get(AFTER_DASHDASH, 0)
     script = os.path.basename(program[0])
-    for name in torchrun_options_in(program[1 : len(program) - explicit]):
+    for name in torchrun_options_in(args):
         click.echo(
             f"xpulaunch: warning: {name} (a torchrun option) goes to {script}; put it after "
             f"-- if it is meant for {script}, or run xpulaunch torchrun ... {script}",

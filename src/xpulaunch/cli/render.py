@@ -7,7 +7,6 @@ import shlex
 
 import click
 
-from xpulaunch import api
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.core.units import format_bytes
 from xpulaunch.model import SET_AT_START, Plan, Unit
@@ -16,7 +15,9 @@ from xpulaunch.model import SET_AT_START, Plan, Unit
 def print_plan(plan: Plan, as_json: bool, *, servers: bool = False) -> None:
     """``servers``: the plan's workers are llama-server replicas, and are called so."""
     if as_json:
-        click.echo(json.dumps(api.plan_document(plan), indent=2))
+        from xpulaunch.core.plan import to_dict
+
+        click.echo(json.dumps(to_dict(plan), indent=2))
     else:
         click.echo(terminal_safe(plan_text(plan, servers=servers)))
 

@@ -7,10 +7,8 @@ from typing import Any
 
 import click
 
-from xpulaunch.cli.accelerate import apply_accelerate_config
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.program import ProgramCommand, warn_torchrun_options
-from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.run_options import run_parameters, to_request
 from xpulaunch.cli.waiting import WaitReporter
 from xpulaunch.errors import UsageError
@@ -34,9 +32,14 @@ def launch(
     from xpulaunch.launch import run as launching
 
     env = dict(os.environ)
-    apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
+    if values.get("accelerate_config"):
+        from xpulaunch.cli.accelerate import apply_accelerate_config
+
+        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
     request = to_request(program, values, env)
     if dry_run:
+        from xpulaunch.cli.render import print_plan
+
         print_plan(launching.dry_run(request, env, _warn), as_json)
         return 0
     if as_json:

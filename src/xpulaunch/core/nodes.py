@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xpulaunch.core.cluster import ClusterJob, Expander, find_cluster
-from xpulaunch.core.hostlist import expand_hostlist
 from xpulaunch.errors import UsageError
 from xpulaunch.model import NodeGroup
+
+if TYPE_CHECKING:
+    from xpulaunch.core.cluster import ClusterJob, Expander
 
 LOOPBACK = "127.0.0.1"
 # NodeGroup.source of --nnodes auto where no cluster environment was found.
@@ -60,7 +62,7 @@ class NodeSettings:
 
 
 def resolve_nodes(
-    request: NodeRequest, env: Mapping[str, str], expand: Expander = expand_hostlist
+    request: NodeRequest, env: Mapping[str, str], expand: Expander | None = None
 ) -> NodeSettings:
     """Raises :class:`UsageError` with one line naming the option at fault. ``expand``:
     how a Slurm host list becomes hosts."""
@@ -76,7 +78,10 @@ def resolve_nodes(
     if (request.nnodes or "").strip().lower() == "auto":
         if request.node_rank is not None:
             raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
-        return _from_cluster(addr, port, find_cluster(env, expand))
+        from xpulaunch.core.cluster import find_cluster  # only --nnodes auto reads a cluster
+        from xpulaunch.core.hostlist import expand_hostlist
+
+        return _from_cluster(addr, port, find_cluster(env, expand or expand_hostlist))
     nnodes = parse_nnodes(request.nnodes)
     node_rank = 0 if request.node_rank is None else request.node_rank
     if not 0 <= node_rank < nnodes:

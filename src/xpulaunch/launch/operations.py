@@ -10,14 +10,14 @@ import time
 from typing import TYPE_CHECKING
 
 from xpulaunch.events import LeaseAcquired, LeaseReleased, LeaseWaited
-from xpulaunch.joblog.event_stream import EventStream
-from xpulaunch.joblog.run_summary import RunSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from xpulaunch.events import Event
+    from xpulaunch.joblog.event_stream import EventStream
     from xpulaunch.joblog.metrics import MetricsServer
+    from xpulaunch.joblog.run_summary import RunSummary
     from xpulaunch.launch.request import RunRequest
     from xpulaunch.leases import Lease, WaitStatus
     from xpulaunch.model import Plan
@@ -30,6 +30,8 @@ def open_events(target: str | None) -> EventStream | None:
     (the workers' output, which the supervisor writes to this process's stdout)."""
     if target is None:
         return None
+    from xpulaunch.joblog.event_stream import EventStream
+
     if target != "-":
         return EventStream(target)
     sys.stdout.flush()
@@ -85,7 +87,11 @@ class Operations:
         self.events = events
         devices = [u.label() for u in plan.devices]
         argv = plan.workers[0].argv if plan.workers else ()
-        self.summary = RunSummary(supervisor.job_id, argv, devices) if self._log_dir else None
+        self.summary: RunSummary | None = None
+        if self._log_dir:
+            from xpulaunch.joblog.run_summary import RunSummary
+
+            self.summary = RunSummary(supervisor.job_id, argv, devices)
         self.metrics: MetricsServer | None = None
         if request.metrics_port is not None:
             from xpulaunch.joblog.metrics import MetricsServer

@@ -8,14 +8,12 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
 from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
 from xpulaunch.processes import ports
 from xpulaunch.processes.program import resolve_program
-from xpulaunch.textfiles import read_regular_file
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -38,6 +36,9 @@ def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> I
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory document (``xpulaunch devices --json`` output)."""
+    from xpulaunch.core import inventory as inventory_doc
+    from xpulaunch.textfiles import read_regular_file
+
     limit = inventory_doc.MAX_DOCUMENT_CHARS
     try:
         data = read_regular_file(path, limit)

@@ -15,16 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from xpulaunch.core.elastic import agent_plan, local_ranks_filter
-from xpulaunch.core.hostlist import expand_hostlist
 from xpulaunch.core.nodes import NodeSettings, resolve_nodes
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
 from xpulaunch.joblog.report import Reporter
 from xpulaunch.launch import plan as planning
-from xpulaunch.launch.gpu_settle import gpu_settle
 from xpulaunch.launch.operations import LeaseEvents, Operations, open_events
+from xpulaunch.model import Backend
 from xpulaunch.processes import records
 from xpulaunch.processes.program import resolve_program
 from xpulaunch.processes.signals import forwarding
@@ -55,12 +53,11 @@ def node_settings(
 ) -> NodeSettings:
     """Where this node stands in the job (one node unless asked otherwise). Slurm's own
     ``scontrol`` checks a host list only where it is needed."""
-    expand: Callable[[str], tuple[str, ...]] = expand_hostlist
     if (request.nodes.nnodes or "").strip().lower() == "auto":
         from xpulaunch.probing.slurm import checked_expander
 
-        expand = checked_expander(env, say)
-    return resolve_nodes(request.nodes, env, expand)
+        return resolve_nodes(request.nodes, env, checked_expander(env, say))
+    return resolve_nodes(request.nodes, env)
 
 
 def job_plan(
@@ -86,6 +83,8 @@ def job_plan(
     )  # fmt: skip
     if nodes.elastic is None:
         return plan
+    from xpulaunch.core.elastic import agent_plan, local_ranks_filter
+
     return agent_plan(
         plan, nodes.elastic, python=sys.executable, max_restarts=request.restart_limit,
         join_timeout_s=request.join_timeout_s, rdzv_conf=request.rdzv_conf,
@@ -244,7 +243,11 @@ def supervise(
     policy = request.policy(plan.isolate)
     # Waiting for GPU memory and for the other nodes matters only before a restart.
     restarts = policy.mode is not RestartMode.NO
-    gpus = gpu_settle(plan) if restarts else None
+    gpus = None
+    if restarts and plan.backend is Backend.CUDA:
+        from xpulaunch.launch.gpu_settle import gpu_settle
+
+        gpus = gpu_settle(plan)
     rejoin = meeting if restarts and policy.gang else None
     log_dir = make_run_log_dir(
         make_log_dir(request.log_dir), request.log_layout, request.log_run_id

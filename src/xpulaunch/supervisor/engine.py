@@ -41,7 +41,6 @@ from xpulaunch.events import (
 from xpulaunch.processes.procfs import find_job
 from xpulaunch.processes.tree import describe_returncode, signal_name, signal_processes, with_cont
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
-from xpulaunch.supervisor.hang import HangWatch, Watch
 from xpulaunch.supervisor.loop import Loop
 from xpulaunch.supervisor.status_board import StatusBoard
 from xpulaunch.supervisor.worker import START_FAILED_STATUS, Worker
@@ -55,7 +54,8 @@ if TYPE_CHECKING:
     from xpulaunch.processes.guardian import GuardianHandle
     from xpulaunch.processes.procfs import JobProcess
     from xpulaunch.processes.records import JobRecord
-    from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
+    from xpulaunch.supervisor.hang import HangWatch
+    from xpulaunch.supervisor.spec import SupervisorSettings, Watch, WorkerSpec
 
 TIMED_OUT_STATUS = 124  # GNU timeout's status for a command that ran out of time
 RECHECK_S = 0.05  # how often a dying tree is looked at again (only while one is dying)
@@ -97,12 +97,13 @@ class Engine:
                    run_dir=watch.run_dir, heartbeat=watch.heartbeat, cgroup=cgroup)
             for spec in specs
         ]  # fmt: skip
-        timeout_s = watch.hang_timeout_s
-        self.hangs = (
-            None
-            if timeout_s is None
-            else HangWatch(self, self.loop, sink, timeout_s, heartbeat=watch.heartbeat)
-        )
+        self.hangs: HangWatch | None = None
+        if watch.hang_timeout_s is not None:  # the watch, and py-spy's lookup, only when asked
+            from xpulaunch.supervisor.hang import HangWatch
+
+            self.hangs = HangWatch(
+                self, self.loop, sink, watch.hang_timeout_s, heartbeat=watch.heartbeat
+            )
         self._timed_out = False
         groups = [self.workers] if policy.gang else [[w] for w in self.workers]
         self.gangs = [Gang(workers) for workers in groups]
@@ -182,8 +183,7 @@ class Engine:
         gang = self._gang_of[worker.name]
         if not gang.can(GangEvent.ENDED) or worker.expected:
             return
-        if returncode == 0:
-            worker.state = WorkerState.EXITED
+        if returncode == 0:  # the worker marked itself EXITED
             if not any(w.alive for w in gang.workers):
                 self._gang_ended(gang, Outcome.SUCCEEDED)
             return
@@ -280,7 +280,7 @@ class Engine:
     @staticmethod
     def _set_states(gang: Gang, state: WorkerState) -> None:
         for worker in gang.workers:
-            worker.state = state
+            worker.gang_is(state)
 
     def _after_backoff(self, gang: Gang) -> None:
         if gang.phase is not Phase.BACKOFF:

@@ -20,8 +20,6 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xpulaunch.events import HangDetected
@@ -34,23 +32,6 @@ if TYPE_CHECKING:
     from xpulaunch.supervisor.worker import Worker, WorkerOwner
 
 PY_SPY_TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Watch:
-    """What the engine watches besides exits and health checks.
-
-    ``run_dir``: where each attempt's ``TORCHELASTIC_ERROR_FILE`` (and heartbeat file) goes,
-    ``attempt_<n>/<name>.error.json``; removed at the end when ``remove_run_dir``.
-    ``hang_timeout_s``: silence that counts as a hang (None: never). ``max_runtime_s``: the
-    job is stopped after this long, with exit status 124 as GNU ``timeout`` has it.
-    """
-
-    run_dir: Path | None = None
-    remove_run_dir: bool = False
-    hang_timeout_s: float | None = None
-    heartbeat: bool = False
-    max_runtime_s: float | None = None
 
 
 class HangWatch:

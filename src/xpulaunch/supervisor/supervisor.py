@@ -39,8 +39,7 @@ from xpulaunch.processes.limits import ensure_open_files
 from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
 from xpulaunch.supervisor.engine import Engine
-from xpulaunch.supervisor.hang import Watch
-from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, WorkerSpec
+from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, Watch, WorkerSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

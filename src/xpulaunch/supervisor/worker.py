@@ -295,6 +295,11 @@ class Worker:
     def tree_gone(self) -> None:
         self.down, self.kill_at_s = True, None
 
+    def gang_is(self, state: WorkerState) -> None:
+        """The gang's decision once every worker is down: backing off before a restart,
+        failed for good, or finished. Only this class writes ``state``."""
+        self.state = state
+
     # -- stopping --------------------------------------------------------------------------
     def begin_stop(self, signum: int, deadline_s: float) -> None:
         self.expected = True
