@@ -7,7 +7,9 @@ that identity, and it replaces the parent's mask (contract section 2; reference 
 MIG: a GPU in MIG mode is handed out as its MIG instances, one
 :class:`~xpulaunch.model.Unit` each (key ``<card>/MIG-...``), because a CUDA process
 enumerates a single MIG instance (the MIG user guide, as quoted in pytorch #130181; not
-verified on MIG hardware here). A child is given at most one instance, by its MIG UUID.
+verified on MIG hardware here). A child is given at most one instance, by its MIG UUID, and
+nothing else: with a MIG instance in its list CUDA enumerates that instance alone (CUDA
+Programming Guide 5.2.1.1).
 """
 
 from __future__ import annotations
@@ -294,7 +296,8 @@ def child_visibility_env(
 
     Vendors other than ``vendor`` (all of them for a CPU child, ``vendor`` None) are hidden,
     when they have devices on this host or the parent set one of their variables.
-    Raises :class:`SelectionError` for two MIG instances (one MIG instance per process).
+    Raises :class:`SelectionError` for a MIG instance with any other unit (CUDA enumerates
+    one MIG instance alone).
     """
     _check_units(vendor, units)
     present = {d.vendor for d in inventory.devices}
@@ -325,16 +328,31 @@ def _check_units(vendor: Vendor | None, units: Sequence[Unit]) -> None:
 def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     if not units:  # "" hides every CUDA device (CUDA Programming Guide; reference 4.1)
         return {CUDA_VAR: ""}
-    migs = [u.label() for u in units if u.mig is not None]
-    if len(migs) > 1:
-        raise SelectionError(
-            f"one worker would get {len(migs)} MIG instances ({', '.join(migs)}), but a CUDA "
-            "process uses one (NVIDIA's MIG user guide): run one worker per instance with "
-            "--nproc-per-node auto --isolate, or select one with --gpus 1 or --gpus MIG-..."
-        )
+    _refuse_mig_with_others(units)
     entries = [masks.CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
     return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: masks.format_cuda_visible_devices(entries)}
+
+
+def _refuse_mig_with_others(units: Sequence[Unit]) -> None:
+    """A CUDA process enumerates one MIG instance, and with a MIG instance in its
+    CUDA_VISIBLE_DEVICES no whole GPU either (CUDA Programming Guide 5.2.1.1: "Only single MIG
+    instance enumeration is supported"); the child would see one device of those planned."""
+    migs = [u.label() for u in units if u.mig is not None]
+    if not migs or len(units) == 1:
+        return
+    whole = [u.label() for u in units if u.mig is None]
+    what = (
+        f"{len(migs)} MIG instances ({', '.join(migs)})"
+        if not whole
+        else f"a MIG instance and {len(units) - 1} other device(s) ({', '.join(migs + whole)})"
+    )
+    raise SelectionError(
+        f"one worker would get {what}, but a CUDA process uses one MIG instance and, with "
+        "it, no other GPU (NVIDIA: only single MIG instance enumeration is supported): run one "
+        "worker per device with --nproc-per-node auto --isolate, or select one with --gpus 1 "
+        "or --gpus MIG-..."
+    )
 
 
 def _intel_env(
