@@ -130,12 +130,10 @@ def _intel_visible(
     ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
     roots = _root_devices(ze.units, parent_h)
     ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
-    kept = [
-        unit
-        for position in ods.positions
-        for unit in _sub_devices(roots[position], ods.sub_devices.get(position), parent_h)
-    ]
-    units = masks.regroup_units(kept, devices, child_h, pci_order=pci_order)
+    kept = [u for p in ods.positions for u in _kept_of(roots[p], ods.pick(p), parent_h)]
+    if ods.positions and not kept:
+        raise MaskError(_selects_nothing(env.get(ODS_VAR) or "", parent_h))
+    units = masks.regroup_units(dict.fromkeys(kept), devices, child_h, pci_order=pci_order)
     notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
     notes += _two_driver_note(devices)
     return Visible(units, not units, tuple(notes), child_h)
@@ -155,18 +153,38 @@ def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit
     return roots
 
 
-def _sub_devices(
-    root: list[Unit], wanted: tuple[int, ...] | None, hierarchy: Hierarchy
-) -> list[Unit]:
-    """What ``level_zero:N.M`` keeps of root device N: under COMPOSITE its sub-devices are its
-    visible tiles in order, and M narrows the child to those (DPC++ device_filter); under FLAT
-    a root device has no sub-devices, so the whole root stays (with a note from the parser)."""
-    if wanted is None or hierarchy.hands_out_tiles:
-        return root
-    tiles = root
+def _kept_of(root: list[Unit], pick: masks.RootPick, hierarchy: Hierarchy) -> list[Unit]:
+    """What the selector keeps of one root device: itself when a term names it, and the
+    sub-devices its sub-device terms name (platform_impl.cpp amendDeviceAndSubDevices)."""
+    subs = _sub_devices(root, hierarchy)
+    return (root if pick.whole else []) + [subs[m] for m in pick.sub_devices(len(subs))]
+
+
+def _sub_devices(root: list[Unit], hierarchy: Hierarchy) -> list[Unit]:
+    """A root device's sub-devices: none under FLAT and COMBINED, where the root devices are
+    the tiles themselves (compute-runtime DeviceImp::getSubDevices answers 0 under FLAT; a
+    tile has none under COMBINED); under COMPOSITE the card's visible tiles, in order."""
+    if hierarchy.hands_out_tiles:
+        return []
     if len(root) == 1 and root[0].tile is None and root[0].device.tiles > 1:
-        tiles = [Unit(root[0].device, t) for t in range(root[0].device.tiles)]
-    return [tiles[m] for m in wanted if m < len(tiles)]
+        return [Unit(root[0].device, t) for t in range(root[0].device.tiles)]
+    return [u for u in root if u.tile is not None]
+
+
+def _selects_nothing(value: str, hierarchy: Hierarchy) -> str:
+    if hierarchy.hands_out_tiles:
+        why = (
+            f"under {ZE_HIERARCHY_VAR}={hierarchy.value} each root device is a tile with no "
+            "sub-devices, so SYCL keeps nothing for N.M, N.* or *.*; use 'level_zero:*' (every "
+            f"tile) or 'level_zero:N' (flat tile index), or set {ZE_HIERARCHY_VAR}=COMPOSITE"
+        )
+    else:
+        why = (
+            "only a card with two or more visible tiles has sub-devices (Data Center GPU Max "
+            "1550), so SYCL keeps nothing for N.M, N.* or *.* here; use 'level_zero:*' or "
+            "'level_zero:N'"
+        )
+    return f"{ODS_VAR}={value!r} selects no Intel GPU: {why}"
 
 
 def _two_driver_note(devices: Sequence[Device]) -> list[str]:
