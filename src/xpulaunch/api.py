@@ -118,6 +118,7 @@ def plan(
     extra_env: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     nodes: NodeGroup | None = None,
+    gpu_ids: str | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -127,6 +128,8 @@ def plan(
     variables (device masks, ranks), which win; ``notes`` are added to the plan's.
     the plan will run with). ``nodes``: this machine's place in a job of several nodes;
     there ``master_port`` defaults to torchrun's 29500, since every node must name the same.
+    ``gpu_ids`` (accelerate's): device ordinals as the children's runtime numbers them
+    (Intel: flat tiles under FLAT), used instead of ``gpus``.
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -149,6 +152,7 @@ def plan(
         max_restarts=max_restarts,
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
+        gpu_ids=gpu_ids,
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

@@ -48,7 +48,12 @@ def apply_accelerate_config(options: dict[str, Any]) -> dict[str, Any]:
         )
     for line in launch.warnings:
         click.echo(f"xpulaunch: warning: {path}: {line}", err=True)
-    return {"extra_env": launch.env, "notes": [f"accelerate config {path}: {launch.summary}"]}
+    extra: dict[str, Any] = {"extra_env": launch.env}
+    extra["notes"] = [f"accelerate config {path}: {launch.summary}"]
+    gpus_source = click.get_current_context().get_parameter_source("gpus")
+    if launch.gpu_ids is not None and gpus_source not in _SET_BY_USER:
+        extra["gpu_ids"] = launch.gpu_ids  # a --gpus of the user's wins over the file
+    return extra
 
 
 def _fill(options: dict[str, Any], values: dict[str, object], source: str) -> None:

@@ -15,6 +15,7 @@ from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
+from xpulaunch.core.runtime_ids import runtime_request
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
@@ -65,6 +66,9 @@ class LaunchRequest:
     extra_env: tuple[tuple[str, str], ...] = ()
     # This machine's place in a job of several nodes; one node by default.
     nodes: NodeGroup = field(default_factory=NodeGroup)
+    # accelerate's gpu_ids: ordinals in the numbering of the child's runtime, read in place
+    # of ``gpus`` (core.runtime_ids); None when the devices come from ``gpus``.
+    gpu_ids: str | None = None
 
 
 def make_plan(
@@ -75,7 +79,7 @@ def make_plan(
     unavailable: Mapping[str, str] | None = None,
 ) -> Plan:
     """Resolve devices, workers and child environments. Raises on requests that cannot be met."""
-    gpus = parse_gpus(request.gpus)
+    gpus = parse_gpus("all" if request.gpu_ids is not None else request.gpus)
     requested = parse_backend(request.backend)
     hierarchy, notes = _hierarchy(inventory, parent_env)
     visible: dict[Vendor, tuple[Unit, ...]] = {}
@@ -87,6 +91,11 @@ def make_plan(
         notes += list(seen.notes)
     backend, backend_notes = choose_backend(requested, gpus, inventory.devices, visible)
     notes += list(backend_notes)
+    if request.gpu_ids is not None and backend.vendor is not None:
+        gpus, read_as = runtime_request(
+            request.gpu_ids, backend.vendor, inventory, parent_env, hierarchy
+        )
+        notes.append(read_as)
     job = _Job(request, backend, (), inventory, parent_env, hierarchy)
     units, selection_notes = _select_units(job, gpus, visible, unavailable)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
