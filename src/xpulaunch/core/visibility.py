@@ -241,8 +241,9 @@ def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
 def _shared_uuid_notes(devices: Sequence[Device], rocr: str | None) -> list[str]:
     """A parent mask naming a UUID that several partitions of one card share (ROCm before
     7.0.1): ROCr refuses the ambiguous token, so the parent's own processes see no GPU."""
-    tokens = {t.strip().upper() for t in (rocr or "").split(",")}
-    sharing = [d for d in devices if str(d.extra.get("rocr_uuid_shared", "")).upper() in tokens]
+    tokens = {t.strip().upper() for t in (rocr or "").split(",")} - {""}
+    shared = {d: str(d.extra.get("rocr_uuid_shared") or "").upper() for d in devices}
+    sharing = [d for d, uuid in shared.items() if uuid and uuid in tokens]
     if not sharing:
         return []
     mode = sharing[0].extra.get("partition_mode") or "partitioned"
