@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
+from xpulaunch.core.cpu_bind import parse_cpu_bind
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
@@ -119,6 +120,7 @@ def plan(
     notes: Sequence[str] = (),
     nodes: NodeGroup | None = None,
     gpu_ids: str | None = None,
+    cpu_bind: str | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -129,7 +131,8 @@ def plan(
     the plan will run with). ``nodes``: this machine's place in a job of several nodes;
     there ``master_port`` defaults to torchrun's 29500, since every node must name the same.
     ``gpu_ids`` (accelerate's): device ordinals as the children's runtime numbers them
-    (Intel: flat tiles under FLAT), used instead of ``gpus``.
+    (Intel: flat tiles under FLAT), used instead of ``gpus``. ``cpu_bind``: ``none``
+    (default), ``numa`` or ``exclusive``: each worker's CPUs near its devices (``--cpu-bind``).
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -153,6 +156,7 @@ def plan(
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
         gpu_ids=gpu_ids,
+        cpu_bind=parse_cpu_bind(cpu_bind),
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

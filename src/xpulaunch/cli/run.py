@@ -10,6 +10,7 @@ import click
 
 from xpulaunch import api
 from xpulaunch.cli.accelerate_options import accelerate_options, apply_accelerate_config
+from xpulaunch.cli.cpu_bind import cpu_bind_option
 from xpulaunch.cli.lease_options import LeaseSettings, WaitReporter, lease_options
 from xpulaunch.cli.multinode_options import (
     final_plan,
@@ -56,6 +57,7 @@ _run_only_options = option_group(
 @click.command(cls=ProgramCommand, context_settings=CONTEXT_SETTINGS)
 @plan_options
 @_run_only_options
+@cpu_bind_option
 @supervision_options
 @operations_options
 @multinode_options
@@ -146,6 +148,7 @@ def _plan_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "master_addr": options["master_addr"],
         "master_port": options["master_port"],
         "max_restarts": plan_restart_limit(options),
+        "cpu_bind": options["cpu_bind"],
         "inventory": options["inventory"],
         "parent_env": dict(os.environ),
     }

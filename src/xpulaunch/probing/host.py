@@ -15,6 +15,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.cpu_bind import TOPOLOGY_KEY
 from xpulaunch.model import Device, Inventory, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult, parallel
 from xpulaunch.probing.drivers import (
@@ -22,6 +23,7 @@ from xpulaunch.probing.drivers import (
     legacy_level_zero_installed,
     level_zero_version,
 )
+from xpulaunch.probing.numa import read_cpu_topology
 from xpulaunch.probing.observe import to_devices
 from xpulaunch.probing.runner import SubprocessRunner
 from xpulaunch.probing.sysfs import list_pci_gpus, perfmon_capable
@@ -126,7 +128,13 @@ def probe_host(
         devices += to_devices(outcome.observations, _ORDER[vendor])
         problems += outcome.all_problems(report_missing)
     devices = with_driver_facts(devices, ctx.sys_root, ctx.proc_root)
-    return Inventory(devices=tuple(devices), problems=tuple(dict.fromkeys(problems)))
+    topology, topology_problems = read_cpu_topology(ctx.sys_root, ctx.proc_root)
+    problems += topology_problems
+    return Inventory(
+        devices=tuple(devices),
+        problems=tuple(dict.fromkeys(problems)),
+        extra={} if topology is None else {TOPOLOGY_KEY: topology},
+    )
 
 
 def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> list[Device]:
