@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core import plan as plan_doc
-from xpulaunch.core.cpu_bind import parse_cpu_bind
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
@@ -156,7 +155,7 @@ def plan(
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
         gpu_ids=gpu_ids,
-        cpu_bind=parse_cpu_bind(cpu_bind),
+        cpu_bind=cpu_bind or "none",
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

@@ -83,3 +83,10 @@ def test_the_probe_of_this_machine_records_its_real_layout() -> None:
     every = frozenset().union(*(parse_cpulist(cpus) for cpus in nodes.values()))
     assert os.sched_getaffinity(0) <= every
     assert parse_cpulist(str(topology["cpus_allowed"])) == os.sched_getaffinity(0)
+
+
+def test_the_probe_writes_the_key_the_planner_reads() -> None:
+    from xpulaunch.core import cpu_bind
+    from xpulaunch.probing import numa
+
+    assert numa.TOPOLOGY_KEY == cpu_bind.TOPOLOGY_KEY

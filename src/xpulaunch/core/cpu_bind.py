@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.cpulist import format_cpulist, parse_cpulist
 from xpulaunch.errors import InventoryError, SelectionError, UsageError
+from xpulaunch.model import CPUS_VAR
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from xpulaunch.model import Device, Inventory, Unit
 
-CPUS_VAR = "XPULAUNCH_CPUS"  # the CPUs a worker is bound to, in the kernel's list format
+__all__ = ["CPUS_VAR", "TOPOLOGY_KEY", "Binding", "CpuBind", "CpuTopology", "bind_workers"]
+
 TOPOLOGY_KEY = "cpu_topology"  # the inventory's host-level key (probing.numa writes it)
 
 

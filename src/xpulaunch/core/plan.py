@@ -13,14 +13,6 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
-from xpulaunch.core.cpu_bind import (
-    CPUS_VAR,
-    Binding,
-    CpuBind,
-    bind_workers,
-    parse_cpu_bind,
-    topology_of,
-)
 from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.runtime_ids import runtime_request
@@ -28,6 +20,7 @@ from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, s
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
+    CPUS_VAR,
     MAX_RESTARTS_VAR,
     SET_AT_START,
     Backend,
@@ -44,6 +37,8 @@ from xpulaunch.model import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
+
+    from xpulaunch.core.cpu_bind import Binding
 
 SCHEMA = "xpulaunch.plan/1"
 ONE_NODE = NodeGroup()
@@ -77,8 +72,9 @@ class LaunchRequest:
     # accelerate's gpu_ids: ordinals in the numbering of the child's runtime, read in place
     # of ``gpus`` (core.runtime_ids); None when the devices come from ``gpus``.
     gpu_ids: str | None = None
-    # Which CPUs each worker runs on (core.cpu_bind): none, or near its devices.
-    cpu_bind: CpuBind = CpuBind.NONE
+    # Which CPUs each worker runs on (core.cpu_bind): none, numa or exclusive; read only when
+    # not none, so a plan without binding does not import the binding rules.
+    cpu_bind: str = "none"
 
 
 def make_plan(
@@ -223,6 +219,10 @@ def _bindings(
 ) -> tuple[tuple[Binding | None, ...], tuple[str, ...]]:
     """``--cpu-bind``: each worker near the devices it works on: its own with ``--isolate``,
     else the one its LOCAL_RANK picks (LOCAL_RANK modulo the selected devices)."""
+    if job.request.cpu_bind == "none":
+        return tuple(None for _ in shares), ()
+    from xpulaunch.core.cpu_bind import CpuBind, bind_workers, parse_cpu_bind, topology_of
+
     mode = parse_cpu_bind(job.request.cpu_bind)
     if mode is CpuBind.NONE:
         return tuple(None for _ in shares), ()

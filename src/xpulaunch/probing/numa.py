@@ -22,6 +22,7 @@ from xpulaunch.probing.parsers.common import ParseError
 from xpulaunch.probing.parsers.numa import parse_allowed_cpus, parse_cpus, sibling_groups
 from xpulaunch.probing.sysfs import read_text
 
+TOPOLOGY_KEY = "cpu_topology"  # the inventory's key; core.cpu_bind reads it under that name
 _NODE = re.compile(r"^node([0-9]+)$")
 
 

@@ -42,8 +42,8 @@ import subprocess
 from shutil import which
 from typing import IO, TYPE_CHECKING
 
-from xpulaunch.core.cpu_bind import CPUS_VAR
 from xpulaunch.core.cpulist import parse_cpulist
+from xpulaunch.model import CPUS_VAR
 from xpulaunch.processes.program import find_executable
 
 if TYPE_CHECKING:
