@@ -9,6 +9,7 @@ from xpulaunch.core.cpu_bind import (
     CpuTopology,
     bind_workers,
     device_cpus,
+    from_torchrun,
     parse_cpu_bind,
     topology_of,
 )
@@ -136,3 +137,18 @@ def test_cpu_bind_values() -> None:
     assert parse_cpu_bind(" NUMA ") is CpuBind.NUMA
     with pytest.raises(UsageError, match="none, numa or exclusive"):
         parse_cpu_bind("socket")
+
+
+def test_torchrun_numa_binding_values_map_onto_cpu_bind() -> None:
+    from torch.numa.binding import AffinityMode
+
+    mapped = {mode.value: from_torchrun(mode.value) for mode in AffinityMode}
+    assert {k: v[0] for k, v in mapped.items()} == {
+        "node": CpuBind.NUMA,
+        "socket": CpuBind.NUMA,
+        "exclusive": CpuBind.EXCLUSIVE,
+        "core-complex": CpuBind.EXCLUSIVE,
+    }
+    assert mapped["node"][1] is None and "SNC" in (mapped["socket"][1] or "")
+    with pytest.raises(UsageError, match="node, socket, exclusive, core-complex"):
+        from_torchrun("gpu")

@@ -28,7 +28,15 @@ if TYPE_CHECKING:
 
     from xpulaunch.model import Device, Inventory, Unit
 
-__all__ = ["CPUS_VAR", "TOPOLOGY_KEY", "Binding", "CpuBind", "CpuTopology", "bind_workers"]
+__all__ = [
+    "CPUS_VAR",
+    "TOPOLOGY_KEY",
+    "Binding",
+    "CpuBind",
+    "CpuTopology",
+    "bind_workers",
+    "from_torchrun",
+]
 
 TOPOLOGY_KEY = "cpu_topology"  # the inventory's host-level key (probing.numa writes it)
 
@@ -47,6 +55,33 @@ def parse_cpu_bind(value: str | CpuBind | None) -> CpuBind:
     except ValueError:
         raise UsageError(
             "expected none, numa or exclusive", option="cpu_bind", value=value, malformed=True
+        ) from None
+
+
+# torchrun --numa-binding (torch/numa/binding.py AffinityMode) -> ours, with what differs.
+_TORCHRUN = {
+    "node": (CpuBind.NUMA, None),
+    "socket": (
+        CpuBind.NUMA,
+        "torchrun's socket binds to every NUMA node of the GPU's socket; xpulaunch binds to "
+        "the GPU's node, the same where a socket is one node (narrower with SNC or NPS modes)",
+    ),
+    "exclusive": (CpuBind.EXCLUSIVE, None),
+    "core-complex": (
+        CpuBind.EXCLUSIVE,
+        "torchrun's core-complex gives each rank one L3 cache domain of the GPU's node; "
+        "xpulaunch gives each rank its own share of the node's cores",
+    ),
+}
+
+
+def from_torchrun(value: str) -> tuple[CpuBind, str | None]:
+    """``torchrun --numa-binding VALUE`` as ``--cpu-bind``, with a note where they differ."""
+    try:
+        return _TORCHRUN[value.strip().lower()]
+    except KeyError:
+        raise UsageError(
+            f"expected one of {', '.join(_TORCHRUN)}", option="numa_binding", value=value
         ) from None
 
 
