@@ -10,6 +10,15 @@ reason printed. Run from the repository root:
 The verdict is a ratio against the peer that does the least a probe can do on an NVIDIA host,
 a fresh Python process that imports pynvml and asks NVML (``bare pynvml process``): an absolute
 budget in milliseconds would measure the machine's Python start-up more than our code.
+
+Where the time goes with more GPUs: ``pynvml, xpulaunch's calls`` makes exactly the NVML calls
+the probe makes (the bare peer's, plus each GPU's name and MIG mode, and the driver version)
+and no shutdown, so ours minus it is our Python and sysfs work, and it minus the bare peer is
+the NVML calls the inventory needs beyond the bare peer's. ``--per-call`` also times each NVML
+call on each GPU in one process (its first call and the median of repeats). The lead runs it
+on 1, 2 and 4 GPUs:
+
+    python3 bench/bench_probe.py --runs 30 --per-call     # on nvidia-h100-x1, -x2, -x4
 """
 
 from __future__ import annotations
@@ -36,6 +45,56 @@ for i in range(pynvml.nvmlDeviceGetCount()):
 pynvml.nvmlShutdown()
 """
 PYNVML_NO_SHUTDOWN_PEER = PYNVML_PEER.replace("pynvml.nvmlShutdown()", "")
+# The NVML calls of xpulaunch's probe (probing/nvidia.py), in its order, without shutdown.
+PYNVML_AS_XPULAUNCH_PEER = """
+import pynvml
+pynvml.nvmlInit()
+pynvml.nvmlSystemGetDriverVersion()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetPciInfo(h), pynvml.nvmlDeviceGetName(h)
+    pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    pynvml.nvmlDeviceGetUtilizationRates(h)
+    try:
+        pynvml.nvmlDeviceGetMigMode(h)
+    except pynvml.NVMLError:
+        pass
+"""
+# Each NVML call of the probe on each GPU: its first call, then the median of REPEATS.
+PER_CALL = """
+import statistics, time, pynvml
+REPEATS = 20
+started = time.perf_counter()
+pynvml.nvmlInit()
+print(f"nvmlInit {(time.perf_counter() - started) * 1e3:.2f} ms; "
+      f"{pynvml.nvmlDeviceGetCount()} GPU(s), driver {pynvml.nvmlSystemGetDriverVersion()}")
+CALLS = [
+    ("GetUUID", pynvml.nvmlDeviceGetUUID), ("GetPciInfo", pynvml.nvmlDeviceGetPciInfo),
+    ("GetName", pynvml.nvmlDeviceGetName),
+    ("GetMemoryInfo v2", lambda h: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)),
+    ("GetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates),
+    ("GetMigMode", pynvml.nvmlDeviceGetMigMode),
+]
+def timed(fn, *args):
+    started = time.perf_counter()
+    try:
+        fn(*args)
+    except pynvml.NVMLError as exc:
+        return (time.perf_counter() - started) * 1e6, str(exc)
+    return (time.perf_counter() - started) * 1e6, ""
+print(f"{'gpu':<4} {'call':<20} {'first us':>10} {'median us':>10}")
+for i in range(pynvml.nvmlDeviceGetCount()):
+    first, _ = timed(pynvml.nvmlDeviceGetHandleByIndex, i)
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    print(f"{i:<4} {'GetHandleByIndex':<20} {first:>10.1f}")
+    for name, fn in CALLS:
+        first, error = timed(fn, h)
+        rest = statistics.median(timed(fn, h)[0] for _ in range(REPEATS))
+        print(f"{i:<4} {name:<20} {first:>10.1f} {rest:>10.1f} {error}")
+started = time.perf_counter()
+pynvml.nvmlShutdown()
+print(f"nvmlShutdown {(time.perf_counter() - started) * 1e3:.2f} ms")
+"""
 # What pip writes as the `xpulaunch` console script (the checkout is not installed on the lent
 # GPU machines): `python -m xpulaunch` would add runpy's imports, which users do not pay.
 CONSOLE_SCRIPT = """
@@ -92,6 +151,7 @@ def peers(python: str) -> list[tuple[str, list[str] | str]]:
         ("nvidia-smi --query-gpu", [smi, *NVIDIA_SMI_QUERY] if smi else "nvidia-smi not on PATH"),
         ("bare pynvml process", [python, "-c", PYNVML_PEER]),
         ("bare pynvml, no shutdown", [python, "-c", PYNVML_NO_SHUTDOWN_PEER]),
+        ("pynvml, xpulaunch's calls", [python, "-c", PYNVML_AS_XPULAUNCH_PEER]),
         ("torch mem_get_info", [python, "-c", TORCH_PEER]),
     ]
 
@@ -99,11 +159,24 @@ def peers(python: str) -> list[tuple[str, list[str] | str]]:
 PEER = "bare pynvml process"
 
 
+def gpu_count(python: str, env: dict[str, str]) -> str:
+    """How many GPUs NVML lists here (the ratio depends on it), or why it cannot tell."""
+    code = "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else "unknown (NVML not usable here)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--python", default=sys.executable, help="interpreter for all Python runs")
     parser.add_argument("--max-ratio", type=float, default=1.10, help="ours / bare pynvml")
+    parser.add_argument(
+        "--per-call",
+        action="store_true",
+        help="also time each NVML call of the probe on each GPU (in one process)",
+    )
     parser.add_argument(
         "--no-bytecode",
         action="store_true",
@@ -135,13 +208,20 @@ def main() -> int:
     if reason is not None:
         print(f"{ours_name}: cannot run ({reason})")
         return 1
+    print(f"GPUs: {gpu_count(args.python, env)}")
     times = measure(commands, args.runs, env)
     ours_ms = statistics.median(times[ours_name]) * 1000
-    print(f"{'command':<28} {'median':>10} {'min':>10}  ours/peer  ({args.runs} interleaved runs)")
+    print(f"{'command':<28} {'median':>10} {'mean':>10} {'min':>10}  ours/peer "
+          f"({args.runs} interleaved runs)")  # fmt: skip
     for name, values in times.items():
         peer_ms = statistics.median(values) * 1000
         ratio = "" if name == ours_name else f"  {ours_ms / peer_ms:.2f}x"
-        print(f"{name:<28} {peer_ms:>8.1f}ms {min(values) * 1000:>8.1f}ms{ratio}")
+        print(f"{name:<28} {peer_ms:>8.1f}ms {statistics.mean(values) * 1000:>8.1f}ms "
+              f"{min(values) * 1000:>8.1f}ms{ratio}")  # fmt: skip
+    if args.per_call:
+        done = subprocess.run([args.python, "-c", PER_CALL], capture_output=True, text=True,
+                              env=env, timeout=300, check=False)  # fmt: skip
+        print(done.stdout + done.stderr, end="")
     if PEER not in times:
         print(f"no verdict: the {PEER!r} peer could not run here")
         return 0

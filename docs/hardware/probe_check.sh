@@ -195,7 +195,7 @@ fi
 
 section "speed: median of 20 fresh processes each"
 "$PY" bench/bench_probe.py --runs 20 --python "$PY" --no-bytecode
-"$PY" bench/bench_probe.py --runs 20 --python "$PY"; rc=$?
+"$PY" bench/bench_probe.py --runs 20 --python "$PY" --per-call; rc=$?
 case $rc in
     0) verdict PASS "devices --json median within 1.10x of a bare pynvml process" ;;
     2) verdict FAIL "devices --json median over 1.10x a bare pynvml process" ;;

@@ -27,6 +27,9 @@ ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"  # where torch's @record writes the e
 SET_AT_START = (JOB_ID_VAR, WORKER_VAR, RESTART_COUNT_VAR, ERROR_FILE_VAR, HEARTBEAT_FILE_VAR)
 # Known when the plan is made (from the restart policy), so the plan holds it.
 MAX_RESTARTS_VAR = "TORCHELASTIC_MAX_RESTARTS"
+# The CPUs a worker is bound to (--cpu-bind), in the kernel's list format; processes.spawn
+# binds the child to them before it executes its program.
+CPUS_VAR = "XPULAUNCH_CPUS"
 
 
 class Vendor(str, Enum):

@@ -78,6 +78,19 @@ def test_a_torchrun_line_is_the_run_line(args: list[str], expected: list[str]) -
     assert t(*args) == r(*expected)
 
 
+@pytest.mark.parametrize(
+    ("value", "mode", "noted"),
+    [("node", "numa", False), ("socket", "numa", True), ("exclusive", "exclusive", False),
+     ("core-complex", "exclusive", True)],
+)  # fmt: skip
+def test_numa_binding_is_cpu_bind(value: str, mode: str, noted: bool) -> None:
+    request = t("--numa-binding", value, "t.py")
+    assert request.cpu_bind == mode
+    assert bool(request.notes) is noted
+    code, err = cli_error("torchrun", "--numa-binding", "rack", "t.py")
+    assert code == 2 and "--numa-binding" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_each_unsupported_option_is_refused_by_name(name: str) -> None:
     option = "--" + name

@@ -124,10 +124,9 @@ def cuda_entries(draw: st.DrawFn) -> tuple[tuple[Device, ...], list[CudaEntry]]:
     )
     chosen = draw(st.permutations(devices).map(lambda p: p[: draw(st.integers(0, len(p)))]))
     entries = [CudaEntry(d) for d in chosen]
-    if entries and draw(st.booleans()):  # at most one MIG instance per process
-        slot = draw(st.integers(0, len(entries) - 1))
-        device = entries[slot].device
-        entries[slot] = CudaEntry(device, draw(st.sampled_from(device.mig_devices)))
+    if entries and draw(st.booleans()):  # one MIG instance per process, and nothing else
+        device = draw(st.sampled_from(entries)).device
+        entries = [CudaEntry(device, draw(st.sampled_from(device.mig_devices)))]
     return devices, entries
 
 

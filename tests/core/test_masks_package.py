@@ -42,6 +42,7 @@ OLD_PUBLIC = frozenset(
         "regroup_units",
         "format_ze_affinity_mask",
         "OneApiFilter",
+        "RootPick",
         "parse_oneapi_device_selector",
         "AmdVisible",
         "parse_rocr_visible_devices",

@@ -192,3 +192,11 @@ def test_non_distributed_workers_get_no_rank_variables_and_no_omp_default() -> N
         } & set(worker.env)  # fmt: skip
         assert worker.env["CUDA_VISIBLE_DEVICES"] in H200
     assert not any(n.startswith("OMP_NUM_THREADS") for n in plan.notes)
+
+
+@pytest.mark.parametrize(
+    "parent", [{}, {"ROCR_VISIBLE_DEVICES": "0,1"}, {"HIP_VISIBLE_DEVICES": ""}]
+)
+def test_amd_plans_of_unpartitioned_gpus_carry_no_partition_note(parent: dict[str, str]) -> None:
+    plan = plan_for("4x-mi300x.json", parent, gpus="2")
+    assert not [n for n in plan.notes if "partition" in n], plan.notes

@@ -92,3 +92,35 @@ def test_the_plan_document_names_each_mig_instance() -> None:
         *(m.uuid for m in A100.mig_devices),
         None,
     ]
+
+
+def test_a_mig_instance_and_a_whole_gpu_in_one_process_is_refused_with_the_fix() -> None:
+    # `--gpus 2` picks the plain GPU and one instance; CUDA would enumerate the instance alone.
+    with pytest.raises(
+        SelectionError,
+        match=r"a MIG instance and 1 other device.*no other GPU.*--isolate.*--gpus MIG-",
+    ):
+        plan(gpus="2")
+
+
+def test_cuda_enumerates_a_mig_instance_alone_when_listed_with_a_whole_gpu() -> None:
+    mig = A100.mig_devices[1]
+    child = {"CUDA_VISIBLE_DEVICES": f"{PLAIN.uuid},{mig.uuid}"}
+    seen = parent_visible(HOST, Vendor.NVIDIA, child, hierarchy=None)
+    assert seen.units == (Unit(A100, mig=mig),)
+    assert any("enumerates that instance alone" in n for n in seen.notes)
+
+
+@pytest.mark.parametrize("gpus", ["2", "all", "auto", "device=0", "device=1", "MIG-8a7b,1", "1"])
+@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize("nproc", [1, None])
+def test_every_plan_on_a_mig_host_gives_each_child_what_its_cuda_enumerates(
+    gpus: str, isolate: bool, nproc: int | None
+) -> None:
+    try:
+        result = plan(gpus=gpus, isolate=isolate, nproc_per_node=nproc)
+    except SelectionError:
+        return  # refused in one line: nothing is started
+    for worker in result.workers:
+        claimed = tuple(result.devices[i] for i in worker.units)
+        assert seen_by_child(result, worker.local_rank, {}) == claimed

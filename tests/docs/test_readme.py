@@ -40,6 +40,7 @@ INVENTORY_FOR = (
     ("intel:", "hybrid-4090-arc.json"),
     ("GPU-0c1f3e2d", "a100-mig.json"),
     ("amd:", "4x-mi300x.json"),
+    ("--cpu-bind", "8x-h100.json"),
 )
 _COMMAND = re.compile(r"^(?:\$ )?((?:[A-Z_]+=\S+ )*)xpulaunch (.*)$")
 

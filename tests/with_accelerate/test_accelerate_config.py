@@ -86,31 +86,33 @@ def test_two_machines_become_the_multi_node_options(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "gpus", "backend"),
+    ("name", "gpus", "backend", "gpu_ids"),
     [
-        ("single", "auto", None),
-        ("multi-cpu", "none", None),
-        ("multi-gpu-dynamo", "2", None),
-        ("multi-xpu-ids", "0,1", "xpu"),
+        ("single", "auto", None, None),
+        ("multi-cpu", "none", None, None),
+        ("multi-gpu-dynamo", "2", None, None),
+        ("multi-xpu-ids", "all", "xpu", "0,1"),
     ],
 )
-def test_devices(name: str, gpus: str, backend: str | None) -> None:
+def test_devices(name: str, gpus: str, backend: str | None, gpu_ids: str | None) -> None:
     config: dict[str, Any] = yaml.safe_load(config_text(name))
-    options = translate(config, {}, source="c.yaml").options
-    assert (options["gpus"], options.get("backend")) == (gpus, backend)
+    launch = translate(config, {}, source="c.yaml")
+    assert (launch.options["gpus"], launch.options.get("backend")) == (gpus, backend)
+    assert launch.gpu_ids == gpu_ids
 
 
-def test_one_gpu_id_is_an_explicit_device() -> None:
+def test_one_gpu_id_is_left_to_the_plan_to_read() -> None:
     config = yaml.safe_load(config_text("single")) | {"gpu_ids": 3}
-    assert translate(config, {}, source="c.yaml").options["gpus"] == "device=3"
+    assert translate(config, {}, source="c.yaml").gpu_ids == "3"
 
 
 def test_gpu_ids_under_a_parent_mask_are_named() -> None:
     config = yaml.safe_load(config_text("multi-xpu-ids"))
     launch = translate(config, {"ZE_AFFINITY_MASK": "2,3"}, source="c.yaml")
     assert launch.warnings == (
-        "gpu_ids 0,1 are physical device ids, and ZE_AFFINITY_MASK=2,3 restricts them "
-        "(accelerate launch would replace that mask with gpu_ids)",
+        "gpu_ids 0,1 are read as accelerate launch's children read them, and "
+        "ZE_AFFINITY_MASK=2,3 restricts what may be handed out (accelerate launch would "
+        "replace that mask with gpu_ids)",
     )
 
 

@@ -37,7 +37,10 @@ def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> N
     for line in launch.warnings:
         _warn(f"{path}: {line}")
     values["extra_env"] = tuple(sorted(launch.env.items()))
-    values["notes"] = (f"accelerate config {path}: {launch.summary}",)
+    gpus_source = click.get_current_context().get_parameter_source("gpus")
+    if launch.gpu_ids is not None and gpus_source not in _SET_BY_USER:
+        values["gpu_ids"] = launch.gpu_ids  # a --gpus of the user's wins over the file
+    values["notes"] = (*values.get("notes", ()), f"accelerate config {path}: {launch.summary}")
 
 
 def _fill(values: dict[str, Any], options: Mapping[str, object], source: str) -> None:

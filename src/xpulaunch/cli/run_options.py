@@ -27,6 +27,7 @@ from xpulaunch.cli.params import (
     Seconds,
 )
 from xpulaunch.cli.plan_options import plan_parameters
+from xpulaunch.core.cpu_bind import CpuBind
 from xpulaunch.core.elastic import RDZV_CONF_KEYS, parse_rdzv_conf
 from xpulaunch.core.nodes import NodeRequest
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
@@ -72,6 +73,11 @@ RUN_ONLY = (
           torchrun=True,
           help="Worker processes; auto = one per selected device."),
     _spec("--isolate", is_flag=True, help="Each worker sees only its own devices."),
+    _spec("--cpu-bind", type=click.Choice([m.value for m in CpuBind]), default="none",
+          show_default=True, envvar="XPULAUNCH_CPU_BIND",
+          help="Bind each rank to the CPUs of its devices' NUMA node (numa), or to its own "
+          "share of that node's cores, SMT siblings together (exclusive); OMP_NUM_THREADS "
+          "follows."),
     _spec("--device-map", type=click.Choice([m.value for m in DeviceMap]),
           help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one "
           "device, balanced for several)."),
@@ -216,6 +222,8 @@ def to_request(
         backend=values["backend"],
         nproc_per_node=values["nproc_per_node"],
         isolate=values["isolate"],
+        cpu_bind=values["cpu_bind"],
+        gpu_ids=values.get("gpu_ids"),
         min_free_memory_bytes=values["min_free_memory"],
         max_utilization_percent=values["max_utilization"],
         device_map=DeviceMap(values["device_map"]) if values["device_map"] else None,

@@ -32,7 +32,6 @@ HANDLED_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"})
 REFUSED = {
     "local_addr": "xpulaunch binds no agent address of its own",
     "logs_specs": "log destinations are --log-dir",
-    "numa_binding": "NUMA binding is not done by xpulaunch",
     "virtual_local_rank": "every worker gets its own LOCAL_RANK",
     "duplicate_stdout_filters": "use --log-dir (every worker's output is kept there)",
     "duplicate_stderr_filters": "use --log-dir (every worker's output is kept there)",
@@ -73,7 +72,7 @@ TORCHRUN_ONLY = (
     _torchrun("--shutdown-timeout", type=Integer(0), help="--grace, in whole seconds."),
     _torchrun("--local-addr"),
     _torchrun("--logs-specs"),
-    _torchrun("--numa-binding"),
+    _torchrun("--numa-binding", help="As --cpu-bind: node, socket, exclusive, core-complex."),
     _torchrun("--virtual-local-rank", flag=True),
     _torchrun("--duplicate-stdout-filters"),
     _torchrun("--duplicate-stderr-filters"),
@@ -103,7 +102,8 @@ def torchrun_command(args: tuple[str, ...], dry_run: bool, as_json: bool, **valu
               --run-path --rdzv-conf --rdzv-backend static|c10d --rdzv-id
     Accepted: --monitor-interval --start-method --tee --redirects
               --event-log-handler --role default --signals-to-handle (TERM, INT, HUP, QUIT)
-    Refused:  --local-addr --logs-specs --numa-binding --virtual-local-rank
+    As --cpu-bind: --numa-binding node|socket (numa), exclusive|core-complex (exclusive)
+    Refused:  --local-addr --logs-specs --virtual-local-rank
               --duplicate-stdout-filters --duplicate-stderr-filters --rdzv-backend etcd
     Also:     every option of xpulaunch run, such as --gpus, --isolate, --dry-run.
 
@@ -179,10 +179,17 @@ def _refuse(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str
 
 def _map(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str]) -> None:
     """torchrun's values -> run's, in place."""
-    for name in ("local_addr", "logs_specs", "numa_binding", "duplicate_stdout_filters",
+    for name in ("local_addr", "logs_specs", "duplicate_stdout_filters",
                  "duplicate_stderr_filters", "monitor_interval", "start_method",
                  "event_log_handler", "role", "redirects", "tee"):  # fmt: skip
         values.pop(name, None)
+    numa = values.pop("numa_binding")
+    if numa is not None:
+        from xpulaunch.core.cpu_bind import from_torchrun
+
+        mode, note = from_torchrun(numa)
+        values["cpu_bind"] = mode.value
+        values["notes"] = (*values.get("notes", ()), *([note] if note else []))
     timeout = values.pop("shutdown_timeout")
     if timeout is not None:
         values["grace"] = float(timeout)

@@ -118,6 +118,9 @@ class AccelerateLaunch:
     ignored: tuple[str, ...]
     warnings: tuple[str, ...]
     summary: str
+    # gpu_ids other than "all": ordinals the children's runtime reads (core.runtime_ids),
+    # which the plan resolves against the inventory in place of ``--gpus``.
+    gpu_ids: str | None = None
 
 
 def translate(
@@ -134,6 +137,7 @@ def translate(
         ignored=_ignored(config),
         warnings=warnings,
         summary=_summary(args),
+        gpu_ids=_gpu_ids(args),
     )
 
 
@@ -234,14 +238,22 @@ def _run_options(args: Mapping[str, Any], launcher: str) -> dict[str, object]:
 
 
 def _gpus(args: Mapping[str, Any], launcher: str, per_node: int) -> str:
-    """gpu_ids are physical ids for us too; "all" becomes a count so that the free devices
-    are chosen (accelerate would take the first ones, busy or not)."""
+    """ "all" becomes a count so that the free devices are chosen (accelerate would take the
+    first ones, busy or not); explicit gpu_ids are read by the plan (``gpu_ids``)."""
     if args.get("use_cpu") or args["distributed_type"] == "MULTI_CPU":
         return "none"
-    ids = args.get("gpu_ids")
-    if ids is not None and str(ids) != "all":
-        return str(ids) if "," in str(ids) else f"device={ids}"
+    if _gpu_ids(args) is not None:
+        return "all"  # stands for gpu_ids until the plan reads them
     return str(per_node) if launcher != "simple" else "auto"
+
+
+def _gpu_ids(args: Mapping[str, Any]) -> str | None:
+    ids = args.get("gpu_ids")
+    if ids is None or str(ids) == "all" or args.get("use_cpu"):
+        return None
+    if args["distributed_type"] == "MULTI_CPU":
+        return None
+    return str(ids)
 
 
 def _mask_clash(args: Mapping[str, Any], parent_env: Mapping[str, str]) -> tuple[str, ...]:
@@ -250,8 +262,9 @@ def _mask_clash(args: Mapping[str, Any], parent_env: Mapping[str, str]) -> tuple
     if ids is None or str(ids) == "all" or not masks:
         return ()
     return (
-        f"gpu_ids {ids} are physical device ids, and {', '.join(masks)} restricts them "
-        "(accelerate launch would replace that mask with gpu_ids)",
+        f"gpu_ids {ids} are read as accelerate launch's children read them, and "
+        f"{', '.join(masks)} restricts what may be handed out (accelerate launch would "
+        "replace that mask with gpu_ids)",
     )
 
 

@@ -15,10 +15,12 @@ from xpulaunch.core import devicemap, masks
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
+from xpulaunch.core.runtime_ids import runtime_request
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
+    CPUS_VAR,
     MAX_RESTARTS_VAR,
     SET_AT_START,
     Backend,
@@ -35,6 +37,8 @@ from xpulaunch.model import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
+
+    from xpulaunch.core.cpu_bind import Binding
 
 SCHEMA = "xpulaunch.plan/1"
 ONE_NODE = NodeGroup()
@@ -65,6 +69,12 @@ class LaunchRequest:
     extra_env: tuple[tuple[str, str], ...] = ()
     # This machine's place in a job of several nodes; one node by default.
     nodes: NodeGroup = field(default_factory=NodeGroup)
+    # accelerate's gpu_ids: ordinals in the numbering of the child's runtime, read in place
+    # of ``gpus`` (core.runtime_ids); None when the devices come from ``gpus``.
+    gpu_ids: str | None = None
+    # Which CPUs each worker runs on (core.cpu_bind): none, numa or exclusive; read only when
+    # not none, so a plan without binding does not import the binding rules.
+    cpu_bind: str = "none"
 
 
 def make_plan(
@@ -75,7 +85,7 @@ def make_plan(
     unavailable: Mapping[str, str] | None = None,
 ) -> Plan:
     """Resolve devices, workers and child environments. Raises on requests that cannot be met."""
-    gpus = parse_gpus(request.gpus)
+    gpus = parse_gpus("all" if request.gpu_ids is not None else request.gpus)
     requested = parse_backend(request.backend)
     hierarchy, notes = _hierarchy(inventory, parent_env)
     visible: dict[Vendor, tuple[Unit, ...]] = {}
@@ -87,6 +97,11 @@ def make_plan(
         notes += list(seen.notes)
     backend, backend_notes = choose_backend(requested, gpus, inventory.devices, visible)
     notes += list(backend_notes)
+    if request.gpu_ids is not None and backend.vendor is not None:
+        gpus, read_as = runtime_request(
+            request.gpu_ids, backend.vendor, inventory, parent_env, hierarchy
+        )
+        notes.append(read_as)
     job = _Job(request, backend, (), inventory, parent_env, hierarchy)
     units, selection_notes = _select_units(job, gpus, visible, unavailable)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
@@ -167,10 +182,13 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
             f"{count} workers share {len(units)} device(s): "
             f"LOCAL_RANK modulo {len(units)} picks each worker's device"
         )
+    bindings, bind_notes = _bindings(job, shares)
     if count > 1 and "OMP_NUM_THREADS" not in env and job.request.distributed:
         notes.append(
             "OMP_NUM_THREADS=1 for every worker "
             "(as torchrun does with several workers and no OMP_NUM_THREADS set)"
+            if not any(bindings)
+            else "OMP_NUM_THREADS follows the cores each worker is bound to"
         )
     nodes = job.request.nodes
     if nodes.source == "none":
@@ -189,12 +207,37 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
         notes.append("visibility: each worker sees only its own devices (--isolate)")
     elif units:
         notes.append("visibility: every worker sees all selected devices, LOCAL_RANK picks one")
-    workers = tuple(_worker(job, share, rank, count) for rank, share in enumerate(shares))
+    workers = tuple(
+        _worker(job, share, rank, count, bindings[rank]) for rank, share in enumerate(shares)
+    )
     notes += hiding_notes(workers[0].child_env(env), job.backend.vendor) if workers else []
-    return workers, tuple(notes)
+    return workers, (*notes, *bind_notes)
 
 
-def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerPlan:
+def _bindings(
+    job: _Job, shares: tuple[tuple[int, ...], ...]
+) -> tuple[tuple[Binding | None, ...], tuple[str, ...]]:
+    """``--cpu-bind``: each worker near the devices it works on: its own with ``--isolate``,
+    else the one its LOCAL_RANK picks (LOCAL_RANK modulo the selected devices)."""
+    if job.request.cpu_bind == "none":
+        return tuple(None for _ in shares), ()
+    from xpulaunch.core.cpu_bind import CpuBind, bind_workers, parse_cpu_bind, topology_of
+
+    mode = parse_cpu_bind(job.request.cpu_bind)
+    if mode is CpuBind.NONE:
+        return tuple(None for _ in shares), ()
+    used = [
+        [job.units[i] for i in share]
+        if job.request.isolate or not share
+        else [job.units[share[rank % len(share)]]]
+        for rank, share in enumerate(shares)
+    ]
+    return bind_workers(mode, used, topology_of(job.inventory))
+
+
+def _worker(
+    job: _Job, share: tuple[int, ...], rank: int, count: int, binding: Binding | None
+) -> WorkerPlan:
     request, parent_env = job.request, job.parent_env
     mine = [job.units[i] for i in share]
     env: dict[str, str | None] = dict(request.extra_env)
@@ -208,6 +251,11 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
         env[MAX_RESTARTS_VAR] = "-1" if request.max_restarts is None else str(request.max_restarts)
         if count > 1 and "OMP_NUM_THREADS" not in parent_env:
             env["OMP_NUM_THREADS"] = "1"
+    if binding is not None and "OMP_NUM_THREADS" not in parent_env:
+        env["OMP_NUM_THREADS"] = str(binding.threads)
+    # processes.spawn binds the child to these CPUs before it executes the program; an
+    # inherited value (xpulaunch run inside a bound worker) is not passed on unbound.
+    env[CPUS_VAR] = binding.cpulist if binding is not None else None
     env["XPULAUNCH_BACKEND"] = job.backend.value
     env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
     chosen_map = devicemap.choose_device_map(len(mine), request.device_map)

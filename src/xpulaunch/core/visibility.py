@@ -7,7 +7,9 @@ that identity, and it replaces the parent's mask (contract section 2; reference 
 MIG: a GPU in MIG mode is handed out as its MIG instances, one
 :class:`~xpulaunch.model.Unit` each (key ``<card>/MIG-...``), because a CUDA process
 enumerates a single MIG instance (the MIG user guide, as quoted in pytorch #130181; not
-verified on MIG hardware here). A child is given at most one instance, by its MIG UUID.
+verified on MIG hardware here). A child is given at most one instance, by its MIG UUID, and
+nothing else: with a MIG instance in its list CUDA enumerates that instance alone (CUDA
+Programming Guide 5.2.1.1).
 """
 
 from __future__ import annotations
@@ -128,12 +130,10 @@ def _intel_visible(
     ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
     roots = _root_devices(ze.units, parent_h)
     ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
-    kept = [
-        unit
-        for position in ods.positions
-        for unit in _sub_devices(roots[position], ods.sub_devices.get(position), parent_h)
-    ]
-    units = masks.regroup_units(kept, devices, child_h, pci_order=pci_order)
+    kept = [u for p in ods.positions for u in _kept_of(roots[p], ods.pick(p), parent_h)]
+    if ods.positions and not kept:
+        raise MaskError(_selects_nothing(env.get(ODS_VAR) or "", parent_h))
+    units = masks.regroup_units(dict.fromkeys(kept), devices, child_h, pci_order=pci_order)
     notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
     notes += _two_driver_note(devices)
     return Visible(units, not units, tuple(notes), child_h)
@@ -153,18 +153,38 @@ def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit
     return roots
 
 
-def _sub_devices(
-    root: list[Unit], wanted: tuple[int, ...] | None, hierarchy: Hierarchy
-) -> list[Unit]:
-    """What ``level_zero:N.M`` keeps of root device N: under COMPOSITE its sub-devices are its
-    visible tiles in order, and M narrows the child to those (DPC++ device_filter); under FLAT
-    a root device has no sub-devices, so the whole root stays (with a note from the parser)."""
-    if wanted is None or hierarchy.hands_out_tiles:
-        return root
-    tiles = root
+def _kept_of(root: list[Unit], pick: masks.RootPick, hierarchy: Hierarchy) -> list[Unit]:
+    """What the selector keeps of one root device: itself when a term names it, and the
+    sub-devices its sub-device terms name (platform_impl.cpp amendDeviceAndSubDevices)."""
+    subs = _sub_devices(root, hierarchy)
+    return (root if pick.whole else []) + [subs[m] for m in pick.sub_devices(len(subs))]
+
+
+def _sub_devices(root: list[Unit], hierarchy: Hierarchy) -> list[Unit]:
+    """A root device's sub-devices: none under FLAT and COMBINED, where the root devices are
+    the tiles themselves (compute-runtime DeviceImp::getSubDevices answers 0 under FLAT; a
+    tile has none under COMBINED); under COMPOSITE the card's visible tiles, in order."""
+    if hierarchy.hands_out_tiles:
+        return []
     if len(root) == 1 and root[0].tile is None and root[0].device.tiles > 1:
-        tiles = [Unit(root[0].device, t) for t in range(root[0].device.tiles)]
-    return [tiles[m] for m in wanted if m < len(tiles)]
+        return [Unit(root[0].device, t) for t in range(root[0].device.tiles)]
+    return [u for u in root if u.tile is not None]
+
+
+def _selects_nothing(value: str, hierarchy: Hierarchy) -> str:
+    if hierarchy.hands_out_tiles:
+        why = (
+            f"under {ZE_HIERARCHY_VAR}={hierarchy.value} each root device is a tile with no "
+            "sub-devices, so SYCL keeps nothing for N.M, N.* or *.*; use 'level_zero:*' (every "
+            f"tile) or 'level_zero:N' (flat tile index), or set {ZE_HIERARCHY_VAR}=COMPOSITE"
+        )
+    else:
+        why = (
+            "only a card with two or more visible tiles has sub-devices (Data Center GPU Max "
+            "1550), so SYCL keeps nothing for N.M, N.* or *.* here; use 'level_zero:*' or "
+            "'level_zero:N'"
+        )
+    return f"{ODS_VAR}={value!r} selects no Intel GPU: {why}"
 
 
 def _two_driver_note(devices: Sequence[Device]) -> list[str]:
@@ -221,8 +241,9 @@ def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
 def _shared_uuid_notes(devices: Sequence[Device], rocr: str | None) -> list[str]:
     """A parent mask naming a UUID that several partitions of one card share (ROCm before
     7.0.1): ROCr refuses the ambiguous token, so the parent's own processes see no GPU."""
-    tokens = {t.strip().upper() for t in (rocr or "").split(",")}
-    sharing = [d for d in devices if str(d.extra.get("rocr_uuid_shared", "")).upper() in tokens]
+    tokens = {t.strip().upper() for t in (rocr or "").split(",")} - {""}
+    shared = {d: str(d.extra.get("rocr_uuid_shared") or "").upper() for d in devices}
+    sharing = [d for d, uuid in shared.items() if uuid and uuid in tokens]
     if not sharing:
         return []
     mode = sharing[0].extra.get("partition_mode") or "partitioned"
@@ -294,7 +315,8 @@ def child_visibility_env(
 
     Vendors other than ``vendor`` (all of them for a CPU child, ``vendor`` None) are hidden,
     when they have devices on this host or the parent set one of their variables.
-    Raises :class:`SelectionError` for two MIG instances (one MIG instance per process).
+    Raises :class:`SelectionError` for a MIG instance with any other unit (CUDA enumerates
+    one MIG instance alone).
     """
     _check_units(vendor, units)
     present = {d.vendor for d in inventory.devices}
@@ -325,16 +347,31 @@ def _check_units(vendor: Vendor | None, units: Sequence[Unit]) -> None:
 def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     if not units:  # "" hides every CUDA device (CUDA Programming Guide; reference 4.1)
         return {CUDA_VAR: ""}
-    migs = [u.label() for u in units if u.mig is not None]
-    if len(migs) > 1:
-        raise SelectionError(
-            f"one worker would get {len(migs)} MIG instances ({', '.join(migs)}), but a CUDA "
-            "process uses one (NVIDIA's MIG user guide): run one worker per instance with "
-            "--nproc-per-node auto --isolate, or select one with --gpus 1 or --gpus MIG-..."
-        )
+    _refuse_mig_with_others(units)
     entries = [masks.CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
     return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: masks.format_cuda_visible_devices(entries)}
+
+
+def _refuse_mig_with_others(units: Sequence[Unit]) -> None:
+    """A CUDA process enumerates one MIG instance, and with a MIG instance in its
+    CUDA_VISIBLE_DEVICES no whole GPU either (CUDA Programming Guide 5.2.1.1: "Only single MIG
+    instance enumeration is supported"); the child would see one device of those planned."""
+    migs = [u.label() for u in units if u.mig is not None]
+    if not migs or len(units) == 1:
+        return
+    whole = [u.label() for u in units if u.mig is None]
+    what = (
+        f"{len(migs)} MIG instances ({', '.join(migs)})"
+        if not whole
+        else f"a MIG instance and {len(units) - 1} other device(s) ({', '.join(migs + whole)})"
+    )
+    raise SelectionError(
+        f"one worker would get {what}, but a CUDA process uses one MIG instance and, with "
+        "it, no other GPU (NVIDIA: only single MIG instance enumeration is supported): run one "
+        "worker per device with --nproc-per-node auto --isolate, or select one with --gpus 1 "
+        "or --gpus MIG-..."
+    )
 
 
 def _intel_env(

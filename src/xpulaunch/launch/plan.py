@@ -88,6 +88,8 @@ def plan(
     extra_env: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     nodes: NodeGroup | None = None,
+    gpu_ids: str | None = None,
+    cpu_bind: str | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -97,7 +99,10 @@ def plan(
     ``nodes``: this machine's place in a job of several nodes; there ``master_port`` defaults
     to torchrun's 29500, since every node must name the same. ``unavailable`` maps a unit's
     lease key to who holds it; ``must_exist`` False: a program missing here is a note (a
-    plan for another machine).
+    plan for another machine). ``gpu_ids`` (accelerate's): device ordinals as the children's
+    runtime numbers them (Intel: flat tiles under FLAT), used instead of ``gpus``.
+    ``cpu_bind``: ``none`` (default), ``numa`` or ``exclusive``: each worker's CPUs near its
+    devices (``--cpu-bind``).
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -120,6 +125,8 @@ def plan(
         max_restarts=max_restarts,
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
+        gpu_ids=gpu_ids,
+        cpu_bind=cpu_bind or "none",
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

@@ -45,6 +45,8 @@ class RunRequest:
     max_utilization_percent: float | None = None
     device_map: DeviceMap | None = None
     inventory: str | None = None  # an inventory document instead of probing this host
+    cpu_bind: str = "none"  # none, numa or exclusive: each worker's CPUs near its devices
+    gpu_ids: str | None = None  # accelerate's, in the child runtime's numbering; wins over gpus
     extra_env: tuple[tuple[str, str], ...] = ()  # under the plan's own variables
     notes: tuple[str, ...] = ()  # added to the plan's "why"
     # Where this node stands in a job of several.

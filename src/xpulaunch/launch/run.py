@@ -80,6 +80,7 @@ def job_plan(
         master_port=nodes.master_port, inventory=inventory, parent_env=env,
         unavailable=unavailable, must_exist=must_exist, max_restarts=request.restart_limit,
         extra_env=dict(request.extra_env), notes=request.notes, nodes=nodes.nodes,
+        gpu_ids=request.gpu_ids, cpu_bind=request.cpu_bind,
     )  # fmt: skip
     if nodes.elastic is None:
         return plan

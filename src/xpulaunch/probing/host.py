@@ -22,6 +22,7 @@ from xpulaunch.probing.drivers import (
     legacy_level_zero_installed,
     level_zero_version,
 )
+from xpulaunch.probing.numa import TOPOLOGY_KEY, read_cpu_topology
 from xpulaunch.probing.observe import to_devices
 from xpulaunch.probing.runner import SubprocessRunner
 from xpulaunch.probing.sysfs import list_pci_gpus, perfmon_capable
@@ -126,7 +127,13 @@ def probe_host(
         devices += to_devices(outcome.observations, _ORDER[vendor])
         problems += outcome.all_problems(report_missing)
     devices = with_driver_facts(devices, ctx.sys_root, ctx.proc_root)
-    return Inventory(devices=tuple(devices), problems=tuple(dict.fromkeys(problems)))
+    topology, topology_problems = read_cpu_topology(ctx.sys_root, ctx.proc_root)
+    problems += topology_problems
+    return Inventory(
+        devices=tuple(devices),
+        problems=tuple(dict.fromkeys(problems)),
+        extra={} if topology is None else {TOPOLOGY_KEY: topology},
+    )
 
 
 def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> list[Device]:
@@ -139,14 +146,15 @@ def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> l
     l0 = level_zero_version(root) if intel else None
     legacy = legacy_level_zero_installed(root) if intel else None
     enriched = []
+    versions: dict[str, str | None] = {}  # one read per driver, not per device
     for device in devices:
         facts: dict[str, object] = {}
         driver = device.extra.get("driver")
-        version = kernel_driver_version(
-            sys_root, proc_root, driver if isinstance(driver, str) else None
-        )
-        if version:
-            facts["driver_version"] = version
+        if isinstance(driver, str) and "driver_version" not in device.extra:
+            if driver not in versions:  # NVML already said it for NVIDIA GPUs
+                versions[driver] = kernel_driver_version(sys_root, proc_root, driver)
+            if versions[driver]:
+                facts["driver_version"] = versions[driver]
         if device.vendor is Vendor.INTEL and l0:
             facts["level_zero_version"] = l0
         if device.vendor is Vendor.INTEL and legacy is not None:

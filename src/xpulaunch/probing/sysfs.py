@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Problem, Vendor
+from xpulaunch.probing.parsers.common import ParseError
+from xpulaunch.probing.parsers.numa import parse_cpus, parse_numa_node
 
 VENDOR_IDS = {0x10DE: Vendor.NVIDIA, 0x8086: Vendor.INTEL, 0x1002: Vendor.AMD}
 GPU_DRIVERS = {Vendor.NVIDIA: ("nvidia",), Vendor.INTEL: ("i915", "xe"), Vendor.AMD: ("amdgpu",)}
@@ -38,6 +40,8 @@ class PciGpu:
     driver: str | None
     drm_cards: tuple[str, ...]
     path: str  # its sysfs directory
+    # sysfs ``numa_node`` (None for -1: not known) and ``local_cpulist``; absent: not read
+    numa: tuple[tuple[str, object], ...] = ()
 
     @property
     def has_gpu_driver(self) -> bool:
@@ -52,6 +56,7 @@ class PciGpu:
         facts: dict[str, object] = {"driver": self.driver}
         if self.device_id is not None:
             facts["pci_device_id"] = f"0x{self.device_id:04x}"
+        facts.update(self.numa)
         return facts
 
     def skipped(self) -> Problem:
@@ -107,7 +112,22 @@ def _read_pci_gpu(path: str, problems: list[Problem]) -> PciGpu | None:
         driver=driver,
         drm_cards=_drm_cards(path),
         path=path,
+        numa=_numa_facts(path, problems),
     )
+
+
+def _numa_facts(path: str, problems: list[Problem]) -> tuple[tuple[str, object], ...]:
+    """The device's NUMA node and the CPUs the kernel lists as local to it (--cpu-bind)."""
+    facts: list[tuple[str, object]] = []
+    for name, parse in (("numa_node", parse_numa_node), ("local_cpulist", parse_cpus)):
+        text = read_text(os.path.join(path, name), problems)
+        if text is None:
+            continue
+        try:
+            facts.append((name, parse(text)))
+        except ParseError as exc:
+            problems.append(Problem("sysfs", f"{path}/{name}: {exc}"))
+    return tuple(facts)
 
 
 def _driver_name(path: str) -> str | None:

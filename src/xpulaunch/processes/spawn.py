@@ -24,11 +24,17 @@ Choices, each for a reason:
   log files) and /dev/null as stdin: a worker in its own session cannot read the terminal.
 * No fork after probing: the supervisor never initialises a GPU runtime, whose state does
   not survive ``fork(2)`` (a CUDA context is not usable in a forked child).
+* A worker whose environment has ``XPULAUNCH_CPUS`` (``--cpu-bind``) is bound to those CPUs
+  in the child, between fork and exec (``sched_setaffinity``): the program's first thread
+  starts bound and every thread and process it creates inherits the mask (sched_setaffinity(2)),
+  with no ``taskset``/``numactl`` needed on the host and the argv left as planned. That takes
+  the ``preexec_fn`` way, as a cgroup does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -36,6 +42,8 @@ import subprocess
 from shutil import which
 from typing import IO, TYPE_CHECKING
 
+from xpulaunch.core.cpulist import parse_cpulist
+from xpulaunch.model import CPUS_VAR
 from xpulaunch.processes.program import find_executable
 
 if TYPE_CHECKING:
@@ -62,12 +70,22 @@ def libc_prctl() -> Callable[..., int]:
 
 
 def _child_setup(
-    prctl: Callable[..., int], parent_pid: int, death_signal: int, cgroup_fd: int | None
+    prctl: Callable[..., int],
+    parent_pid: int,
+    death_signal: int,
+    cgroup_fd: int | None,
+    cpus: frozenset[int] | None = None,
 ) -> None:
     if cgroup_fd is not None:  # join the worker's cgroup before anything can fork
         # EBUSY/EOPNOTSUPP (a parent with controllers enabled): run uncontained, not fail.
         with contextlib.suppress(OSError):
             os.write(cgroup_fd, b"0")
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as exc:  # EINVAL: none of them is allowed here (a cpuset changed)
+            os.write(2, f"xpulaunch: cannot bind to CPUs {sorted(cpus)}: {exc}\n".encode())
+            os._exit(126)
     if not death_signal:
         return
     if prctl(PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
@@ -90,14 +108,15 @@ def spawn(
     ``cgroup_fd``: a leaf's ``cgroup.procs``, which the child joins before it execs (so the
     preexec way is taken: setpriv cannot join a cgroup)."""
     argv, parent_pid, preexec = list(argv), os.getpid(), None
-    setpriv = _setpriv() if death_signal and cgroup_fd is None else None
+    cpus = bound_cpus(env)
+    setpriv = _setpriv() if death_signal and cgroup_fd is None and not cpus else None
     if death_signal and setpriv and _exec_will_succeed(argv[0], env, cwd):
         argv = [setpriv, "--pdeathsig", signal.Signals(death_signal).name, "--", *argv]
-    elif death_signal or cgroup_fd is not None:
+    elif death_signal or cgroup_fd is not None or cpus:
         prctl, signum = libc_prctl(), death_signal or 0
 
         def preexec() -> None:
-            _child_setup(prctl, parent_pid, signum, cgroup_fd)
+            _child_setup(prctl, parent_pid, signum, cgroup_fd, cpus)
 
     proc = subprocess.Popen(
         argv,
@@ -113,6 +132,18 @@ def spawn(
     for stream in _pipes(proc):
         os.set_blocking(stream.fileno(), False)
     return proc
+
+
+def bound_cpus(env: Mapping[str, str]) -> frozenset[int] | None:
+    """The CPUs ``XPULAUNCH_CPUS`` binds a child to; None when unset or empty. A value that
+    is not a CPU list is an ``OSError`` (EINVAL), as an unusable program is."""
+    text = env.get(CPUS_VAR)
+    if not text:
+        return None
+    try:
+        return parse_cpulist(text) or None
+    except ValueError as exc:
+        raise OSError(errno.EINVAL, f"{CPUS_VAR}={text!r}: {exc}") from None
 
 
 # setpriv is looked for in the system's directories only, never on a user's PATH.

@@ -37,7 +37,7 @@ from xpulaunch.core.masks.level_zero import (
     regroup_units,
     resolve_hierarchy,
 )
-from xpulaunch.core.masks.oneapi import OneApiFilter, parse_oneapi_device_selector
+from xpulaunch.core.masks.oneapi import OneApiFilter, RootPick, parse_oneapi_device_selector
 from xpulaunch.core.masks.rocm import (
     AmdVisible,
     amd_visible,
@@ -67,6 +67,7 @@ __all__ = [
     "regroup_units",
     "resolve_hierarchy",
     "OneApiFilter",
+    "RootPick",
     "parse_oneapi_device_selector",
     "AmdVisible",
     "amd_visible",

@@ -87,9 +87,26 @@ def parse_cuda_visible_devices(value: str | None, devices: Sequence[Device]) -> 
             notes.append(f"{CUDA_VAR}: {raw.strip()!r} ignored, CUDA uses one MIG instance")
             continue
         entries.append(entry)
+    entries = _one_mig_alone(entries, notes)
     if not entries:
         notes.append(f"{CUDA_VAR}={value!r} hides every NVIDIA GPU")
     return CudaVisible(tuple(entries), tuple(notes))
+
+
+def _one_mig_alone(entries: list[CudaEntry], notes: list[str]) -> list[CudaEntry]:
+    """With a MIG instance in the list, CUDA enumerates that one instance and no whole GPU
+    ("Only single MIG instance enumeration is supported", CUDA Programming Guide 5.2.1.1;
+    nvitop's parse_cuda_visible_devices keeps the first MIG device alone the same way)."""
+    migs = [e for e in entries if e.mig is not None]
+    whole = [e for e in entries if e.mig is None]
+    if not migs or not whole:
+        return entries
+    names = ", ".join(e.device.label() for e in whole)
+    notes.append(
+        f"{CUDA_VAR}: {names} ignored: with a MIG instance in the list CUDA enumerates "
+        "that instance alone"
+    )
+    return migs[:1]
 
 
 def _cuda_entry(text: str, devices: Sequence[Device], notes: list[str]) -> CudaEntry | None:

@@ -1,7 +1,10 @@
 """``ONEAPI_DEVICE_SELECTOR``: which Level Zero GPUs a SYCL process keeps (reference 2.4).
 
-Pure, following intel/llvm ``sycl/source/detail/device_filter.cpp``. A selector that SYCL
-refuses raises :class:`MaskError` with one line naming the value and what would be valid.
+Pure, following intel/llvm ``sycl/source/detail/device_filter.cpp`` (the grammar) and
+``platform_impl.cpp`` (the two steps: root devices are filtered first, the sub-device part
+ignored; then ``amendDeviceAndSubDevices`` replaces a root named by a sub-device term with
+its sub-devices, or drops it when it cannot be partitioned). A selector that SYCL refuses
+raises :class:`MaskError` with one line naming the value and what would be valid.
 """
 
 from __future__ import annotations
@@ -17,17 +20,40 @@ from xpulaunch.errors import MaskError
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["ODS_VAR", "OneApiFilter", "parse_oneapi_device_selector"]
+__all__ = ["ODS_VAR", "OneApiFilter", "RootPick", "parse_oneapi_device_selector"]
+
+
+@dataclass(frozen=True, slots=True)
+class RootPick:
+    """What the selector keeps of one Level Zero root device that passed its filter."""
+
+    whole: bool = True  # a term names the root itself (N, *, gpu)
+    subs: tuple[int, ...] = ()  # sub-devices named by N.M
+    all_subs: bool = False  # N.*, *.*
+
+    def sub_devices(self, count: int) -> tuple[int, ...]:
+        """Indices kept of a root with ``count`` sub-devices. DPC++ partitions a root only
+        when it supports partitioning by affinity domain, which unified-runtime's Level Zero
+        adapter reports for two or more sub-devices (``UR_DEVICE_INFO_SUPPORTED_PARTITIONS``);
+        otherwise a sub-device term keeps nothing of it ("device is not partitionable")."""
+        if count < 2:
+            return ()
+        if self.all_subs:
+            return tuple(range(count))
+        return tuple(m for m in self.subs if m < count)
 
 
 @dataclass(frozen=True, slots=True)
 class OneApiFilter:
-    """Which Level Zero GPU positions (after the ZE mask, from 0) a SYCL process keeps."""
+    """Which Level Zero GPU positions (after the ZE mask, from 0) pass the selector's root
+    filter, and what is kept of each (``picks``; the root itself unless a pick says not)."""
 
     positions: tuple[int, ...]
     notes: tuple[str, ...] = ()
-    # Root positions kept only through ``N.M`` terms -> the sub-device indices M they name.
-    sub_devices: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    picks: Mapping[int, RootPick] = field(default_factory=dict)
+
+    def pick(self, position: int) -> RootPick:
+        return self.picks.get(position, RootPick())
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +61,7 @@ class _OdsTerm:
     backend: str
     device: str  # "*", a device type, or a number
     sub_device: bool  # N.M, N.*, *.* ...
-    sub_index: int | None = None  # M of a plain N.M term
+    sub_index: int | None = None  # M of N.M
 
 
 _ODS_BACKENDS = frozenset({"*", "level_zero", "opencl", "cuda", "hip", "native_cpu"})
@@ -62,19 +88,23 @@ def parse_oneapi_device_selector(value: str | None, visible_count: int) -> OneAp
     kept = tuple(p for p in accepted if not any(_ods_match(t, p) for t in discards))
     if visible_count and not kept:
         notes.append(f"{ODS_VAR}={value!r} keeps no Level Zero GPU: SYCL sees no Intel GPU")
-    return OneApiFilter(kept, tuple(notes), _narrowed(accepts, kept))
+    return OneApiFilter(kept, tuple(notes), _picks(accepts, kept))
 
 
-def _narrowed(accepts: Sequence[_OdsTerm], kept: Sequence[int]) -> dict[int, tuple[int, ...]]:
-    """Roots that only ``N.M`` terms accept, with the sub-devices those terms name."""
-    narrowed: dict[int, tuple[int, ...]] = {}
+def _picks(accepts: Sequence[_OdsTerm], kept: Sequence[int]) -> dict[int, RootPick]:
+    """What the accept terms keep of each root that passed (amendDeviceAndSubDevices); only
+    roots that some sub-device term names are listed."""
+    picks: dict[int, RootPick] = {}
     for position in kept:
         terms = [t for t in accepts if _ods_match(t, position)]
-        if terms and all(t.sub_index is not None for t in terms):
-            narrowed[position] = tuple(
-                sorted({t.sub_index for t in terms if t.sub_index is not None})
-            )
-    return narrowed
+        if not any(t.sub_device for t in terms):
+            continue
+        picks[position] = RootPick(
+            whole=any(not t.sub_device for t in terms),
+            subs=tuple(sorted({t.sub_index for t in terms if t.sub_index is not None})),
+            all_subs=any(t.sub_device and t.sub_index is None for t in terms),
+        )
+    return picks
 
 
 def _ods_terms(value: str, text: str) -> list[_OdsTerm]:
@@ -110,7 +140,15 @@ def _ods_term(value: str, backend: str, device: str) -> _OdsTerm:
         raise MaskError(
             f"{ODS_VAR}={value!r}: device {device!r} is not *, gpu, cpu, fpga, N, N.M, N.* or *.*"
         )
-    sub_index = int(subs[0]) if len(subs) == 1 and subs[0].isdigit() else None
+    if len(subs) == 2:
+        # Sub-sub-devices are compute slices (CCS): unified-runtime makes them only on some
+        # parts and driver settings (ZEX_NUMBER_OF_CCS, UR_L0_EXPOSE_CSLICE_IN_AFFINITY_
+        # PARTITIONING), so what such a term keeps cannot be told from here.
+        raise MaskError(
+            f"{ODS_VAR}={value!r}: {device!r} names sub-sub-devices (compute slices), which "
+            "xpulaunch cannot hand out; name root devices (N, *) or tiles (N.M, N.*)"
+        )
+    sub_index = int(subs[0]) if subs and subs[0].isdigit() else None
     return _OdsTerm(backend, top, bool(subs), sub_index)
 
 
@@ -138,12 +176,13 @@ def _ods_notes(
                 f"{ODS_VAR}: {term.backend}:{term.device} matches nothing "
                 f"({visible_count} Level Zero device(s) after {ZE_MASK_VAR})"
             )
-    if any(t.sub_device and t.sub_index is None for t in (*accepts, *discards)) or any(
-        t.sub_device for t in discards
-    ):
+    if any(t.sub_device for t in discards):
+        # filterDeviceFilter matches a discard term on backend, type and number only.
+        notes.append(f"{ODS_VAR}={value!r}: a discard term drops its whole root device")
+    if any(t.sub_device for t in accepts):
         notes.append(
-            f"{ODS_VAR}={value!r} names sub-devices by wildcard or in a discard term; "
-            "xpulaunch treats each as its whole root device"
+            f"{ODS_VAR}={value!r} names sub-devices: SYCL sees the tiles of each named root "
+            "that has two or more, and nothing of a root that has none"
         )
     if any(_opencl_gpus(t) for t in accepts) and not any(_opencl_gpus(t) for t in discards):
         notes.append(
