@@ -85,7 +85,7 @@ class MigDevice:
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One physical accelerator card, as in the inventory document (contract section 3)."""
+    """One physical accelerator card, as in the inventory document (docs/CONTRACT.md, section 3)."""
 
     vendor: Vendor
     index: int
@@ -239,7 +239,8 @@ class NodeGroup:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The answer to "which devices, and what does each child get?" (contract section 4)."""
+    """The answer to "which devices, and what does each child get?" (docs/CONTRACT.md, section
+    4)."""
 
     backend: Backend
     devices: tuple[Unit, ...]

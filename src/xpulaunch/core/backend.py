@@ -1,4 +1,4 @@
-"""Which vendor stack a job uses (contract section 2, hybrid hosts)."""
+"""Which vendor stack a job uses (docs/CONTRACT.md, section 2: hybrid hosts)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from xpulaunch.model import Backend, Device, Unit, Vendor
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-# With --backend auto and several vendors visible: NVIDIA first (contract section 2), then
+# With --backend auto and several vendors visible: NVIDIA first (docs/CONTRACT.md, section 2), then
 # AMD, then Intel. Users of the other stacks say so with --backend / XPULAUNCH_BACKEND.
 PREFERENCE = (Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL)
 _BACKEND_OF = {Vendor.NVIDIA: Backend.CUDA, Vendor.INTEL: Backend.XPU, Vendor.AMD: Backend.ROCM}

@@ -1,4 +1,5 @@
-"""The inventory document ``xpulaunch.inventory/1`` (contract section 3): load, validate, dump.
+"""The inventory document ``xpulaunch.inventory/1`` (docs/CONTRACT.md, section 3): load, validate,
+dump.
 
 Pure: text or dicts in, :class:`~xpulaunch.model.Inventory` out. Every validation error names
 the bad key as a path (``devices[1].memory_total_bytes``) and what would be valid.

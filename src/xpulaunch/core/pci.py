@@ -1,4 +1,5 @@
-"""PCI address normalisation: every source spells a BDF differently (reference section 1)."""
+"""PCI address normalisation: every source spells a BDF differently (NVML's 8-digit domain, sysfs's
+4, upper or lower case)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Pure function of (request, inventory, parent env, leases). A worker's planned environment
 holds every variable known before the job starts; the supervisor adds only those whose values
 exist at start (:data:`~xpulaunch.model.SET_AT_START`, listed by name in the document). The
-plan document (``xpulaunch.plan/1``, contract section 4) is produced by :func:`to_dict`.
+plan document (``xpulaunch.plan/1``, docs/CONTRACT.md, section 4) is produced by :func:`to_dict`.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def env_diff(
 
 
 def to_dict(plan: Plan) -> dict[str, Any]:
-    """The plan document (contract section 4)."""
+    """The plan document (docs/CONTRACT.md, section 4)."""
     return {
         "schema": SCHEMA,
         "backend": plan.backend.value,

@@ -5,7 +5,7 @@ ended like *this*: restart after how long, give up, or are we done?" from a
 :class:`RestartState`, the :class:`Outcome`, the :class:`RestartPolicy` and ``now`` (seconds
 on any monotonic clock the caller injects). Nothing here sleeps.
 
-Two lessons from the landscape shape the policy (landscape.md (b) supervisord 1, (c) 19):
+Two lessons from other supervisors shape the policy:
 
 * supervisord restarts instantly after RUNNING and torchrun restarts the gang immediately;
   together with asynchronously released VRAM (the driver frees a dead process's memory

@@ -46,7 +46,7 @@ def runtime_units(
         units = tuple(Unit(e.device, mig=e.mig) for e in entries)
         return units, f"{CUDA_VAR}={ids}: nvidia-smi indices"
     # HIP reads CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is unset or empty, relative to
-    # what the parent's ROCR_VISIBLE_DEVICES leaves (reference 5.1).
+    # what the parent's ROCR_VISIBLE_DEVICES leaves (ROCm's "GPU isolation techniques").
     hip_name, hip = (HIP_VAR, parent_env[HIP_VAR]) if parent_env.get(HIP_VAR) else (CUDA_VAR, ids)
     seen = masks.amd_visible(parent_env.get(ROCR_VAR), hip, devices, hip_name=hip_name)
     return tuple(Unit(d) for d in seen.devices), f"{hip_name}={hip}: ROCm agent indices"

@@ -2,7 +2,7 @@
 
 Pure: inventory and parent env in; units, notes and an env dict out. Devices are kept by
 physical identity; mask syntax only appears in the env written for a child, computed from
-that identity, and it replaces the parent's mask (contract section 2; reference 7.3).
+that identity, and it replaces the parent's mask (docs/CONTRACT.md, section 2).
 
 MIG: a GPU in MIG mode is handed out as its MIG instances, one
 :class:`~xpulaunch.model.Unit` each (key ``<card>/MIG-...``), because a CUDA process
@@ -126,7 +126,7 @@ def _intel_visible(
     if env.get(ZE_MASK_VAR) not in (None, "", "default"):
         masks.refuse_doubtful_tiles(devices, parent_h, f"the parent's {ZE_MASK_VAR}")
     # ZE_AFFINITY_MASK acts inside the driver, under the parent's hierarchy; SYCL's selector
-    # then numbers the surviving root devices from 0 (reference 2.2 "Composition").
+    # then numbers the surviving root devices from 0 (compute-runtime's affinity mask composition).
     ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
     roots = _root_devices(ze.units, parent_h)
     ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
@@ -345,7 +345,7 @@ def _check_units(vendor: Vendor | None, units: Sequence[Unit]) -> None:
 
 
 def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
-    if not units:  # "" hides every CUDA device (CUDA Programming Guide; reference 4.1)
+    if not units:  # "" hides every CUDA device (CUDA Programming Guide, "CUDA_VISIBLE_DEVICES")
         return {CUDA_VAR: ""}
     _refuse_mig_with_others(units)
     entries = [masks.CudaEntry(u.device, u.mig) for u in units]
@@ -383,7 +383,8 @@ def _intel_env(
     env: dict[str, str | None] = {SYCL_FILTER_VAR: None} if SYCL_FILTER_VAR in parent_env else {}
     if not units:
         # ZE_AFFINITY_MASK="" would show every Intel GPU; an index no host has hides them all
-        # (reference 2.2), from Level Zero and from Intel's OpenCL driver, which shares NEO.
+        # (compute-runtime reads the mask once for both), from Level Zero and from Intel's OpenCL
+        # driver, which shares NEO.
         env[ZE_MASK_VAR] = masks.ZE_HIDE_ALL
         return env
     intel = inventory.of(Vendor.INTEL)
@@ -410,7 +411,8 @@ def _amd_env(
     if inventory.of(Vendor.NVIDIA):
         # HIP falls back to CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is empty, so hiding
         # the NVIDIA GPUs with CUDA_VISIBLE_DEVICES="" needs HIP pinned to all that ROCR
-        # leaves (reference 5.1: "set HIP_VISIBLE_DEVICES consistently relative to it").
+        # leaves (ROCm's "GPU isolation techniques": "set HIP_VISIBLE_DEVICES consistently relative
+        # to it").
         env[HIP_VAR] = ",".join(str(i) for i in range(len(units)))
         env[CUDA_VAR] = ""
     elif CUDA_VAR in parent_env:

@@ -4,7 +4,7 @@ The driver frees a killed process's VRAM asynchronously; a restart that allocate
 fail with out-of-memory (llama-swap issue #97, Unsloth's ``gpu_arbiter``). So
 before a restart on CUDA the supervisor waits, bounded, until each device's used memory is
 back near what it was before the job started. NVML answers without creating a CUDA context
-(device-semantics.md 4.4), and ``pynvml`` is imported only here, only for CUDA plans.
+(nvidia-ml-py), and ``pynvml`` is imported only here, only for CUDA plans.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Which build a llama-server binary is, from its ``--list-devices`` output. Pure.
 
-llama.cpp prints (common/arg.cpp ``common_print_available_devices``; reference 3.1)::
+llama.cpp prints (common/arg.cpp ``common_print_available_devices``)::
 
     Available devices:
       CUDA0: NVIDIA H200 (143156 MiB, 142000 MiB free)
 
 or ``  (none)`` when the build has no device but the CPU. Device names are the ggml backend
 name plus an ordinal: ``CUDA``, ``ROCm`` (the CUDA backend built for HIP), ``SYCL`` and
-``Vulkan`` (ggml-cuda.h ``GGML_CUDA_NAME``, ggml-sycl.h, ggml-vulkan.h; reference 3.2-3.3).
+``Vulkan`` (ggml-cuda.h ``GGML_CUDA_NAME``, ggml-sycl.h, ggml-vulkan.h).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``GET /health`` answers 503 ``{"error": {"message": "Loading model", ...}}`` while the model
 loads (the HTTP server binds first, so it answers early) and 200 ``{"status": "ok"}`` once
-ready (reference 3.4; tools/server/server.cpp). Every call has a short timeout: a stopped or
+ready (tools/server/server.cpp). Every call has a short timeout: a stopped or
 wedged server accepts connections (the kernel queues them) but never answers.
 """
 

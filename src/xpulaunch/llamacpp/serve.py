@@ -95,8 +95,8 @@ def plan_llama(
 
 
 def cuda_settle(plan: LlamaPlan) -> Any | None:
-    """On CUDA, wait for a dead replica's VRAM to be freed before its restart (landscape (c)
-    12); the same NVML hook ``xpulaunch run`` uses (None for other backends)."""
+    """On CUDA, wait for a dead replica's VRAM to be freed before its restart (the driver frees
+    it after the process exits); the same NVML hook ``xpulaunch run`` uses (None elsewhere)."""
     from xpulaunch.launch.gpu_settle import gpu_settle
 
     return gpu_settle(plan.plan)

@@ -3,15 +3,16 @@
 The :class:`~xpulaunch.supervisor.supervisor.Supervisor` owns the processes, their logs, restarts
 and cleanup. This module adds what is llama-specific:
 
-* readiness and liveness probes on ``GET /health`` (reference 3.4, 7.4), with a deadline;
+* readiness and liveness probes on ``GET /health`` (503 while loading, 200 once ready), with a
+deadline;
 * start-up failures are final: a replica that exits or misses its deadline before it was
   ever ready stops the whole start with its log's error line (no point restarting a wrong
   model path five times), except a lost port race (below) and a kill from outside
   (:data:`OUTSIDE_SIGNALS`), which the restart policy answers;
 * after a replica was ready once it is restarted, with backoff, whenever it exits or stops
-  answering (llama-swap only notices exits; landscape 1.4 and (c) 18);
-* ports: a free port is found by bind-and-close, which races with other programs (landscape
-  (c) 13). When llama-server then logs ``couldn't bind HTTP server socket`` and the port was
+  answering (llama-swap only notices exits);
+* ports: a free port is found by bind-and-close, which races with other programs. When llama-server
+then logs ``couldn't bind HTTP server socket`` and the port was
   not fixed by the user, ``WorkerSpec.prepare`` moves the replica to another free port for
   its next attempt. A fixed port that is taken ends the start with a one-line error.
 """

@@ -2,7 +2,7 @@
 
 No vendor mask reaches Vulkan: ``CUDA_VISIBLE_DEVICES`` and ``ZE_AFFINITY_MASK`` act inside
 CUDA and Level Zero, while the Vulkan drivers enumerate every GPU. So a
-Vulkan replica is pinned with ``--device VulkanN`` (reference 7.3). ``--list-devices`` prints
+Vulkan replica is pinned with ``--device VulkanN`` . ``--list-devices`` prints
 only ``VulkanN: <device name> (<total> MiB, <free> MiB free)``, no PCI address or UUID
 (ggml-vulkan.cpp keeps the PCI id internally but common/arg.cpp does not print it), so we
 match on what it does print:
@@ -14,7 +14,7 @@ match on what it does print:
    byte-identical to what NVML or sysfs report);
 3. identical cards (same name and memory) are paired in order: the k-th such inventory device
    (physical index order, i.e. PCI order) gets the k-th such Vulkan device. Vulkan's order is
-   loader-defined and not guaranteed to be PCI order (reference 3.3; not verified on
+   loader-defined and not guaranteed to be PCI order (not verified on
    hardware), so the plan says when this rule decided.
 """
 

@@ -1,7 +1,7 @@
 """AMD: amdgpu sysfs (no runtime, no root), then amd-smi or rocm-smi for what sysfs lacks.
 
 amdgpu exposes ``mem_info_vram_total``/``mem_info_vram_used`` (bytes, mode 0444) and
-``gpu_busy_percent`` on the PCI device (amdgpu_vram_mgr.c; reference section 5.2), so the
+``gpu_busy_percent`` on the PCI device (amdgpu_vram_mgr.c), so the
 SMI tools are only a fallback; their JSON layout has changed between releases (section 5.4).
 """
 

@@ -3,7 +3,7 @@
 No GPU runtime is touched here: NVML and Sysman are management libraries that create no
 compute context, the vendor tools run as child processes, and ``torch.xpu`` (opt-in) runs in a
 throw-away interpreter (a process that initialised a GPU runtime cannot fork a child that
-uses it: reference section 6). The result is the inventory of contract section 3, with
+uses it). The result is the inventory document of docs/CONTRACT.md, section 3, with
 every failed source recorded as a problem.
 """
 

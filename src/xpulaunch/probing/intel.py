@@ -1,6 +1,6 @@
 """Intel: cards from sysfs, then xpu-smi, pyzes and (opt-in) torch.xpu for what sysfs lacks.
 
-Order of trust for memory (reference sections 2.6, 7): the i915 backport's
+Order of trust for memory: the i915 backport's
 ``lmem_total_bytes``/``lmem_avail_bytes`` (world-readable and real), else xpu-smi, else Sysman
 through pyzes. i915 and xe report usage only to CAP_PERFMON/root callers and otherwise show
 free == total, so an unprivileged "0 bytes used" is unknown, not idle.

@@ -1,7 +1,7 @@
 """Level Zero Sysman through ``pyzes`` (Intel's ctypes binding), when it is importable.
 
 Sysman enumerates physical cards and is not affected by the ``ZE_*`` selection variables
-(zes_api.h; reference section 2.7). ``import pyzes`` loads ``libze_loader.so.1`` from a fixed
+(zes_api.h). ``import pyzes`` loads ``libze_loader.so.1`` from a fixed
 path and raises when it is absent, so it is imported only here, only when needed.
 Sysman is a management API like NVML: it creates no compute context.
 """

@@ -2,8 +2,8 @@
 
 NVML (module ``pynvml`` from nvidia-ml-py) creates no CUDA context, so it is safe in the
 launcher process, and it answers in-process; nvidia-smi is a process per call and is the
-fallback (reference section 4.4). Both ignore ``CUDA_VISIBLE_DEVICES`` and number GPUs by the
-NVML index, which is the contract's physical index.
+fallback. Both ignore ``CUDA_VISIBLE_DEVICES`` and number GPUs by the NVML index, which is
+the contract's physical index.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def _nvml_memory(
     """Total and used bytes, used WITHOUT the driver reserve.
 
     v1 ``used`` includes the reserve (644939776 bytes on an idle H200); v2 splits it out into
-    ``reserved`` (reference section 4.4). Drivers without v2 fall back to v1, said so.
+    ``reserved`` (NVML's ``nvmlMemory_v2_t``). Drivers without v2 fall back to v1, said so.
     """
     try:
         info = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)

@@ -3,7 +3,7 @@
 Each source (sysfs, NVML, nvidia-smi, xpu-smi, ...) yields :class:`Observation`\\ s in which every
 field may be ``None`` (not seen). Observations are joined on PCI address, else UUID - never on
 an index, because every layer numbers devices differently (rocm-smi's ``cardN`` is not DRM's,
-the NVML index is not the CUDA index: reference sections 1 and 6).
+the NVML index is not the CUDA index unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
 The first source to report a field wins; later sources only fill gaps, and a disagreement about
 identity is recorded as a problem.
 """

@@ -186,7 +186,7 @@ def perfmon_capable(proc_root: str | os.PathLike[str] = "/proc") -> bool:
     """Whether this process has CAP_PERFMON or CAP_SYS_ADMIN (root has both).
 
     i915 and xe fill "used/unallocated" VRAM figures only for ``perfmon_capable()`` callers and
-    otherwise report free == total (i915_query.c, xe_query.c; reference section 2.6). Unreadable
+    otherwise report free == total (i915_query.c, xe_query.c). Unreadable
     status counts as not capable: a reading we cannot trust is unknown.
     """
     try:

@@ -2,9 +2,9 @@
 
 Any ``torch.xpu`` call initialises Level Zero/SYCL, a process that has initialised a GPU
 runtime cannot fork a child that uses it, and older ``device_count()`` caches its first answer
-for the life of the process (reference section 6), so the launcher never does it itself. The
-helper runs under COMPOSITE hierarchy with no mask, so each torch device is one card, in Level
-Zero order (discrete before integrated, then PCI address) - our Intel order.
+for the life of the process (a Level Zero context is never released), so the launcher never does it
+itself. The helper runs under COMPOSITE hierarchy with no mask, so each torch device is one card, in
+Level Zero order (discrete before integrated, then PCI address) - our Intel order.
 """
 
 from __future__ import annotations

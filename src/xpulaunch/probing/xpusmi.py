@@ -1,4 +1,4 @@
-"""xpu-smi, both generations (reference section 2.5).
+"""xpu-smi, both generations (1.x ``discovery -j``/``dump``, 2.x ``--query-gpu``).
 
 2.x answers ``--query-gpu`` in one call; 1.x refuses that option, so it is the fallback:
 ``discovery -j`` for identity, then in parallel ``dump -m 0,5,18 -n 1`` (the first row arrives

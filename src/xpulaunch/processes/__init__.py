@@ -1,0 +1,3 @@
+"""The OS layer: spawning (own session, parent-death signal), process trees and their
+signals, /proc, the guardian and the job record, cgroups, limits, program lookup, ports.
+Knows nothing of workers, gangs or plans."""

@@ -1,4 +1,5 @@
-"""Signal handlers that only post: the supervisor's loop does the work (STYLE habit 4).
+"""Signal handlers that only post: the supervisor's loop does the work, since a handler may
+interrupt code that holds a lock on the same thread.
 
 Workers run in their own sessions, so the terminal's Ctrl-C (SIGINT to the foreground process
 group), a hang-up or a ``kill`` reach only xpulaunch. The handler forwards the signal through

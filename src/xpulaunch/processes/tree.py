@@ -1,7 +1,7 @@
 """Signalling process groups and whole process trees, safely.
 
 Every worker runs in its own session, so its pid is also its process-group id and session
-id. Stopping a worker follows the usual discipline (STYLE habit 6, torch ``PContext.close``,
+id. Stopping a worker follows the usual discipline (torch ``PContext.close``,
 llama-swap ``killProcess``):
 
 1. Send the stop signal to the worker's whole group, and to every process of the worker that

@@ -1,4 +1,4 @@
-"""The supervisor's loop: one thread owns the worker table (STYLE habit 4).
+"""The supervisor's loop: one thread owns the worker table, so no lock guards a worker.
 
 Everything that changes a worker happens on the thread running :meth:`Engine.run`: spawning
 (so ``PR_SET_PDEATHSIG`` is tied to this long-lived thread), reading output, reaping,

@@ -4,7 +4,8 @@ Pure: a parser takes the variable's value (``None`` = unset) and the devices of 
 and returns what the runtime would expose, in the runtime's order, with notes on anything
 surprising. A value that would crash the runtime, or that the runtime refuses, raises
 :class:`~xpulaunch.errors.MaskError` with one line naming the variable, the value and what
-would be valid. Reference: ``device-semantics.md`` sections 2.1, 2.2, 2.4, 4.1 and 5.1.
+would be valid. Sources: compute-runtime (Level Zero), intel/llvm (SYCL), the CUDA
+Programming Guide, ROCm's "GPU isolation techniques".
 
 One module per runtime: :mod:`.cuda`, :mod:`.level_zero`, :mod:`.oneapi`, :mod:`.rocm`; every
 public name is re-exported here.

@@ -1,4 +1,5 @@
-"""``CUDA_VISIBLE_DEVICES``, read and written the way the CUDA driver does (reference 4.1).
+"""``CUDA_VISIBLE_DEVICES``, read and written the way the CUDA driver does (CUDA Programming Guide,
+"CUDA_VISIBLE_DEVICES").
 
 Pure: the parser takes the variable's value (``None`` = unset) and the NVIDIA devices of the
 inventory, and returns what CUDA would expose, in CUDA's order, with notes on anything

@@ -1,8 +1,8 @@
 """Intel Level Zero: card order, ``ZE_FLAT_DEVICE_HIERARCHY`` and ``ZE_AFFINITY_MASK``.
 
-Pure, read the way compute-runtime (NEO) reads them (reference 2.1, 2.2). A
-mask that would crash or abort the driver raises :class:`MaskError` with one line naming the
-variable, the value and what would be valid.
+Pure, read the way compute-runtime (NEO) reads them (``affinity_mask.cpp``,
+``ZE_FLAT_DEVICE_HIERARCHY``). A mask that would crash or abort the driver raises :class:`MaskError`
+with one line naming the variable, the value and what would be valid.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # An empty ZE_AFFINITY_MASK masks nothing, so hiding every Intel GPU takes an index no host
-# has: the driver skips out-of-range entries and exposes zero devices (reference section 2.2,
+# has: the driver skips out-of-range entries and exposes zero devices (compute-runtime,
 # inferred from the driver source).
 ZE_HIDE_ALL = "999"
 

@@ -1,4 +1,5 @@
-"""``ONEAPI_DEVICE_SELECTOR``: which Level Zero GPUs a SYCL process keeps (reference 2.4).
+"""``ONEAPI_DEVICE_SELECTOR``: which Level Zero GPUs a SYCL process keeps (intel/llvm's
+``device_filter.cpp``).
 
 Pure, following intel/llvm ``sycl/source/detail/device_filter.cpp`` (the grammar) and
 ``platform_impl.cpp`` (the two steps: root devices are filtered first, the sub-device part
@@ -83,7 +84,8 @@ def parse_oneapi_device_selector(value: str | None, visible_count: int) -> OneAp
         terms = _ods_terms(value, text.strip(C_SPACE).lstrip("!"))
         (discards if discard else accepts).extend(terms)
     _ods_notes(value, accepts, discards, visible_count, notes)
-    # Only discard terms: an implicit "accept every root device" comes first (reference 2.4).
+    # Only discard terms: an implicit "accept every root device" comes first (intel/llvm's selector
+    # documentation).
     accepted = [p for p in everything if not accepts or any(_ods_match(t, p) for t in accepts)]
     kept = tuple(p for p in accepted if not any(_ods_match(t, p) for t in discards))
     if visible_count and not kept:

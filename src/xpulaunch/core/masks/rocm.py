@@ -1,4 +1,5 @@
-"""AMD: ``ROCR_VISIBLE_DEVICES``, then ``HIP_VISIBLE_DEVICES`` on what ROCr left (reference 5.1).
+"""AMD: ``ROCR_VISIBLE_DEVICES``, then ``HIP_VISIBLE_DEVICES`` on what ROCr left (ROCm's "GPU
+isolation techniques").
 
 Pure, following ROCr ``amd_filter_device.cpp`` and ROCclr ``rocdevice.cpp``. A value that
 would crash the runtime, or that PyTorch refuses, raises :class:`MaskError` with one line

@@ -1,9 +1,9 @@
-"""rocm-smi and amd-smi JSON (reference sections 5.3, 5.4).
+"""rocm-smi and amd-smi JSON (rocm-smi's ``rocm_smi.py``, amd-smi's ``amdsmi_commands.py``).
 
 Both tools number GPUs by their SMI library index (``card0``, ``"gpu": 0``), which is neither
 the DRM card number nor anything else we key on (rocm-smi's ``card1`` may be DRM's ``card2``,
-reference section 6): every entry is joined on its PCI address, and an entry without one is
-dropped by the adapter.
+the order differs between tools): every entry is joined on its PCI address, and an entry without one
+is dropped by the adapter.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def number(cell: object) -> float | None:
     """The leading number of a cell (``"143771 MiB"`` -> 143771.0); ``None`` for anything else.
 
     ``[N/A]``, ``[Not Supported]``, ``N/A``, empty cells and the like are unknown, never 0
-    (nvidia-smi prints such sentinels for unsupported fields; reference section 4.3).
+    (nvidia-smi prints such sentinels for unsupported fields, e.g. ``[N/A]``).
     """
     if isinstance(cell, bool):
         return None

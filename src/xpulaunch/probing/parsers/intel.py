@@ -1,8 +1,8 @@
 """xpu-smi 1.x / 2.x output, the torch.xpu helper's JSON, and Intel PCI-id facts.
 
-Formats are in reference section 2.5. The two xpu-smi generations differ: 1.x has no JSON
-``dump`` and its header text changes between releases, so its CSV is read by column position in
-the ``-m`` list; 2.x has nvidia-smi style ``--query-gpu``.
+Formats as xpumanager's ``doc/smi_user_guide.md`` and ``cli/src/comlet_dump.cpp`` give them. The two
+xpu-smi generations differ: 1.x has no JSON ``dump`` and its header text changes between releases,
+so its CSV is read by column position in the ``-m`` list; 2.x has nvidia-smi style ``--query-gpu``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""nvidia-smi CSV and ``/proc/driver/nvidia/gpus/*/information`` (reference sections 4.3, 4.5)."""
+"""nvidia-smi CSV and ``/proc/driver/nvidia/gpus/*/information``."""
 
 from __future__ import annotations
 
