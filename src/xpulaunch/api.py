@@ -20,7 +20,7 @@ from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
-from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
+from xpulaunch.model import DeviceMap, DeviceShare, Inventory, NodeGroup, Plan
 from xpulaunch.processes import ports
 from xpulaunch.processes.program import resolve_program
 
@@ -118,6 +118,7 @@ def plan(
     extra_env: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     nodes: NodeGroup | None = None,
+    share: DeviceShare | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -127,6 +128,7 @@ def plan(
     variables (device masks, ranks), which win; ``notes`` are added to the plan's.
     the plan will run with). ``nodes``: this machine's place in a job of several nodes;
     there ``master_port`` defaults to torchrun's 29500, since every node must name the same.
+    ``share``: share each device with other small jobs (``--slots-per-gpu``, ``--gpu-memory``).
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -149,6 +151,7 @@ def plan(
         max_restarts=max_restarts,
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
+        share=share,
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from xpulaunch.leases import Lease, LeaseManager, PlanFn, WaitStatus
-    from xpulaunch.model import Plan
+    from xpulaunch.model import DeviceShare, Plan
 
 lock_dir_option = click.option(
     "--lock-dir",
@@ -101,8 +101,10 @@ class LeaseSettings:
         on_wait: Callable[[WaitStatus], None] | None = None,
         command: Sequence[str] | None = None,
         manager: LeaseManager | None = None,
+        share: DeviceShare | None = None,
     ) -> tuple[Plan, Lease]:
-        """Plan and lease atomically, waiting in line when asked to."""
+        """Plan and lease atomically, waiting in line when asked to; with ``share``, a slot
+        of each device (``--slots-per-gpu``, ``--gpu-memory``)."""
         return (manager or self.manager()).allocate(
             plan_fn,
             shared=self.shared,
@@ -110,6 +112,7 @@ class LeaseSettings:
             wait_timeout_s=self.wait_timeout_s,
             on_wait=on_wait,
             command=command,
+            share=share,
         )
 
 

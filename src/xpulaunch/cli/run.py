@@ -24,6 +24,7 @@ from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.plan_options import percent_option, plan_options, size_option
 from xpulaunch.cli.program import ProgramCommand
 from xpulaunch.cli.render import print_plan
+from xpulaunch.cli.share_options import pop_share, share_options
 from xpulaunch.cli.supervision_options import supervision_options
 from xpulaunch.errors import UsageError
 from xpulaunch.launch.options import check_run_values, parse_seconds, plan_restart_limit
@@ -60,6 +61,7 @@ _run_only_options = option_group(
 @operations_options
 @multinode_options
 @lease_options
+@share_options
 @accelerate_options
 @click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
@@ -71,15 +73,16 @@ def run(program: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) 
     """
     warn_torchrun_options(program)
     leases = LeaseSettings.pop_from(options)
+    share = pop_share(options)
     accelerate = apply_accelerate_config(options)  # may fill run's options, the nodes' too
     node_request, join_timeout = pop_node_request(options)
     options["join_timeout_s"] = parse_seconds(join_timeout, "--join-timeout", 0.0)
-    kwargs = {**_plan_kwargs(options), **accelerate}
+    kwargs = {**_plan_kwargs(options), **accelerate, "share": share}
     kwargs.update(node_kwargs(node_request, kwargs["parent_env"], options))
     if dry_run:
         check_run_values(options)  # what a real run would refuse, a dry run refuses too
         # Leases are this host's: a plan for another machine's --inventory ignores them.
-        held = None if kwargs["inventory"] else leases.manager().unavailable()
+        held = None if kwargs["inventory"] else leases.manager().unavailable(share)
         plan = api.plan(list(program), **kwargs, unavailable=held, must_exist=False)
         print_plan(final_plan(plan, options, kwargs["max_restarts"]), as_json)
         return 0
@@ -117,6 +120,7 @@ def _execute(
             ),
             on_wait=lease_events.on_wait,
             command=["xpulaunch", *program],
+            share=kwargs["share"],
         )
     with contextlib.ExitStack() as done, lease:
         if events is not None:

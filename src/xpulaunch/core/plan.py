@@ -16,6 +16,7 @@ from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
+from xpulaunch.core.slots import describe_share
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
@@ -23,6 +24,7 @@ from xpulaunch.model import (
     SET_AT_START,
     Backend,
     DeviceMap,
+    DeviceShare,
     Hierarchy,
     Inventory,
     NodeGroup,
@@ -65,6 +67,8 @@ class LaunchRequest:
     extra_env: tuple[tuple[str, str], ...] = ()
     # This machine's place in a job of several nodes; one node by default.
     nodes: NodeGroup = field(default_factory=NodeGroup)
+    # Share each device with other small jobs (--slots-per-gpu, --gpu-memory); None: alone.
+    share: DeviceShare | None = None
 
 
 def make_plan(
@@ -93,6 +97,8 @@ def make_plan(
     workers, worker_notes = _workers(job)
     cards = dict.fromkeys(u.device for u in units)
     selection_notes = (*selection_notes, *(f"warning: {w}" for d in cards for w in issues_of(d)))
+    if request.share is not None and units:
+        selection_notes = (*selection_notes, _share_note(request.share, units))
     return Plan(
         backend=backend,
         devices=units,
@@ -102,6 +108,18 @@ def make_plan(
         isolate=request.isolate,
         hierarchy=hierarchy if backend is Backend.XPU else None,
         nodes=request.nodes,
+        share=request.share if units else None,
+    )
+
+
+def _share_note(share: DeviceShare, units: tuple[Unit, ...]) -> str:
+    claims = [share.claim_bytes(u.memory_total_bytes) for u in units]
+    each = ", ".join(
+        f"{u.label()}: {devicemap.format_share(c)}" for u, c in zip(units, claims, strict=True)
+    )
+    return (
+        f"sharing: one slot of each device ({describe_share(share)}), shared with other small "
+        f"jobs; XPULAUNCH_MAX_MEMORY is this job's share ({each})"
     )
 
 
@@ -137,7 +155,9 @@ def _select_units(
     if vendor is None:
         return (), ()
     request = job.request
-    filters = Filters(request.min_free_memory_bytes, request.max_utilization_percent)
+    filters = Filters(
+        request.min_free_memory_bytes, request.max_utilization_percent, share=request.share
+    )
     selection = select(
         gpus,
         visible[vendor],
@@ -212,7 +232,11 @@ def _worker(job: _Job, share: tuple[int, ...], rank: int, count: int) -> WorkerP
     env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
     chosen_map = devicemap.choose_device_map(len(mine), request.device_map)
     env["XPULAUNCH_DEVICE_MAP"] = chosen_map.value if chosen_map else None
-    env["XPULAUNCH_MAX_MEMORY"] = devicemap.max_memory_json(mine) if mine else None
+    if request.share is not None:
+        budget = devicemap.share_memory_json(mine, request.share) if mine else None
+    else:
+        budget = devicemap.max_memory_json(mine) if mine else None
+    env["XPULAUNCH_MAX_MEMORY"] = budget
     return WorkerPlan(
         name=str(rank),
         rank=request.nodes.node_rank * count + rank,
@@ -306,5 +330,18 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             "source": plan.nodes.source,
             "hosts": list(plan.nodes.hosts),
         },
+        "share": _share_dict(plan),
         "notes": list(plan.notes),
+    }
+
+
+def _share_dict(plan: Plan) -> dict[str, Any] | None:
+    """The job's share of each of its devices; null for a job that has them alone."""
+    share = plan.share
+    if share is None:
+        return None
+    return {
+        "slots_per_gpu": share.slots,
+        "gpu_memory_bytes": share.memory_bytes,
+        "device_bytes": [share.claim_bytes(u.memory_total_bytes) for u in plan.devices],
     }
