@@ -25,6 +25,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.files import JobSpec
 from xpulaunch.jobqueue.store import Store
+from xpulaunch.processes.program import resolve_program
 
 _RAW_ARGS = "xpulaunch.submit_raw_args"
 _NOT_FOR_SUBMIT = frozenset({"dry_run", "as_json"})
@@ -46,6 +47,9 @@ def _submit(
     run_args = run_arguments(ctx.meta[_RAW_ARGS], option_arity(ctx.command))
     plan = _checked_plan(ctx, run_args)
     env = dict(os.environ)
+    cwd = _cwd()
+    # The dry run plans for any machine; the job runs on this one: its program must exist.
+    resolve_program(list(program), env=env, cwd=cwd)
     directory = actions.queue_directory(options.get("lock_dir"), env)
     events, log_dir = options.get("events"), options.get("log_dir")
     if events == "-":
@@ -54,7 +58,7 @@ def _submit(
 
     job = actions.Submission(
         spec=JobSpec(
-            args=tuple(run_args), env=env, cwd=_cwd(), python=sys.executable,
+            args=tuple(run_args), env=env, cwd=cwd, python=sys.executable,
             profile=ctx.parent.params.get("profile") if ctx.parent else None,
             events=os.path.abspath(events) if events else "", add_events=events is None,
             log_dir=os.path.abspath(log_dir) if log_dir else "", add_log_dir=log_dir is None,

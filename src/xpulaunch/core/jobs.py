@@ -236,7 +236,7 @@ def _starting(job: Job, holdings: Sequence[Holding], waiters: Sequence[Waiter]) 
     wanted = wanted_text(job)
     if not holdings:
         return f"waiting for {wanted}: {reason}"
-    return f"waiting for {wanted}: " + "; ".join(_holding_text(h) for h in holdings)
+    return f"waiting for {wanted}: " + _holdings_text(holdings)
 
 
 def wanted_text(job: Job) -> str:
@@ -251,10 +251,20 @@ def wanted_text(job: Job) -> str:
     return slot + (short_devices(job.wanted) or gpus)
 
 
-def _holding_text(holding: Holding) -> str:
-    who = f"job {holding.job}" if holding.job is not None else f"pid {holding.pid} ({holding.user})"
-    verb = "shared by" if holding.slot else "leased by"
-    return f"{short_devices(holding.devices)} {verb} {who}"
+def _holdings_text(holdings: Sequence[Holding]) -> str:
+    """``nvidia 0, 1 leased by job 17; nvidia 2 shared by job 18, job 19``."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for holding in holdings:
+        who = (
+            f"job {holding.job}"
+            if holding.job is not None
+            else f"pid {holding.pid} ({holding.user})"
+        )
+        verb = "shared by" if holding.slot else "leased by"
+        grouped.setdefault((short_devices(holding.devices), verb), []).append(who)
+    return "; ".join(
+        f"{devices} {verb} {', '.join(who)}" for (devices, verb), who in grouped.items()
+    )
 
 
 _LABEL = re.compile(r"^(?P<vendor>[a-z]+) (?P<index>\d+)(?: \([^)]*\))?(?P<rest>.*)$")

@@ -79,9 +79,9 @@ class Store:
         cls, directory: LockDirectory, env: Mapping[str, str], *, create: bool
     ) -> Store | None:
         """The queue of ``directory``; None when it has none and ``create`` is false."""
+        check_filesystem(directory, env)  # before anything is made there
         if not directory.ensure(create=create):
             return None
-        check_filesystem(directory, env)
         path = directory.join(DB_NAME)
         fd = directory.open_file(DB_NAME, os.O_RDWR, create=create, writable_by_all=True)
         if fd is None:
