@@ -100,5 +100,5 @@ def test_a_plan_without_share_is_unchanged() -> None:
 
 def test_a_budget_larger_than_every_device_cannot_be_met() -> None:
     request = LaunchRequest(argv=("x",), gpus="1", share=DeviceShare(memory_bytes=1 << 50))
-    with pytest.raises(SelectionError, match="--gpu-memory 1024.0 TiB > its"):
+    with pytest.raises(SelectionError, match=r"--gpu-memory 1024\.0 TiB > its"):
         make_plan(request, load_inventory("2x-h200.json"), {})

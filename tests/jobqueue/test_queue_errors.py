@@ -13,6 +13,7 @@ from helpers import one_line_error
 from queue_kit import QueueBox
 
 pytestmark = pytest.mark.slow
+UNKNOWN = "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"
 
 
 def lines(box: QueueBox, command: str, *args: str, **env: str) -> tuple[int, str]:
@@ -23,9 +24,9 @@ def lines(box: QueueBox, command: str, *args: str, **env: str) -> tuple[int, str
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("cancel", "99"), "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"),
-        (("hold", "99"), "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"),
-        (("logs", "99"), "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"),
+        (("cancel", "99"), UNKNOWN),
+        (("hold", "99"), UNKNOWN),
+        (("logs", "99"), UNKNOWN),
         (("cancel", "x1"), "'x1' is not a job id: expected a number such as 17, or w4242"),
         (("cancel",), "give job ids (as xpulaunch queue shows them) or --all, not both"),
         (("cancel", "w1"), "w1: no launch with pid 1 waits for devices in {lock_dir}"),
