@@ -98,11 +98,10 @@ def test_memory_budgets_fill_a_device(manager: LeaseManager) -> None:
     assert json.loads(str(first.workers[0].env["XPULAUNCH_MAX_MEMORY"])) == {"0": TOTAL // 2}
     third, _ = take(manager, share=DeviceShare(memory_bytes=GiB))
     assert devices(third) == [DEV1]  # nvidia 0 has no byte left
-    with pytest.raises(DeviceBusyError, match="promised, no room for 1.0 GiB more"):
+    with pytest.raises(DeviceBusyError, match=r"promised, no room for 1\.0 GiB more"):
         take(manager, gpus=f"device={DEV0}", share=DeviceShare(memory_bytes=GiB))
-    # A slot job counts total / K against the budgets already there.
-    with pytest.raises(DeviceBusyError, match="no room for"):
-        take(manager, gpus=f"device={DEV1}", share=DeviceShare(slots=1, memory_bytes=TOTAL))
+    with pytest.raises(DeviceBusyError, match=r"1\.0 GiB of its 140\.4 GiB promised"):
+        take(manager, gpus=f"device={DEV1}", share=DeviceShare(memory_bytes=TOTAL))
 
 
 def test_a_stale_whole_device_holder_file_does_not_name_the_sharers(
