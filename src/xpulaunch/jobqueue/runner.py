@@ -65,6 +65,9 @@ class Runner:
         self._processes: dict[int, JobProcess] = {}
         self._stopping = False
         self._wake: WakePipe | None = None
+        self._seen: tuple[int, tuple[int, ...]] | None = None  # data_version, live runners
+        self._busy = True
+        self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
 
     def serve(self) -> bool:
         """Run until stopped (SIGTERM, SIGINT) or idle; False when another runner runs."""
@@ -118,17 +121,30 @@ class Runner:
         return self.idle_exit_s is not None and time.monotonic() - since_s >= self.idle_exit_s
 
     def turn(self, store: Store) -> bool:
-        """One turn of the loop; whether any job of this user is still active."""
+        """One turn of the loop; whether any job of this user is still active.
+
+        The queue is read only when something may have changed: a job of ours moved, another
+        process committed to the database (SQLite's ``data_version``), a runner came or
+        went, or a cancelled job's grace ran out. So an idle runner with a long queue of held
+        jobs costs a pragma and a few lock probes a turn, not a read of every job."""
         changed = self._watch(store)
-        mine = [j for j in store.with_dependencies() if j.uid == self.uid]
+        runners = live_runners(self.directory)
+        seen = (store.data_version(), tuple(sorted(runners)))
+        due = self._deadline_s is not None and time.time() >= self._deadline_s
+        if not changed and not due and seen == self._seen:
+            return self._busy
+        jobs = store.with_dependencies()
+        mine = [j for j in jobs if j.uid == self.uid]
         changed |= self._escalate(mine)
         changed |= self._drop_never_runnable(store, mine)
-        changed |= self._start_next(store)
+        changed |= self._start_next(store, set(runners))
         if changed:
             notify(self.directory)
-        return bool(self._processes) or any(
-            not j.state.ended for j in store.jobs() if j.uid == self.uid
-        )
+        # A turn that changed something is followed by a full one: our own commits do not
+        # move data_version, and what we did may let the next job start.
+        self._seen = None if changed else (store.data_version(), seen[1])
+        self._busy = bool(self._processes) or any(not j.state.ended for j in mine)
+        return self._busy
 
     def _watch(self, store: Store) -> bool:
         changed = False
@@ -197,12 +213,15 @@ class Runner:
         """Kill the run of a cancelled job still there ``grace + margin`` after the cancel:
         its guardian then stops the workers and the leases end with them."""
         now_s = time.time()
+        self._deadline_s = None
         for job in mine:
             process = self._processes.get(job.id)
             if process is None or job.cancel_requested_s is None:
                 continue
-            overdue = now_s >= job.cancel_requested_s + job.grace_s + CANCEL_MARGIN_S
-            if overdue and process.signal(signal.SIGKILL):
+            deadline_s = job.cancel_requested_s + job.grace_s + CANCEL_MARGIN_S
+            if now_s < deadline_s:
+                self._deadline_s = min(self._deadline_s or deadline_s, deadline_s)
+            elif process.signal(signal.SIGKILL):
                 self._say(f"job {job.id}: still running after its grace; killed")
         return False
 
@@ -221,11 +240,9 @@ class Runner:
                     self._say(f"job {job.id} cancelled: {why}")
         return True
 
-    def _start_next(self, store: Store) -> bool:
+    def _start_next(self, store: Store, runners: set[int]) -> bool:
         with store.write():
-            jobs = store.with_dependencies()
-            runners = set(live_runners(self.directory))
-            job = next_to_start(jobs, runners)
+            job = next_to_start(store.with_dependencies(), runners)
             if job is None or job.uid != self.uid:
                 return False
             store.update(job.id, state=JobState.STARTING, started_s=time.time(), reason=None)
@@ -287,6 +304,8 @@ class Runner:
             timeout_s = WAITING_POLL_S
         if any(not p.leased and not p.waiting for p in processes):
             timeout_s = STARTING_POLL_S
+        if self._deadline_s is not None:
+            timeout_s = max(min(timeout_s, self._deadline_s - time.time()), 0.0)
         fds = [self._wake.fd, *(p.pidfd for p in processes if p.pidfd is not None)]
         select.select(fds, [], [], timeout_s)
         self._wake.drain()
