@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -136,15 +137,24 @@ def long_queue(lock_dir: Path, jobs: int) -> None:
                 wanted=["nvidia 0 (0000:00:06.0)"], submitted_s=time.time(), job_dir="",
             )  # fmt: skip
     for args in (["queue"], ["queue", "--json"]):
-        walls = []
+        walls, cpus = [], []
         for _ in range(5):
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             done = xpulaunch(lock_dir, *args)
             walls.append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime)
         rows = done.stdout.count('"id"') if "--json" in args else done.stdout.count("\n")
         print(f"xpulaunch {' '.join(args):<13} {jobs} jobs: median "
-              f"{statistics.median(walls):.3f} s, min {min(walls):.3f} s ({rows} rows; "
-              "goal < 0.2 s)")  # fmt: skip
+              f"{statistics.median(walls):.3f} s, min {min(walls):.3f} s, CPU median "
+              f"{statistics.median(cpus):.3f} s ({rows} lines; goal < 0.2 s)")  # fmt: skip
+    from xpulaunch.jobqueue import listing
+
+    start = time.perf_counter()
+    listing.table_rows(listing.take(directory, os.environ))
+    print(f"listing {jobs} jobs in-process:  {time.perf_counter() - start:.3f} s "
+          "(the database and the leases read, the rows made; no interpreter start)")
 
 
 def main() -> None:

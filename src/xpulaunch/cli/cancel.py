@@ -42,7 +42,7 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
                 if isinstance(job_id, str):
                     click.echo(actions.cancel_waiter(directory, int(job_id[1:])))
                 elif store is not None:
-                    click.echo(actions.cancel(directory, store, job_id))
+                    click.echo(actions.cancel(directory, store, job_id, ended_ok=everything))
             except QueueError as exc:
                 if len(wanted) == 1:
                     raise

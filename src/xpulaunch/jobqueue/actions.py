@@ -127,13 +127,16 @@ def own_job(store: Store, job_id: int, verb: str) -> Job:
     return job
 
 
-def cancel(directory: LockDirectory, store: Store, job_id: int) -> str:
+def cancel(directory: LockDirectory, store: Store, job_id: int, *, ended_ok: bool = False) -> str:
     """Cancel one of this user's jobs: a queued one is dropped, a started one's run gets
     SIGTERM (and its workers their ``--grace``; the runner kills the run if it outlives
-    that). What was done, in a few words."""
+    that). What was done, in a few words. ``ended_ok``: a job that has just ended (``cancel
+    --all`` racing with it) is said so, not an error."""
     job = own_job(store, job_id, "cancel")
     with store.write():
         job = store.job(job_id) or job
+        if job.state.ended and ended_ok:
+            return f"job {job_id}: had already ended ({job.state.value})"
         if job.state.ended:
             raise QueueError(f"job {job_id} has already ended ({job.state.value})")
         if job.state.pending:
