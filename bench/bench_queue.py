@@ -153,8 +153,10 @@ def long_queue(lock_dir: Path, jobs: int) -> None:
 
     start = time.perf_counter()
     listing.table_rows(listing.take(directory, os.environ))
-    print(f"listing {jobs} jobs in-process:  {time.perf_counter() - start:.3f} s "
-          "(the database and the leases read, the rows made; no interpreter start)")
+    print(
+        f"listing {jobs} jobs in-process:  {time.perf_counter() - start:.3f} s "
+        "(the database and the leases read, the rows made; no interpreter start)"
+    )
 
 
 def main() -> None:

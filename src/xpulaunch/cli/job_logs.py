@@ -12,7 +12,7 @@ from pathlib import Path
 from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import actions
-from xpulaunch.jobqueue.files import OUTPUT_NAME, read_spec
+from xpulaunch.jobqueue.files import OUTPUT_NAME, job_folder, read_spec
 from xpulaunch.jobqueue.store import Store
 
 WAIT_INTERVAL_S = 0.5
@@ -32,12 +32,13 @@ def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None
         raise QueueError(f"no job {text}: {directory.root} has no queue")
     with store:
         job = _readable(store, int(text))
+        folder = job_folder(directory, job.uid, job.id)
         while True:
-            log_dir = _log_dir(job, os.getuid())
+            log_dir = _log_dir(folder, job.uid)
             if log_dir is not None and _has_attempts(log_dir):
                 return log_dir
             if job.state.ended or (job.state is JobState.RUNNING and not follow):
-                _print_console(job)
+                _print_console(folder)
                 return None
             if not follow:
                 raise QueueError(
@@ -58,9 +59,9 @@ def _readable(store: Store, job_id: int) -> Job:
     return job
 
 
-def _log_dir(job: Job, uid: int) -> Path | None:
+def _log_dir(folder: Path, uid: int) -> Path | None:
     try:
-        spec = read_spec(Path(job.job_dir), job.uid if uid == 0 else uid)
+        spec = read_spec(folder, uid)
     except QueueError:
         return None
     return Path(spec.log_dir) if spec.log_dir else None
@@ -73,9 +74,9 @@ def _has_attempts(folder: Path) -> bool:
         return False
 
 
-def _print_console(job: Job) -> None:
+def _print_console(folder: Path) -> None:
     try:
-        data = (Path(job.job_dir) / OUTPUT_NAME).read_bytes()
+        data = (folder / OUTPUT_NAME).read_bytes()
     except OSError:
         return
     sys.stdout.buffer.write(data)

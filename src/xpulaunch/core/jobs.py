@@ -68,7 +68,7 @@ class Job:
     grace_s: float = 10.0
     pid_ticks: int | None = None  # with pid, its run's identity (a reused pid has others)
     lease_job: str | None = None  # the lease's job id: its workers' XPULAUNCH_JOB_ID
-    job_dir: str = ""  # its spec, console output and events
+    job_dir: str = ""  # where its folder is, for people (runners use the one its id names)
 
     @property
     def waited_s(self) -> float | None:

@@ -47,7 +47,8 @@ def queue_directory(lock_dir: str | None, env: Mapping[str, str]) -> LockDirecto
     user's private one, exactly as leases pick it."""
     from xpulaunch.leases import LeaseManager
 
-    return LeaseManager(lock_dir, env=env).directory
+    # Absolute: the runner and the jobs' runs start elsewhere (the runner in "/").
+    return LeaseManager(os.path.abspath(lock_dir) if lock_dir else None, env=env).directory
 
 
 def lease_manager(directory: LockDirectory) -> LeaseManager:

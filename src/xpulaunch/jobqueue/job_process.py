@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xpulaunch.core.jobs import Job
 from xpulaunch.errors import QueueError
-from xpulaunch.jobqueue.files import OUTPUT_NAME, JobSpec, job_env
+from xpulaunch.jobqueue.files import OUTPUT_NAME, JobSpec, job_env, job_folder
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.processes import procfs
 from xpulaunch.processes.spawn import open_pidfd
@@ -118,8 +118,9 @@ class JobProcess:
 
 
 def start(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
-    """Start the job's ``xpulaunch run --wait`` in a session of its own."""
-    folder = Path(job.job_dir)
+    """Start the job's ``xpulaunch run --wait`` in a session of its own (its folder is the
+    one of its owner's that its id names, whatever the database says)."""
+    folder = job_folder(directory, job.uid, job.id)
     argv = [spec.python or "python3", "-m", "xpulaunch"]
     if spec.profile:
         argv += ["--profile", spec.profile]
@@ -148,13 +149,14 @@ def start(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
     )  # fmt: skip
 
 
-def adopt(job: Job, spec: JobSpec) -> JobProcess:
+def adopt(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
     """Watch a job that an earlier runner started (already gone is fine: it ends at once)."""
     pid = job.pid or 0
     alive = pid > 0 and job.pid_ticks is not None and procfs.is_running(pid, job.pid_ticks)
     process = JobProcess(
         job.id, pid, job.pid_ticks if alive else None, EventsTail(spec.events),
-        Path(job.job_dir) / OUTPUT_NAME, pidfd=open_pidfd(pid) if alive else None,
+        job_folder(directory, job.uid, job.id) / OUTPUT_NAME,
+        pidfd=open_pidfd(pid) if alive else None,
     )  # fmt: skip
     return process
 

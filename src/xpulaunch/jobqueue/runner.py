@@ -25,14 +25,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from xpulaunch.core.jobs import Job, JobState, never_runs, next_to_start
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import job_process
-from xpulaunch.jobqueue.files import RunnerLock, WakePipe, live_runners, notify, read_spec
+from xpulaunch.jobqueue.files import (
+    RunnerLock,
+    WakePipe,
+    job_folder,
+    live_runners,
+    notify,
+    read_spec,
+)
 from xpulaunch.jobqueue.job_process import JobProcess
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.leases.lock_directory import LockDirectory
@@ -247,7 +253,7 @@ class Runner:
                 return False
             store.update(job.id, state=JobState.STARTING, started_s=time.time(), reason=None)
         try:
-            spec = read_spec(Path(job.job_dir), self.uid)
+            spec = read_spec(job_folder(self.directory, self.uid, job.id), self.uid)
             process = job_process.start(job, spec, self.directory)
         except QueueError as exc:
             with store.write():
@@ -272,11 +278,11 @@ class Runner:
             if job is None:
                 continue
             try:
-                spec = read_spec(Path(job.job_dir), self.uid)
+                spec = read_spec(job_folder(self.directory, self.uid, job.id), self.uid)
             except QueueError as exc:
                 self._say(f"job {job.id}: cannot adopt it: {exc.cli_message()}")
                 continue
-            process = job_process.adopt(job, spec)
+            process = job_process.adopt(job, spec, self.directory)
             process.leased = job.state is JobState.RUNNING
             self._processes[job.id] = process
             self._say(f"job {job.id}: adopted its run, pid {job.pid}")
