@@ -74,10 +74,11 @@ class Runner:
         self._seen: tuple[int, tuple[int, ...]] | None = None  # data_version, live runners
         self._busy = True
         self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
+        self._lock = RunnerLock(directory, self.uid)
 
     def serve(self) -> bool:
         """Run until stopped (SIGTERM, SIGINT) or idle; False when another runner runs."""
-        lock = RunnerLock(self.directory, self.uid)
+        lock = self._lock = RunnerLock(self.directory, self.uid)
         if not lock.acquire():
             return False
         try:
@@ -119,9 +120,20 @@ class Runner:
             if busy:
                 idle_since_s = time.monotonic()
             elif self._idle_for(idle_since_s):
-                self._say("idle: exiting (the next submit starts a runner again)")
-                return
+                if self._leave(store):
+                    self._say("idle: exiting (the next submit starts a runner again)")
+                    return
+                idle_since_s = time.monotonic()
             self._sleep()
+
+    def _leave(self, store: Store) -> bool:
+        """Give up the runner lock, unless a job came meanwhile. A submit commits its job
+        before it looks for a runner, so it either finds the lock free (and starts one) or
+        its job is seen here, after the lock is released."""
+        self._lock.release()
+        if not any(j.uid == self.uid for j in store.jobs()):
+            return True
+        return not self._lock.acquire()  # another runner took over: it has the job
 
     def _idle_for(self, since_s: float) -> bool:
         return self.idle_exit_s is not None and time.monotonic() - since_s >= self.idle_exit_s
