@@ -41,11 +41,11 @@ class SubmitCommand(ProgramCommand):
 
 
 def _submit(
-    program: tuple[str, ...], priority: int, after: tuple[int, ...], hold: bool, **options: Any
+    program: tuple[str, ...], priority: int, after: tuple[int, ...], hold: bool, **_: Any
 ) -> int:
     ctx = click.get_current_context()
     run_args = run_arguments(ctx.meta[_RAW_ARGS], option_arity(ctx.command))
-    plan = _checked_plan(ctx, run_args)
+    plan, options = _checked_plan(ctx, run_args)  # run's values: config files' included
     env = dict(os.environ)
     cwd = _cwd()
     # The dry run plans for any machine; the job runs on this one: its program must exist.
@@ -93,10 +93,14 @@ def run_arguments(raw: list[str], arity: dict[str, int]) -> list[str]:
     return [*kept, "--", *program]
 
 
-def _checked_plan(ctx: click.Context, run_args: list[str]) -> dict[str, Any]:
-    """The job's plan as a dry run makes it with no device leased: the checks a real run
-    makes, and what it asks for. Its own output is kept from stdout (the id is alone there)."""
+def _checked_plan(
+    ctx: click.Context, run_args: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's plan as a dry run makes it with no device leased (the checks a real run
+    makes, and what it asks for), and run's option values as the job's run will see them
+    (config files' defaults included). The dry run's output is kept from stdout."""
     with run_command.make_context("run", list(run_args), parent=ctx.parent) as run_ctx:
+        values = dict(run_ctx.params)
         run_ctx.params.update(dry_run=True, as_json=True, lock_dir=_no_leases())
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):
@@ -105,7 +109,7 @@ def _checked_plan(ctx: click.Context, run_args: list[str]) -> dict[str, Any]:
         plan = json.loads(captured.getvalue())
     except ValueError as exc:  # pragma: no cover - the dry run prints one JSON document
         raise UsageError(f"the job's dry run printed no plan ({exc})") from exc
-    return plan if isinstance(plan, dict) else {}
+    return (plan if isinstance(plan, dict) else {}), values
 
 
 def _no_leases() -> str:
