@@ -245,3 +245,16 @@ def test_logs_of_a_job(box: QueueBox) -> None:
     out, err = follow.communicate(timeout=60)
     assert follow.returncode == 0, err
     assert out == ""  # `true` prints nothing; -f ended with the job
+
+
+def test_jobs_sharing_one_events_file_each_read_their_own(box: QueueBox) -> None:
+    events = box.root / "events.jsonl"
+    events.touch()
+    events.chmod(0o666)
+    first = box.submit("--gpus", "2", "--events", events, *box.audit_job("e1", 1.0))
+    second = box.submit("--gpus", "1", "--events", events, *box.audit_job("e2", 0))
+    jobs = box.wait_states({first: "done", second: "done"})
+    assert jobs[str(first)]["devices"] == ["nvidia 0 (0000:00:06.0)", "nvidia 1 (0000:00:07.0)"]
+    assert jobs[str(second)]["devices"] == ["nvidia 0 (0000:00:06.0)"]
+    kinds = [line.split('"event":"')[1].split('"')[0] for line in events.read_text().splitlines()]
+    assert kinds.count("lease_acquired") == 2 and kinds.count("stopped") == 2

@@ -93,9 +93,7 @@ def run_arguments(raw: list[str], arity: dict[str, int]) -> list[str]:
     return [*kept, "--", *program]
 
 
-def _checked_plan(
-    ctx: click.Context, run_args: list[str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _checked_plan(ctx: click.Context, run_args: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The job's plan as a dry run makes it with no device leased (the checks a real run
     makes, and what it asks for), and run's option values as the job's run will see them
     (config files' defaults included). The dry run's output is kept from stdout."""

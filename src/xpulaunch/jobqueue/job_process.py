@@ -133,6 +133,7 @@ def start(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
         argv += ["--log-dir", spec.log_dir]
     argv += list(spec.args)
     output = folder / OUTPUT_NAME
+    events = _events(spec)  # before the run starts: none of its events is missed
     try:
         with open(output, "ab") as console:
             popen = subprocess.Popen(
@@ -144,7 +145,7 @@ def start(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
         where = exc.filename or argv[0]
         raise QueueError(f"cannot start the job ({where}: {exc.strerror})") from exc
     return JobProcess(
-        job.id, popen.pid, procfs.start_ticks(popen.pid), EventsTail(spec.events), output,
+        job.id, popen.pid, procfs.start_ticks(popen.pid), events, output,
         popen=popen, pidfd=open_pidfd(popen.pid),
     )  # fmt: skip
 
@@ -154,11 +155,24 @@ def adopt(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
     pid = job.pid or 0
     alive = pid > 0 and job.pid_ticks is not None and procfs.is_running(pid, job.pid_ticks)
     process = JobProcess(
-        job.id, pid, job.pid_ticks if alive else None, EventsTail(spec.events),
+        job.id, pid, job.pid_ticks if alive else None, _events(spec),
         job_folder(directory, job.uid, job.id) / OUTPUT_NAME,
         pidfd=open_pidfd(pid) if alive else None,
     )  # fmt: skip
     return process
+
+
+def _events(spec: JobSpec) -> EventsTail:
+    """The run's events: our file of the job's own from its start; a file the user gave
+    (``--events FILE``, which other runs may append to as well) from its end as it is now.
+    An adopted run's events in such a file that came before are not read again: its state
+    then waits for its next event, and its end comes from its ``stopped`` event."""
+    if spec.add_events:
+        return EventsTail(spec.events)
+    try:
+        return EventsTail(spec.events, offset=os.path.getsize(spec.events))
+    except OSError:
+        return EventsTail(spec.events)  # not there yet
 
 
 def find_started(job_id: int, directory: LockDirectory) -> tuple[int, int] | None:
