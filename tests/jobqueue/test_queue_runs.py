@@ -156,13 +156,20 @@ def test_two_users_share_one_queue_and_cannot_cancel_each_other(box: QueueBox) -
         f"xpulaunch: error: job {theirs} belongs to nobody: only nobody can cancel it\n"
     )
     box.cli("release", "--lock-dir", box.lock_dir, str(theirs), uid=65534)
+    # nobody's job after root's: it waits for root's job, whose runner is not nobody's.
+    after_mine = box.submit("--after", str(mine), *job, uid=65534)
     jobs = box.wait_states({theirs: "done", mine: "held"})
     assert jobs[str(mine)]["reason"] == f"held: xpulaunch release {mine}"
+    assert jobs[str(after_mine)]["state"] == "queued"
+    assert jobs[str(after_mine)]["reason"] == f"after job {mine} (held)"
     (record,) = box.records()
     assert record["uid"] == 65534 and record["queue_job"] == str(theirs)
     out = box.cli("cancel", "--lock-dir", box.lock_dir, str(mine)).stdout
     assert out == f"job {mine}: cancelled (it had not started)\n"
-    assert box.jobs()[str(mine)]["state"] == "cancelled"
+    jobs = box.wait_states({mine: "cancelled", after_mine: "cancelled"})
+    assert jobs[str(after_mine)]["reason"] == (
+        f"never started: --after {mine}: job {mine} was cancelled"
+    )
 
 
 def test_slots_four_one_device_jobs_on_two_devices(box: QueueBox) -> None:

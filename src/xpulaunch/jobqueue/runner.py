@@ -154,7 +154,7 @@ class Runner:
         jobs = store.with_dependencies()
         mine = [j for j in jobs if j.uid == self.uid]
         changed |= self._escalate(mine)
-        changed |= self._drop_never_runnable(store, mine)
+        changed |= self._drop_never_runnable(store, jobs)  # --after may name anyone's job
         changed |= self._start_next(store, set(runners))
         if changed:
             notify(self.directory)
@@ -243,8 +243,8 @@ class Runner:
                 self._say(f"job {job.id}: still running after its grace; killed")
         return False
 
-    def _drop_never_runnable(self, store: Store, mine: list[Job]) -> bool:
-        doomed = [(job, why) for job, why in never_runs(mine) if job.uid == self.uid]
+    def _drop_never_runnable(self, store: Store, jobs: list[Job]) -> bool:
+        doomed = [(job, why) for job, why in never_runs(jobs) if job.uid == self.uid]
         if not doomed:
             return False
         with store.write():
