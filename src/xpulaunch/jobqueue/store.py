@@ -129,7 +129,8 @@ class Store:
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite may have rolled back already (a full disk)
+                self._db.execute("ROLLBACK")
             raise
         with _translated(self.path):
             self._db.execute("COMMIT")
