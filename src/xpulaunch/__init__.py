@@ -64,6 +64,9 @@ if TYPE_CHECKING:
         ProbeError as ProbeError,
     )
     from xpulaunch.errors import (
+        QueueError as QueueError,
+    )
+    from xpulaunch.errors import (
         SelectionError as SelectionError,
     )
     from xpulaunch.errors import (
@@ -139,6 +142,9 @@ if TYPE_CHECKING:
         DeviceMap as DeviceMap,
     )
     from xpulaunch.model import (
+        DeviceShare as DeviceShare,
+    )
+    from xpulaunch.model import (
         Hierarchy as Hierarchy,
     )
     from xpulaunch.model import (
@@ -179,14 +185,14 @@ _EXPORTS = {
     "xpulaunch.core.restart": ("RestartMode", "RestartPolicy"),
     "xpulaunch.errors": (
         "DeviceBusyError", "InventoryError", "LaunchError", "LeaseError", "MaskError",
-        "ProbeError", "SelectionError", "ServerStartError", "UsageError", "WaitTimeoutError",
-        "WorkerFailedError", "XpulaunchError",
+        "ProbeError", "QueueError", "SelectionError", "ServerStartError", "UsageError",
+        "WaitTimeoutError", "WorkerFailedError", "XpulaunchError",
     ),
     "xpulaunch.in_worker": ("heartbeat",),
     "xpulaunch.llamacpp": ("LlamaServer", "plan_llama", "serve_llama"),
     "xpulaunch.model": (
-        "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice", "NodeGroup",
-        "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",
+        "Backend", "Device", "DeviceMap", "DeviceShare", "Hierarchy", "Inventory", "MigDevice",
+        "NodeGroup", "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",
     ),
     "xpulaunch.events": (
         "Event", "Exited", "GaveUp", "HangDetected", "Ready", "Restarting", "Started",

@@ -17,7 +17,8 @@ import xpulaunch
 from helpers import inventory_path
 
 EXPECTED = {
-    "Backend", "Device", "DeviceBusyError", "DeviceMap", "Event", "Exited", "GaveUp",
+    "Backend", "Device", "DeviceBusyError", "DeviceMap", "DeviceShare", "Event", "Exited",
+    "GaveUp", "QueueError",
     "HangDetected", "Hierarchy", "Inventory", "InventoryError", "LaunchError", "LaunchRequest",
     "Lease",
     "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice",
