@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         LeaseError as LeaseError,
         MaskError as MaskError,
         ProbeError as ProbeError,
+        QueueError as QueueError,
         SelectionError as SelectionError,
         ServerStartError as ServerStartError,
         UsageError as UsageError,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
         Backend as Backend,
         Device as Device,
         DeviceMap as DeviceMap,
+        DeviceShare as DeviceShare,
         Hierarchy as Hierarchy,
         Inventory as Inventory,
         MigDevice as MigDevice,
@@ -104,7 +106,7 @@ _EXPORTS = {
     ),
     "xpulaunch.errors": (
         "DeviceBusyError", "InventoryError", "LaunchError", "LeaseError", "MaskError",
-        "ProbeError", "SelectionError", "ServerStartError", "UsageError",
+        "ProbeError", "QueueError", "SelectionError", "ServerStartError", "UsageError",
         "WaitTimeoutError", "WorkerFailedError", "XpulaunchError",
     ),
     "xpulaunch.events": (
@@ -127,7 +129,7 @@ _EXPORTS = {
         "LlamaServer", "plan_llama", "serve_llama",
     ),
     "xpulaunch.model": (
-        "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice",
+        "Backend", "Device", "DeviceMap", "DeviceShare", "Hierarchy", "Inventory", "MigDevice",
         "NodeGroup", "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",
     ),
     "xpulaunch.supervisor.spec": (

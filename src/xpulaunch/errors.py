@@ -16,6 +16,7 @@ single line on stderr and its ``exit_code``; nothing else escapes as a traceback
     |   +-- DeviceBusyError         an explicit device is leased by another live job
     |   +-- WaitTimeoutError        --wait-timeout expired before devices became free
     +-- ServerStartError            llama-server did not become healthy (exit code, log tail)
+    +-- QueueError                  the job queue cannot be used, or a job id is not one of yours
 """
 
 from __future__ import annotations
@@ -127,3 +128,8 @@ class WaitTimeoutError(LeaseError):
 
 class ServerStartError(XpulaunchError):
     """A server (llama-server) exited or did not become healthy in time."""
+
+
+class QueueError(XpulaunchError):
+    """The job queue cannot be used (a corrupt or locked database, a network filesystem), or
+    a job id that is unknown or belongs to another user."""

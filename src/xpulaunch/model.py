@@ -238,6 +238,24 @@ class NodeGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """A job that shares its devices with other small jobs (``--slots-per-gpu``,
+    ``--gpu-memory``) instead of taking them whole: at most ``slots`` jobs on each device, or
+    ``memory_bytes`` of each device's memory for this job. None: no such limit."""
+
+    slots: int | None = None
+    memory_bytes: int | None = None
+
+    def claim_bytes(self, total_bytes: int | None) -> int | None:
+        """This job's share of a device with ``total_bytes`` of memory (None: unknown)."""
+        if self.memory_bytes is not None:
+            return self.memory_bytes
+        if total_bytes is None or not self.slots:
+            return None
+        return total_bytes // self.slots
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The answer to "which devices, and what does each child get?" (docs/CONTRACT.md, section
     4)."""
@@ -250,6 +268,7 @@ class Plan:
     isolate: bool = False
     hierarchy: Hierarchy | None = None
     nodes: NodeGroup = field(default_factory=NodeGroup)
+    share: DeviceShare | None = None  # None: every device is the job's alone
 
     @property
     def lease_keys(self) -> tuple[str, ...]:

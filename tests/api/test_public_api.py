@@ -17,10 +17,11 @@ import xpulaunch
 from helpers import inventory_path
 
 EXPECTED = {
-    "Backend", "Device", "DeviceBusyError", "DeviceMap", "Event", "Exited", "GaveUp",
+    "Backend", "Device", "DeviceBusyError", "DeviceMap", "DeviceShare", "Event", "Exited", "GaveUp",
     "HangDetected", "HealthCheck", "Hierarchy", "Inventory", "InventoryError", "LaunchError",
     "Lease", "LeaseError", "LeaseManager", "LlamaServer", "LogConfig", "MaskError", "MigDevice",
-    "NodeGroup", "Plan", "ProbeError", "Problem", "Ready", "RestartMode", "RestartPolicy",
+    "NodeGroup", "Plan", "ProbeError", "Problem", "QueueError", "Ready", "RestartMode",
+    "RestartPolicy",
     "Restarting", "RunRequest", "SelectionError", "ServerStartError", "Started", "Stopped",
     "Stopping", "Supervisor", "SupervisorSettings", "TimedOut", "Unhealthy", "Unit",
     "UsageError", "Vendor", "WaitTimeoutError", "WorkerFailedError", "WorkerPlan", "WorkerSpec",

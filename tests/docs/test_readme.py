@@ -186,3 +186,25 @@ def test_the_plan_shown_is_what_the_dry_run_prints(scratch: Path) -> None:
             continue
         pattern = re.escape(line).replace(re.escape("..."), ".*")
         assert any(re.fullmatch(pattern, p) for p in printed), line
+
+
+def test_the_shared_box_script_runs(scratch: Path) -> None:
+    """The "Shared box" block runs as a script, in order (its job ids are shell variables):
+    against the fixture inventory, in a lock directory of its own."""
+    from helpers import kill_all, process_gone, processes_marked
+
+    (block,) = [b for b in _fences("sh") if "xpulaunch submit" in b]
+    lock_dir = scratch / "shared"
+    script = block.replace("/tmp/xpulaunch-shared", str(lock_dir))
+    assert script != block
+    env = {"XPULAUNCH_INVENTORY": str(inventory_path("2x-h200.json"))}
+    try:
+        done = _run(["bash", "-euo", "pipefail", "-c", script], env, scratch)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        assert re.search(r"^ID +USER +STATE +DEVICES", done.stdout, re.MULTILINE)
+        assert re.search(r"^\d+ +\w+ +held .*python train.py --big$", done.stdout, re.MULTILINE)
+        assert re.search(r"^job \d+: queued$", done.stdout, re.MULTILINE)  # released
+        assert "hello" in done.stdout  # the first job's log, followed to its end
+        assert re.search(r"^xpulaunch top .*\n+DEVICE +MEMORY", done.stdout, re.MULTILINE)
+    finally:
+        kill_all([p for p in processes_marked((str(lock_dir),)) if not process_gone(p)])

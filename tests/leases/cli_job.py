@@ -3,8 +3,9 @@
     cli_job.py audit AUDIT TAG SECONDS [PID:TICKS ...]
         Hold the device for SECONDS, then append one JSON line to AUDIT: the unit key this job
         got (``XPULAUNCH_DEVICES``), its ``CUDA_VISIBLE_DEVICES``, its start and end on
-        CLOCK_MONOTONIC (one clock for every process of the host), TAG, and which of the
-        given processes (pid and /proc start ticks) were still alive when it started.
+        CLOCK_MONOTONIC (one clock for every process of the host), TAG, its uid and queue job
+        (``XPULAUNCH_QUEUE_JOB``), and which of the given processes (pid and /proc start
+        ticks) were still alive when it started.
     cli_job.py hold INFO [--grandchild]
         Start a grandchild in its own session (as a daemon or a DataLoader pool would), write
         INFO (JSON: our pid, the grandchild's), then sleep until INFO + ".release" appears.
@@ -67,6 +68,8 @@ def audit(path: str, tag: str, seconds: float, identities: list[str]) -> None:
         "start_s": start_s,
         "end_s": time.monotonic(),
         "pid": os.getpid(),
+        "uid": os.getuid(),
+        "queue_job": os.environ.get("XPULAUNCH_QUEUE_JOB"),
         "old_alive": alive,
     }
     _append(path, record)

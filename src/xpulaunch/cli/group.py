@@ -25,6 +25,13 @@ COMMANDS = {
     "config": "xpulaunch.cli.config:config",
     "logs": "xpulaunch.cli.logs:logs",
     "torchrun": "xpulaunch.cli.torchrun:torchrun",
+    "submit": "xpulaunch.cli.submit:submit",
+    "queue": "xpulaunch.cli.queue_list:queue",
+    "cancel": "xpulaunch.cli.cancel:cancel",
+    "hold": "xpulaunch.cli.hold:hold",
+    "release": "xpulaunch.cli.hold:release",
+    "runner": "xpulaunch.cli.runner:runner",
+    "top": "xpulaunch.cli.top:top",
 }
 DEFAULT_COMMAND = "run"
 

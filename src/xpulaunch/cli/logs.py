@@ -1,6 +1,7 @@
 """``xpulaunch logs [RUN] [--rank R] [--attempt N] [-f]``: a run's log files, read back.
 
-RUN is the ``--log-dir`` the run wrote (default ``XPULAUNCH_LOG_DIR``, else the current
+RUN is a job id of the queue (``xpulaunch submit``; see :mod:`xpulaunch.cli.job_logs`), or
+the ``--log-dir`` the run wrote (default ``XPULAUNCH_LOG_DIR``, else the current
 directory); in torchrun's layout also the run's own ``<run_id>_<random>`` directory (a
 ``--log-dir`` holding several runs means the latest). Without ``--rank`` every worker's lines
 are prefixed ``[name]`` as on the console, merged by their time stamps in our layout, worker
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import click
 
+from xpulaunch.cli.job_logs import is_job_id, job_log_dir
 from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.log_reader import LogFollower, RunLogs, open_run, run_ended
 
@@ -29,8 +32,16 @@ FOLLOW_INTERVAL_S = 0.5  # how often -f looks for new lines (tail -f looks every
 @click.option("--rank", "ranks", metavar="LIST", help="Only these workers, e.g. 0 or 0,2.")
 @click.option("--attempt", type=click.IntRange(min=0), help="Which attempt (default: the last).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run ends.")
-def logs(run_dir: str | None, ranks: str | None, attempt: int | None, follow: bool) -> int:
-    """Print the log files of a run started with --log-dir."""
+@lock_dir_option
+def logs(
+    run_dir: str | None, ranks: str | None, attempt: int | None, follow: bool, lock_dir: str | None
+) -> int:
+    """Print the log files of a queued job (its ID) or of a run started with --log-dir."""
+    if run_dir is not None and is_job_id(run_dir):
+        found = job_log_dir(run_dir, lock_dir, follow=follow)
+        if found is None:
+            return 0  # its run's console was printed: no worker wrote a log
+        run_dir = str(found)
     run = open_run(Path(run_dir or "."))
     if run.runs > 1:
         click.echo(f"xpulaunch: {run.root}: the latest of {run.runs} runs", err=True)

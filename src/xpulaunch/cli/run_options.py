@@ -25,16 +25,18 @@ from xpulaunch.cli.params import (
     Integer,
     Names,
     Seconds,
+    Size,
 )
 from xpulaunch.cli.plan_options import plan_parameters
 from xpulaunch.core.cpu_bind import CpuBind
 from xpulaunch.core.elastic import RDZV_CONF_KEYS, parse_rdzv_conf
 from xpulaunch.core.nodes import NodeRequest
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
+from xpulaunch.core.slots import MAX_SLOTS
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.launch.request import DEFAULT_JOIN_TIMEOUT_S, RunRequest
-from xpulaunch.model import DeviceMap
+from xpulaunch.model import DeviceMap, DeviceShare
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,17 @@ ACCELERATE = (
           "accelerate's own default file); our options given explicitly win."),
 )  # fmt: skip
 
-RUN_SPECS = (*RUN_ONLY, *SUPERVISION, *OPERATIONS, *MULTINODE, *LEASES, *ACCELERATE)
+SHARE = (
+    _spec("--slots-per-gpu", type=Integer(1, MAX_SLOTS), envvar="XPULAUNCH_SLOTS_PER_GPU",
+          metavar="K",
+          help="Share each device with other small jobs, at most K on it; this job's share "
+          "(XPULAUNCH_MAX_MEMORY) is 1/K of its memory."),
+    _spec("--gpu-memory", type=Size(), envvar="XPULAUNCH_GPU_MEMORY", metavar="SIZE",
+          help="Share each device with other small jobs while their budgets fit its memory; "
+          "this job's budget on each (e.g. 10GiB)."),
+)  # fmt: skip
+
+RUN_SPECS = (*RUN_ONLY, *SUPERVISION, *OPERATIONS, *MULTINODE, *LEASES, *SHARE, *ACCELERATE)
 
 
 def run_parameters(*, as_torchrun: bool = False) -> list[click.Parameter]:
@@ -260,8 +272,18 @@ def to_request(
         shared=values["shared"],
         wait=values["wait"] or values["wait_timeout"] is not None,
         wait_timeout_s=values["wait_timeout"],
+        share=_share(values["slots_per_gpu"], values["gpu_memory"]),
         cwd=os.getcwd(),
     )  # fmt: skip
+
+
+def _share(slots: int | None, memory_bytes: int | None) -> DeviceShare | None:
+    """None unless the job asks to share its devices (K = 1 alone is a device to oneself)."""
+    if memory_bytes == 0:
+        raise UsageError("--gpu-memory 0: a budget must be more than 0 bytes")
+    if memory_bytes is None and (slots is None or slots == 1):
+        return None
+    return DeviceShare(slots=slots if slots and slots > 1 else None, memory_bytes=memory_bytes)
 
 
 def _join_timeout(option: float, setting: str | None) -> float:

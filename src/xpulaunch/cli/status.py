@@ -12,6 +12,7 @@ from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
+from xpulaunch.leases.slots import SlotRecord
 
 SCHEMA = "xpulaunch.status/1"
 
@@ -38,7 +39,19 @@ def status_document(report: StatusReport) -> dict[str, object]:
         "lock_dir_kind": "shared" if report.shared_dir else "private",
         "lock_dir_exists": report.exists,
         "leases": [_lease_entry(lease) for lease in report.leases],
+        "slots": [_slot_entry(slot) for slot in report.slots],
         "waiting": [_waiter_entry(waiter) for waiter in report.waiting],
+    }
+
+
+def _slot_entry(slot: SlotRecord) -> dict[str, object]:
+    """A slot of a device shared by small jobs (--slots-per-gpu, --gpu-memory)."""
+    return {
+        "device": slot.key,
+        "slot": slot.slot,
+        "slots_per_gpu": slot.share.slots,
+        "gpu_memory_bytes": slot.share.memory_bytes,
+        **_holder_fields(slot.holder),
     }
 
 
@@ -88,8 +101,12 @@ def status_text(report: StatusReport) -> str:
         lines += ["", *_table(("DEVICE", "PID", "USER", "SINCE", "JOB", "COMMAND"), rows)]
         if any(lease.holder_alive is False for lease in report.leases):
             lines.append("(exited): that xpulaunch is gone, but processes it started still run")
-    else:
+    elif not report.slots:
         lines.append("no devices are leased")
+    if report.slots:
+        rows = [_slot_row(slot) for slot in report.slots]
+        header = ("DEVICE", "SLOT", "PID", "USER", "SINCE", "JOB", "COMMAND")
+        lines += ["", "shared devices (a slot per job):", *_table(header, rows)]
     if report.waiting:
         rows = [_waiter_row(waiter) for waiter in report.waiting]
         header = ("#", "PID", "USER", "WAITED", "JOB", "COMMAND", "WAITING FOR")
@@ -103,6 +120,15 @@ def _lease_row(lease: LeaseRecord) -> tuple[str, ...]:
         return (lease.key, "?", "?", "?", "?", "(holder record missing)")
     pid = str(holder.pid) if lease.holder_alive is not False else f"{holder.pid} (exited)"
     return (lease.key, pid, holder.user, holder.since(), holder.job_id, holder.command())
+
+
+def _slot_row(slot: SlotRecord) -> tuple[str, ...]:
+    of = f"/{slot.share.slots}" if slot.share.slots else ""
+    holder = slot.holder
+    if holder is None:
+        return (slot.key, f"{slot.slot}{of}", "?", "?", "?", "?", "(holder record missing)")
+    cells = (str(holder.pid), holder.user, holder.since(), holder.job_id, holder.command())
+    return (slot.key, f"{slot.slot}{of}", *cells)
 
 
 def _waiter_row(waiter: WaiterRecord) -> tuple[str, ...]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import UsageError
-from xpulaunch.model import DeviceMap, Unit
+from xpulaunch.model import DeviceMap, DeviceShare, Unit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -46,6 +47,22 @@ def max_memory(units: Sequence[Unit]) -> dict[str, int]:
 
 def max_memory_json(units: Sequence[Unit]) -> str:
     return json.dumps(max_memory(units), separators=(",", ":"))
+
+
+def share_memory_json(units: Sequence[Unit], share: DeviceShare) -> str:
+    """``XPULAUNCH_MAX_MEMORY`` of a job sharing its devices: its share of each, the whole
+    budget (other jobs' use of the device is already counted by the share itself); a device
+    whose share is unknown (K slots of a device of unknown memory) is left out."""
+    budget = {}
+    for ordinal, unit in enumerate(units):
+        claim = share.claim_bytes(unit.memory_total_bytes)
+        if claim is not None:
+            budget[str(ordinal)] = claim
+    return json.dumps(budget, separators=(",", ":"))
+
+
+def format_share(claim_bytes: int | None) -> str:
+    return "unknown" if claim_bytes is None else format_bytes(claim_bytes)
 
 
 def parse_max_memory(text: str) -> dict[int, int]:

@@ -17,6 +17,7 @@ from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.runtime_ids import runtime_request
 from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
+from xpulaunch.core.slots import describe_share
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
@@ -25,6 +26,7 @@ from xpulaunch.model import (
     SET_AT_START,
     Backend,
     DeviceMap,
+    DeviceShare,
     Hierarchy,
     Inventory,
     NodeGroup,
@@ -75,6 +77,8 @@ class LaunchRequest:
     # Which CPUs each worker runs on (core.cpu_bind): none, numa or exclusive; read only when
     # not none, so a plan without binding does not import the binding rules.
     cpu_bind: str = "none"
+    # Share each device with other small jobs (--slots-per-gpu, --gpu-memory); None: alone.
+    share: DeviceShare | None = None
 
 
 def make_plan(
@@ -108,6 +112,8 @@ def make_plan(
     workers, worker_notes = _workers(job)
     cards = dict.fromkeys(u.device for u in units)
     selection_notes = (*selection_notes, *(f"warning: {w}" for d in cards for w in issues_of(d)))
+    if request.share is not None and units:
+        selection_notes = (*selection_notes, _share_note(request.share, units))
     return Plan(
         backend=backend,
         devices=units,
@@ -117,6 +123,18 @@ def make_plan(
         isolate=request.isolate,
         hierarchy=hierarchy if backend is Backend.XPU else None,
         nodes=request.nodes,
+        share=request.share if units else None,
+    )
+
+
+def _share_note(share: DeviceShare, units: tuple[Unit, ...]) -> str:
+    claims = [share.claim_bytes(u.memory_total_bytes) for u in units]
+    each = ", ".join(
+        f"{u.label()}: {devicemap.format_share(c)}" for u, c in zip(units, claims, strict=True)
+    )
+    return (
+        f"sharing: one slot of each device ({describe_share(share)}), shared with other small "
+        f"jobs; XPULAUNCH_MAX_MEMORY is this job's share ({each})"
     )
 
 
@@ -152,7 +170,9 @@ def _select_units(
     if vendor is None:
         return (), ()
     request = job.request
-    filters = Filters(request.min_free_memory_bytes, request.max_utilization_percent)
+    filters = Filters(
+        request.min_free_memory_bytes, request.max_utilization_percent, share=request.share
+    )
     selection = select(
         gpus,
         visible[vendor],
@@ -260,7 +280,11 @@ def _worker(
     env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
     chosen_map = devicemap.choose_device_map(len(mine), request.device_map)
     env["XPULAUNCH_DEVICE_MAP"] = chosen_map.value if chosen_map else None
-    env["XPULAUNCH_MAX_MEMORY"] = devicemap.max_memory_json(mine) if mine else None
+    if request.share is not None:
+        budget = devicemap.share_memory_json(mine, request.share) if mine else None
+    else:
+        budget = devicemap.max_memory_json(mine) if mine else None
+    env["XPULAUNCH_MAX_MEMORY"] = budget
     return WorkerPlan(
         name=str(rank),
         rank=request.nodes.node_rank * count + rank,
@@ -354,5 +378,18 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             "source": plan.nodes.source,
             "hosts": list(plan.nodes.hosts),
         },
+        "share": _share_dict(plan),
         "notes": list(plan.notes),
+    }
+
+
+def _share_dict(plan: Plan) -> dict[str, Any] | None:
+    """The job's share of each of its devices; null for a job that has them alone."""
+    share = plan.share
+    if share is None:
+        return None
+    return {
+        "slots_per_gpu": share.slots,
+        "gpu_memory_bytes": share.memory_bytes,
+        "device_bytes": [share.claim_bytes(u.memory_total_bytes) for u in plan.devices],
     }

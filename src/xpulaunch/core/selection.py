@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.device_ids import resolve_ids, split_vendor, uuid_prefix_names
 from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.slots import unit_rejection
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
-from xpulaunch.model import Device, Unit
+from xpulaunch.model import Device, DeviceShare, Unit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -82,6 +83,9 @@ class Filters:
 
     min_free_memory_bytes: int | None = None
     max_utilization_percent: float | None = None
+    # A job sharing its devices: its share must fit in the free memory, and the "busy" test
+    # does not apply (see xpulaunch.core.slots).
+    share: DeviceShare | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +236,8 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
     limit = filters.max_utilization_percent
     if limit is not None and util is not None and util > limit:
         return f"{util:.0f}% busy > the {limit:g}% utilisation limit"
+    if filters.share is not None:
+        return unit_rejection(unit, filters.share)
     busy = _busy(unit)
     if busy is not None and filters.min_free_memory_bytes is None:
         return busy

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.errors import InventoryError, LaunchError
-from xpulaunch.model import DeviceMap, Inventory, NodeGroup, Plan
+from xpulaunch.model import DeviceMap, DeviceShare, Inventory, NodeGroup, Plan
 from xpulaunch.processes import ports
 from xpulaunch.processes.program import resolve_program
 
@@ -90,6 +90,7 @@ def plan(
     nodes: NodeGroup | None = None,
     gpu_ids: str | None = None,
     cpu_bind: str | None = None,
+    share: DeviceShare | None = None,
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -102,7 +103,8 @@ def plan(
     plan for another machine). ``gpu_ids`` (accelerate's): device ordinals as the children's
     runtime numbers them (Intel: flat tiles under FLAT), used instead of ``gpus``.
     ``cpu_bind``: ``none`` (default), ``numa`` or ``exclusive``: each worker's CPUs near its
-    devices (``--cpu-bind``).
+    devices (``--cpu-bind``). ``share``: share each device with other small jobs
+    (``--slots-per-gpu``, ``--gpu-memory``).
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -127,6 +129,7 @@ def plan(
         nodes=nodes or NodeGroup(),
         gpu_ids=gpu_ids,
         cpu_bind=cpu_bind or "none",
+        share=share,
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

@@ -15,7 +15,7 @@ from xpulaunch.core.nodes import NodeRequest
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode, RestartPolicy, restart_limit
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogLayout
-from xpulaunch.model import DeviceMap
+from xpulaunch.model import DeviceMap, DeviceShare
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 
@@ -47,6 +47,7 @@ class RunRequest:
     inventory: str | None = None  # an inventory document instead of probing this host
     cpu_bind: str = "none"  # none, numa or exclusive: each worker's CPUs near its devices
     gpu_ids: str | None = None  # accelerate's, in the child runtime's numbering; wins over gpus
+    share: DeviceShare | None = None  # a slot of each device, not all of it (None: alone)
     extra_env: tuple[tuple[str, str], ...] = ()  # under the plan's own variables
     notes: tuple[str, ...] = ()  # added to the plan's "why"
     # Where this node stands in a job of several.

@@ -80,7 +80,7 @@ def job_plan(
         master_port=nodes.master_port, inventory=inventory, parent_env=env,
         unavailable=unavailable, must_exist=must_exist, max_restarts=request.restart_limit,
         extra_env=dict(request.extra_env), notes=request.notes, nodes=nodes.nodes,
-        gpu_ids=request.gpu_ids, cpu_bind=request.cpu_bind,
+        gpu_ids=request.gpu_ids, cpu_bind=request.cpu_bind, share=request.share,
     )  # fmt: skip
     if nodes.elastic is None:
         return plan
@@ -121,7 +121,7 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
     if request.inventory is None:
         from xpulaunch.leases import LeaseManager
 
-        held = LeaseManager(request.lock_dir, env=env).unavailable()
+        held = LeaseManager(request.lock_dir, env=env).unavailable(request.share)
     plan = job_plan(request, nodes, request.inventory, env, held, must_exist=False)
     check_ranks(supervised(request, nodes).ranks, [w.name for w in plan.workers])
     return plan
@@ -191,6 +191,7 @@ def _allocate(
         lambda unavailable: job_plan(request, nodes, inventory, env, unavailable),
         shared=request.shared, wait=request.wait, wait_timeout_s=request.wait_timeout_s,
         on_wait=lease_events.on_wait, command=["xpulaunch", *request.program],
+        share=request.share,
     )  # fmt: skip
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
+from xpulaunch.leases import slots
 from xpulaunch.leases.file_names import (
     HOLDER_SUFFIX,
     LOCK_SUFFIX,
@@ -61,7 +62,7 @@ from xpulaunch.leases.wait_queue import (
     wait_in_line,
     write_record,
 )
-from xpulaunch.model import Plan
+from xpulaunch.model import DeviceShare, Plan
 
 # Plans a launch with the given units unavailable (unit key -> who holds it).
 PlanFn = Callable[[Mapping[str, str]], Plan]
@@ -124,6 +125,7 @@ class StatusReport:
     exists: bool = True
     leases: tuple[LeaseRecord, ...] = ()
     waiting: tuple[WaiterRecord, ...] = ()
+    slots: tuple[slots.SlotRecord, ...] = ()  # devices shared by small jobs, one per slot
 
 
 class LeaseManager:
@@ -156,12 +158,13 @@ class LeaseManager:
     def lock_dir(self) -> Path:
         return self.directory.path
 
-    def unavailable(self) -> dict[str, str]:
-        """Unit key -> who holds it, now (for a dry run; reserves nothing)."""
+    def unavailable(self, share: DeviceShare | None = None) -> dict[str, str]:
+        """Unit key -> who holds it, now, for a job asking for ``share`` (None: devices
+        alone), as for a dry run; reserves nothing."""
         if not self.directory.ensure(create=False):
             return {}
         with self.directory.allocation_lock():
-            return _describe(self._held())
+            return slots.unavailable(self.directory, _describe(self._held()), share)
 
     def allocate(
         self,
@@ -172,6 +175,7 @@ class LeaseManager:
         wait_timeout_s: float | None = None,
         on_wait: Callable[[WaitStatus], None] | None = None,
         command: Sequence[str] | None = None,
+        share: DeviceShare | None = None,
     ) -> tuple[Plan, Lease]:
         """Plan with the leased units excluded and lock the plan's units, atomically.
 
@@ -180,18 +184,19 @@ class LeaseManager:
         explicit unit. ``shared``: explicitly named units are used even when leased, auto/N
         still avoid leased units, and nothing is locked. ``wait``: queue, first come first
         served, while the request fails because of leases. ``command``: the holder's command
-        line for ``status`` (default: this process's argv).
+        line for ``status`` (default: this process's argv). ``share``: the job shares its
+        devices with other small jobs (a slot of each; see :mod:`xpulaunch.leases.slots`).
         """
         self.directory.ensure(create=True)
         holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
         if not wait:
             with self.directory.allocation_lock():
-                return self._allocate_now(plan_fn, holder, shared=shared)
+                return self._allocate_now(plan_fn, holder, shared=shared, share=share)
         plan_fn({})  # a request that fails with nothing leased can never be met: fail now
 
         def attempt() -> tuple[Plan, Lease] | str:
             try:
-                return self._allocate_now(plan_fn, holder, shared=shared)
+                return self._allocate_now(plan_fn, holder, shared=shared, share=share)
             except (SelectionError, DeviceBusyError) as exc:
                 return exc.cli_message()  # shown by `xpulaunch status` and the wait line
 
@@ -214,16 +219,21 @@ class LeaseManager:
         with directory.allocation_lock():
             held = self._held()
             waiting = tuple(WaitQueue(directory).live())
+            shared = slots.shared_keys(directory, list(held))
+            slot_leases = tuple(slots.records(directory))
         leases = tuple(
             LeaseRecord(key, info, info.alive() if info else None)
             for key, info in sorted(held.items())
+            if key not in shared  # its holder file is an old one: the slots say who holds it
         )
-        return StatusReport(directory.path, directory.shared, True, leases, waiting)
+        return StatusReport(
+            directory.path, directory.shared, True, leases, waiting, slots=slot_leases
+        )
 
     def _allocate_now(
-        self, plan_fn: PlanFn, holder: HolderInfo, *, shared: bool
+        self, plan_fn: PlanFn, holder: HolderInfo, *, shared: bool, share: DeviceShare | None
     ) -> tuple[Plan, Lease]:
-        unavailable = _describe(self._held())
+        unavailable = slots.unavailable(self.directory, _describe(self._held()), share)
         if shared:
             try:
                 plan = plan_fn(unavailable)
@@ -231,6 +241,9 @@ class LeaseManager:
                 plan = plan_fn({})  # a leased unit named explicitly: sharing it is the point
             return plan, Lease((), (), holder.job_id, self.directory.root, shared=True)
         plan = plan_fn(unavailable)
+        if plan.share is not None:
+            fds = slots.lock(self.directory, plan, holder)
+            return plan, Lease(plan.lease_keys, fds, holder.job_id, self.directory.root)
         return plan, self._lock(plan.lease_keys, holder)
 
     def _lock(self, keys: Sequence[str], holder: HolderInfo) -> Lease:

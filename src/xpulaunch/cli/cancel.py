@@ -1,0 +1,59 @@
+"""``xpulaunch cancel ID... | --all``: a queued job is dropped; a started one's run gets
+SIGTERM, and its workers their ``--grace``. ``wPID`` cancels a launch waiting with
+``--wait``. Only your own jobs."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.waiting import lock_dir_option
+from xpulaunch.errors import QueueError, UsageError
+from xpulaunch.jobqueue import actions
+from xpulaunch.jobqueue.store import Store
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("ids", nargs=-1, metavar="ID...")
+@click.option("--all", "everything", is_flag=True, help="Every job of yours that has not ended.")
+@lock_dir_option
+def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
+    """Cancel jobs of yours: queued ones are dropped, running ones stopped."""
+    if bool(ids) == everything:
+        raise UsageError("give job ids (as xpulaunch queue shows them) or --all, not both")
+    env = dict(os.environ)
+    directory = actions.queue_directory(lock_dir, env)
+    wanted = actions.parse_ids(ids)
+    store = Store.open(directory, env, create=False)
+    if store is None:
+        if everything:
+            return 0
+        numbers = [i for i in wanted if isinstance(i, int)]
+        if numbers:
+            raise QueueError(f"no job {numbers[0]}: {directory.root} has no queue")
+    failed = 0
+    with store or _Nothing():
+        if everything and store is not None:
+            wanted = [j.id for j in store.jobs() if j.uid == os.getuid()]
+        for job_id in wanted:
+            try:
+                if isinstance(job_id, str):
+                    click.echo(actions.cancel_waiter(directory, int(job_id[1:])))
+                elif store is not None:
+                    click.echo(actions.cancel(directory, store, job_id, ended_ok=everything))
+            except QueueError as exc:
+                if len(wanted) == 1:
+                    raise
+                click.echo(f"xpulaunch: error: {exc.cli_message()}", err=True)
+                failed += 1
+    return 1 if failed else 0
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None

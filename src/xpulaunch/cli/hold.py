@@ -1,0 +1,47 @@
+"""``xpulaunch hold ID...`` and ``xpulaunch release ID...``: a held job keeps its place in
+the queue but does not start until released. Only your own jobs."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.waiting import lock_dir_option
+from xpulaunch.errors import QueueError
+from xpulaunch.jobqueue import actions
+from xpulaunch.jobqueue.store import Store
+
+
+def _change(ids: tuple[str, ...], lock_dir: str | None, *, held: bool) -> int:
+    env = dict(os.environ)
+    directory = actions.queue_directory(lock_dir, env)
+    numbers = [i for i in actions.parse_ids(ids) if isinstance(i, int)]
+    store = Store.open(directory, env, create=False)
+    if store is None:
+        raise QueueError(
+            f"no job {numbers[0] if numbers else ids[0]}: {directory.root} has no queue"
+        )
+    with store:
+        for job_id in numbers:
+            click.echo(actions.hold(directory, store, job_id, held=held))
+    if not held:
+        actions.ensure_runner(directory, env)
+    return 0
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@lock_dir_option
+def hold(ids: tuple[str, ...], lock_dir: str | None) -> int:
+    """Keep queued jobs of yours from starting (they keep their place)."""
+    return _change(ids, lock_dir, held=True)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@lock_dir_option
+def release(ids: tuple[str, ...], lock_dir: str | None) -> int:
+    """Let held jobs of yours start again."""
+    return _change(ids, lock_dir, held=False)

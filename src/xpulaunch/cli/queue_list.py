@@ -1,0 +1,56 @@
+"""``xpulaunch queue [--json] [-a] [--lock-dir DIR]``: the jobs of the queue, everyone's.
+
+One row per job: id, user, state, devices, how long it waited and ran, its exit status, and
+its command; under a job that waits, why (``waiting for 2 devices: nvidia 0, 1 leased by job
+17``). Launches waiting with ``xpulaunch run --wait`` are listed too, as ``w<pid>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.terminal import terminal_safe
+from xpulaunch.cli.waiting import lock_dir_option
+from xpulaunch.jobqueue import actions, listing
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--json", "as_json", is_flag=True, help="Print the queue as JSON.")
+@click.option("-a", "--all", "everything", is_flag=True, help="Also the jobs that ended.")
+@lock_dir_option
+def queue(as_json: bool, everything: bool, lock_dir: str | None) -> int:
+    """List the queued, running and (with -a) ended jobs, and why each waits."""
+    env = dict(os.environ)
+    directory = actions.queue_directory(lock_dir, env)
+    snapshot = listing.take(directory, env, ended=everything)
+    if as_json:
+        click.echo(json.dumps(listing.document(snapshot), indent=2))
+        return 0
+    width = shutil.get_terminal_size().columns
+    click.echo(terminal_safe(queue_text(snapshot, width)))
+    return 0
+
+
+def queue_text(snapshot: listing.Snapshot, width: int) -> str:
+    """The table, cut to ``width`` columns (the command runs free at the end)."""
+    rows = listing.table_rows(snapshot)
+    if not rows:
+        return f"no jobs in the queue of {snapshot.lock_dir}"
+    cells = [listing.HEADER, *(r[0] for r in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(listing.HEADER) - 1)]
+    lines = [_line(listing.HEADER, widths, width)]
+    for row, reason in rows:
+        lines.append(_line(row, widths, width))
+        if reason:
+            lines.append(("      " + reason)[: max(width, 40)])
+    return "\n".join(lines)
+
+
+def _line(cells: tuple[str, ...], widths: list[int], width: int) -> str:
+    text = "  ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=True)), cells[-1]])
+    return text[: max(width, 40)].rstrip()

@@ -1,0 +1,157 @@
+"""``xpulaunch submit [RUN OPTIONS] [--priority N] [--after ID] [--hold] -- PROGRAM [ARGS]...``:
+queue a run and print its job id alone on stdout (``id=$(xpulaunch submit ...)``).
+
+The job is ``xpulaunch run --wait`` with the same options, started by this user's runner
+when its turn comes, with the environment and working directory of this command. Its
+options are checked now, by a dry run that ignores today's leases: a request that can never
+be met fails here in one line, not hours later in a log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.program import ProgramCommand, option_arity, split_args
+from xpulaunch.cli.run import run as run_command
+from xpulaunch.errors import UsageError
+from xpulaunch.jobqueue import actions
+from xpulaunch.jobqueue.files import JobSpec
+from xpulaunch.jobqueue.store import Store
+from xpulaunch.processes.program import resolve_program
+
+_RAW_ARGS = "xpulaunch.submit_raw_args"
+_NOT_FOR_SUBMIT = frozenset({"dry_run", "as_json"})
+_OWN = {"--priority": 1, "--after": 1, "--hold": 0}
+
+
+class SubmitCommand(ProgramCommand):
+    """``run``'s parameters plus the queue's own; keeps the raw arguments for the job."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_RAW_ARGS] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def _submit(
+    program: tuple[str, ...], priority: int, after: tuple[int, ...], hold: bool, **_: Any
+) -> int:
+    ctx = click.get_current_context()
+    run_args = run_arguments(ctx.meta[_RAW_ARGS], option_arity(ctx.command))
+    plan, options = _checked_plan(ctx, run_args)  # run's values: config files' included
+    env = dict(os.environ)
+    cwd = _cwd()
+    # The dry run plans for any machine; the job runs on this one: its program must exist.
+    resolve_program(list(program), env=env, cwd=cwd)
+    directory = actions.queue_directory(options.get("lock_dir"), env)
+    events, log_dir = options.get("events"), options.get("log_dir")
+    if events == "-":
+        raise UsageError("--events -: a queued job has no terminal; give a FILE")
+    job = actions.Submission(
+        spec=JobSpec(
+            args=tuple(run_args), env=env, cwd=cwd, python=sys.executable,
+            profile=ctx.parent.params.get("profile") if ctx.parent else None,
+            events=os.path.abspath(events) if events else "", add_events=events is None,
+            log_dir=os.path.abspath(log_dir) if log_dir else "", add_log_dir=log_dir is None,
+        ),
+        command=tuple(program), gpus=str(options.get("gpus") or "auto"),
+        wanted=tuple(device_label(d) for d in plan.get("devices", [])),
+        shares=plan.get("share") is not None,
+        grace_s=float(options.get("grace") or 10.0),
+        priority=priority, after=tuple(after), hold=hold,
+    )  # fmt: skip
+    store = Store.open(directory, env, create=True)
+    if store is None:  # pragma: no cover - created
+        raise UsageError(f"cannot create the queue in {directory.root}")
+    with store:
+        job_id = actions.submit(directory, store, job)
+    actions.ensure_runner(directory, env)
+    click.echo(str(job_id))
+    return 0
+
+
+def run_arguments(raw: list[str], arity: dict[str, int]) -> list[str]:
+    """``run``'s arguments among ``submit``'s: the queue's own options taken out."""
+    ours, program = split_args(raw, arity)
+    kept: list[str] = []
+    i = 0
+    while i < len(ours):
+        name = ours[i].split("=", 1)[0]
+        takes = 0 if "=" in ours[i] else arity.get(name, 0)
+        if name not in _OWN:
+            kept.extend(ours[i : i + 1 + takes])
+        i += 1 + takes
+    return [*kept, "--", *program]
+
+
+def _checked_plan(ctx: click.Context, run_args: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's plan as a dry run makes it with no device leased (the checks a real run
+    makes, and what it asks for), and run's option values as the job's run will see them
+    (config files' defaults included). The dry run's output is kept from stdout."""
+    with run_command.make_context("run", list(run_args), parent=ctx.parent) as run_ctx:
+        values = dict(run_ctx.params)
+        run_ctx.params.update(dry_run=True, as_json=True, lock_dir=_no_leases())
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            run_command.invoke(run_ctx)
+    try:
+        plan = json.loads(captured.getvalue())
+    except ValueError as exc:  # pragma: no cover - the dry run prints one JSON document
+        raise UsageError(f"the job's dry run printed no plan ({exc})") from exc
+    return (plan if isinstance(plan, dict) else {}), values
+
+
+def _no_leases() -> str:
+    """A lock directory that does not exist: the dry run sees no device leased."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"xpulaunch-no-leases-{os.getpid()}-none")
+
+
+def device_label(device: dict[str, Any]) -> str:
+    """A plan document's device as :meth:`xpulaunch.model.Unit.label` names it."""
+    where = device.get("pci_bus_id") or device.get("uuid")
+    label = f"{device.get('vendor')} {device.get('index')}" + (f" ({where})" if where else "")
+    if device.get("mig_uuid"):
+        return f"{label} MIG {device['mig_uuid']}"
+    return label if device.get("tile") is None else f"{label} tile {device['tile']}"
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError as exc:
+        raise UsageError(f"the working directory is gone ({exc.strerror}); cd somewhere") from exc
+
+
+_submit_options = [
+    click.Option(
+        ["--priority"], type=click.IntRange(-1000, 1000), default=0, show_default=True,
+        metavar="N", help="Higher goes first; equal priorities in submission order.",
+    ),
+    click.Option(
+        ["--after"], type=click.IntRange(min=1), multiple=True, metavar="ID",
+        help="Start only once job ID has ended successfully (again for several; a failed "
+        "or cancelled ID cancels this job).",
+    ),
+    click.Option(["--hold"], is_flag=True, help="Queue it held: it starts once released."),
+]  # fmt: skip
+_run_params = [p for p in run_command.params if p.name not in _NOT_FOR_SUBMIT]
+
+submit = SubmitCommand(
+    name="submit",
+    context_settings=CONTEXT_SETTINGS,
+    params=[*_run_params[:-1], *_submit_options, _run_params[-1]],
+    callback=_submit,
+    help="Queue PROGRAM to run when its devices are free; print its job id.\n\n"
+    "Takes every option of 'xpulaunch run'. The job runs later, as this user, with this "
+    "environment and working directory; 'xpulaunch queue' lists it, 'xpulaunch logs ID' "
+    "shows its output, 'xpulaunch cancel ID' stops it.",
+)

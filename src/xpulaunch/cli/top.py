@@ -1,0 +1,247 @@
+"""``xpulaunch top [--once] [--interval S] [--inventory FILE] [--lock-dir DIR]``: a live view
+linking devices to jobs: each device's memory and utilisation, the job or launch holding it
+(queue job, user, command), the jobs sharing its slots, other processes on it, and the queue.
+
+Drawn with the standard library's ``curses``: each refresh redraws into curses' buffer and
+``doupdate()`` sends only what changed, so the screen does not flicker (also over ssh); ``q``
+quits. ``--once`` prints one frame as plain text, for scripts. With ``--inventory`` the
+devices are that file's (readings as written there; no processes are listed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.terminal import terminal_safe
+from xpulaunch.cli.top_view import DeviceRow, Frame, render
+from xpulaunch.cli.waiting import lock_dir_option
+from xpulaunch.core.jobs import Job, JobState, short_devices
+from xpulaunch.errors import XpulaunchError
+from xpulaunch.jobqueue import actions, listing
+from xpulaunch.leases import HolderInfo, StatusReport
+from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.model import Device, Inventory
+
+KEY_POLL_MS = 100  # how often a key press is looked for between refreshes
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--once", is_flag=True, help="Print one frame as text and exit (for scripts).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 3600),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Time between refreshes.",
+)
+@click.option(
+    "--inventory",
+    envvar="XPULAUNCH_INVENTORY",
+    metavar="FILE",
+    help="Show this inventory document's devices instead of probing [env: XPULAUNCH_INVENTORY].",
+)
+@lock_dir_option
+def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None) -> int:
+    """Live view of devices, the jobs holding them, and the queue (q quits)."""
+    env = dict(os.environ)
+    directory = actions.queue_directory(lock_dir, env)
+    devices = _device_source(inventory, env)
+    if once:
+        size = shutil.get_terminal_size()
+        lines = render(gather(directory, env, devices), size.columns)
+        click.echo("\n".join(terminal_safe(line.text) for line in lines))
+        return 0
+    if not sys.stdout.isatty():
+        raise XpulaunchError("xpulaunch top needs a terminal; use --once for a script")
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
+        _live(lambda: gather(directory, env, devices), interval)
+    return 0
+
+
+class DeviceSource:
+    """The inventory to show each refresh: a file's (read once), else a probe of the host."""
+
+    def __init__(self, inventory: str | None, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.probed = inventory is None
+        self._loaded: Inventory | None = None
+        if inventory is not None:
+            from xpulaunch.api import load_inventory
+
+            self._loaded = load_inventory(inventory)
+
+    def read(self) -> Inventory:
+        if self._loaded is not None:
+            return self._loaded
+        from xpulaunch.probing.host import probe_from_env
+
+        return probe_from_env(self.env)
+
+
+def _device_source(inventory: str | None, env: Mapping[str, str]) -> DeviceSource:
+    return DeviceSource(inventory, env)
+
+
+def gather(directory: LockDirectory, env: Mapping[str, str], devices: DeviceSource) -> Frame:
+    """One frame: the devices, the leases and the queue as they are now."""
+    notes: list[str] = []
+    try:
+        snapshot = listing.take(directory, env)
+    except XpulaunchError as exc:  # a locked database: say so, keep showing the devices
+        notes.append(f"queue: {exc.cli_message()}")
+        snapshot = listing.Snapshot(str(directory.root), directory.shared, time.time())
+    inventory = devices.read()
+    processes = _processes(inventory, env, notes) if devices.probed else {}
+    if not devices.probed:
+        notes.append("processes: not listed (the devices come from an inventory file)")
+    by_pid = {j.pid: j for j in snapshot.jobs if j.pid and j.state in _HOLDING}
+    rows = tuple(
+        _device_row(d, snapshot.leases, by_pid, processes.get(d.key, ())) for d in inventory.devices
+    )
+    runners = ", ".join(f"{u} pid {p}" for u, p in listing.runner_names(snapshot).items())
+    kind = "shared" if directory.shared else "private"
+    title = f"xpulaunch top  {time.strftime('%H:%M:%S')}  {directory.root} ({kind})"
+    title += f"  runner: {runners or 'none'}  q: quit"
+    return Frame(
+        title=title,
+        devices=rows,
+        queue_summary=_summary(snapshot),
+        queue_header=listing.HEADER,
+        queue_rows=tuple(listing.table_rows(snapshot)),
+        notes=tuple(notes),
+    )
+
+
+_HOLDING = (JobState.STARTING, JobState.RUNNING)
+
+
+def _device_row(
+    device: Device,
+    report: StatusReport | None,
+    jobs: Mapping[int, Job],
+    others: Sequence[str],
+) -> DeviceRow:
+    holders: list[str] = []
+    if report is not None:
+        for lease in report.leases:
+            if _on(device, lease.key):
+                holders.append(_holder(lease.holder, jobs, lease.key, device))
+        for slot in report.slots:
+            if _on(device, slot.key):
+                holders.append("slot: " + _holder(slot.holder, jobs, slot.key, device))
+    return DeviceRow(
+        label=short_devices([device.label()]),
+        name=device.name,
+        memory_used_bytes=device.memory_used_bytes,
+        memory_total_bytes=device.memory_total_bytes,
+        utilization_percent=device.utilization_percent,
+        holders=tuple(holders),
+        others=tuple(others),
+    )
+
+
+def _on(device: Device, key: str) -> bool:
+    return key == device.key or key.startswith(device.key + "/")
+
+
+def _holder(holder: HolderInfo | None, jobs: Mapping[int, Job], key: str, device: Device) -> str:
+    part = "" if key == device.key else f"[{key.removeprefix(device.key + '/')}] "
+    if holder is None:
+        return part + "a launch whose record is missing"
+    job = jobs.get(holder.pid)
+    if job is not None:
+        return f"{part}job {job.id}  {job.user}  {listing.command_text(job.command)}"
+    return f"{part}pid {holder.pid}  {holder.user}  {holder.command(60)}"
+
+
+def _processes(
+    inventory: Inventory, env: Mapping[str, str], notes: list[str]
+) -> dict[str, list[str]]:
+    """Processes using each device (probed hosts only): pid, user, memory, command."""
+    if not inventory.devices:
+        return {}
+    from xpulaunch.probing.gpu_processes import gpu_processes
+
+    found, problems = gpu_processes(
+        inventory.devices, proc_root=env.get("XPULAUNCH_PROCFS_ROOT") or "/proc"
+    )
+    notes += [str(p) for p in problems[:2]]
+    per_device: dict[str, list[str]] = {}
+    for process in found:
+        if process.job_id:  # a process of an xpulaunch job: its holder line names it
+            continue
+        memory = (
+            "" if process.memory_bytes is None else f" ({process.memory_bytes / 1024**3:.1f} GiB)"
+        )
+        text = f"pid {process.pid}  {process.user or '?'}  {(process.command or '?')[:50]}{memory}"
+        per_device.setdefault(process.device_key, []).append(text)
+    return per_device
+
+
+def _summary(snapshot: listing.Snapshot) -> str:
+    counts: dict[str, int] = {}
+    for job in snapshot.jobs:
+        if not job.state.ended:
+            state = listing.shown_state(job)
+            counts[state] = counts.get(state, 0) + 1
+    if snapshot.waiters:
+        counts["waiting"] = counts.get("waiting", 0) + len(snapshot.waiters)
+    order = ("running", "starting", "waiting", "queued", "held")
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "empty"
+
+
+def _live(frame: Callable[[], Frame], interval_s: float) -> None:
+    import curses
+    import locale
+
+    locale.setlocale(locale.LC_ALL, "")
+    curses.wrapper(_loop, frame, interval_s)
+
+
+def _loop(screen: Any, frame: Callable[[], Frame], interval_s: float) -> None:
+    import curses
+
+    with contextlib.suppress(curses.error):  # a terminal without an invisible cursor
+        curses.curs_set(0)
+    screen.timeout(KEY_POLL_MS)
+    current = frame()
+    next_s = time.monotonic() + interval_s
+    _draw(screen, current)
+    while True:
+        key = screen.getch()
+        if key in (ord("q"), ord("Q")):
+            return
+        if time.monotonic() >= next_s:
+            current = frame()
+            next_s = time.monotonic() + interval_s
+            _draw(screen, current)
+        elif key == curses.KEY_RESIZE:
+            _draw(screen, current)
+
+
+def _draw(screen: Any, current: Frame) -> None:
+    """Redraw into curses' buffer; doupdate() sends the terminal only the changes."""
+    import curses
+
+    height, width = screen.getmaxyx()
+    screen.erase()
+    for row, line in enumerate(render(current, width, height)):
+        text = terminal_safe(line.text)
+        # The last cell of the last row cannot be written without scrolling: stop before it.
+        room = width - 1 if row == height - 1 else width
+        try:
+            screen.addnstr(row, 0, text, room, curses.A_BOLD if line.strong else 0)
+        except curses.error:
+            break  # a terminal shrunk under us: the next refresh fits it again
+    screen.noutrefresh()
+    curses.doupdate()

@@ -1,0 +1,249 @@
+"""What the queue commands do, minus the printing: submit, cancel, hold, release, and
+starting this user's runner when none runs.
+
+A user may change only their own jobs: the database of a shared lock directory is writable
+by all, so this is the commands' rule, while what matters is enforced by the system anyway
+(a job runs only from its owner's private spec, a run is signalled only by its owner).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from xpulaunch.core.jobs import Job, JobState
+from xpulaunch.errors import QueueError, UsageError
+from xpulaunch.jobqueue.files import (
+    EVENTS_NAME,
+    LOGS_NAME,
+    RUNNER_LOG,
+    JobSpec,
+    make_job_folder,
+    notify,
+    runner_pid,
+    user_folder,
+    write_spec,
+)
+from xpulaunch.jobqueue.store import Store
+from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.processes import procfs
+
+if TYPE_CHECKING:
+    from xpulaunch.leases import LeaseManager
+
+RUNNER_IDLE_EXIT_S = 300.0  # a runner started on demand leaves after this long with no job
+
+
+def queue_directory(lock_dir: str | None, env: Mapping[str, str]) -> LockDirectory:
+    """The lock directory whose queue the commands use: ``--lock-dir`` (shared), else the
+    user's private one, exactly as leases pick it."""
+    from xpulaunch.leases import LeaseManager
+
+    # Absolute: the runner and the jobs' runs start elsewhere (the runner in "/").
+    return LeaseManager(os.path.abspath(lock_dir) if lock_dir else None, env=env).directory
+
+
+def lease_manager(directory: LockDirectory) -> LeaseManager:
+    """The leases of the queue's lock directory (private or shared, as the queue's)."""
+    from xpulaunch.leases import LeaseManager
+
+    manager = LeaseManager(directory.root)
+    manager.directory = directory
+    return manager
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a container's uid without a passwd entry
+        return str(uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A job to queue: what it runs, and what its plan said when it was submitted."""
+
+    spec: JobSpec
+    command: tuple[str, ...]
+    gpus: str = "auto"
+    wanted: tuple[str, ...] = ()
+    shares: bool = False
+    grace_s: float = 10.0
+    priority: int = 0
+    after: tuple[int, ...] = ()
+    hold: bool = False
+
+
+def submit(directory: LockDirectory, store: Store, job: Submission) -> int:
+    """Queue ``job``; its id. Its row and its private spec are written together, or neither."""
+    uid = os.getuid()
+    with store.write():
+        for other in job.after:
+            if store.job(other) is None:
+                raise QueueError(
+                    f"--after {other}: no job {other} in the queue of {directory.root}"
+                )
+        job_id = store.insert(
+            uid=uid, user=user_name(uid), state=JobState.HELD if job.hold else JobState.QUEUED,
+            priority=job.priority, after=job.after, command=job.command, gpus=job.gpus,
+            wanted=job.wanted, shares=job.shares, submitted_s=time.time(), grace_s=job.grace_s,
+        )  # fmt: skip
+        folder = make_job_folder(directory, uid, job_id)
+        try:
+            spec = job.spec
+            spec = replace(
+                spec,
+                events=spec.events if not spec.add_events else str(folder / EVENTS_NAME),
+                log_dir=spec.log_dir if not spec.add_log_dir else str(folder / LOGS_NAME),
+            )
+            write_spec(folder, spec)
+            store.update(job_id, job_dir=str(folder))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+    notify(directory)
+    return job_id
+
+
+def own_job(store: Store, job_id: int, verb: str) -> Job:
+    """Job ``job_id``, which must exist and belong to this user (to ``verb`` it)."""
+    job = store.job(job_id)
+    if job is None:
+        known = store.known_ids()
+        hint = f"jobs {known[0]}-{known[1]} exist" if known else "the queue is empty"
+        where = os.path.dirname(store.path)
+        raise QueueError(
+            f"no job {job_id} in the queue of {where} ({hint}; see xpulaunch queue -a)"
+        )
+    if job.uid != os.getuid():
+        raise QueueError(f"job {job_id} belongs to {job.user}: only {job.user} can {verb} it")
+    return job
+
+
+def cancel(directory: LockDirectory, store: Store, job_id: int, *, ended_ok: bool = False) -> str:
+    """Cancel one of this user's jobs: a queued one is dropped, a started one's run gets
+    SIGTERM (and its workers their ``--grace``; the runner kills the run if it outlives
+    that). What was done, in a few words. ``ended_ok``: a job that has just ended (``cancel
+    --all`` racing with it) is said so, not an error."""
+    job = own_job(store, job_id, "cancel")
+    with store.write():
+        job = store.job(job_id) or job
+        if job.state.ended and ended_ok:
+            return f"job {job_id}: had already ended ({job.state.value})"
+        if job.state.ended:
+            raise QueueError(f"job {job_id} has already ended ({job.state.value})")
+        if job.state.pending:
+            store.update(
+                job_id, state=JobState.CANCELLED, ended_s=time.time(),
+                reason=f"cancelled by {user_name(os.getuid())} before it started",
+            )  # fmt: skip
+        elif job.cancel_requested_s is None:
+            store.update(job_id, cancel_requested_s=time.time())
+    # The run is signalled only once the request is committed: a run that ends at once must
+    # find it, or its runner would record a failure, not a cancel.
+    done = f"job {job_id}: cancelled (it had not started)" if job.state.pending else _stop_run(job)
+    notify(directory)
+    return done
+
+
+def _stop_run(job: Job) -> str:
+    pid = job.pid
+    if pid is None or job.pid_ticks is None or not procfs.is_running(pid, job.pid_ticks):
+        return f"job {job.id}: cancelled; its run is ending (its runner records it)"
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return f"job {job.id}: cancelled; its run had just ended"
+    return f"job {job.id}: stopping (SIGTERM; its workers get {job.grace_s:g} s to exit)"
+
+
+def cancel_waiter(directory: LockDirectory, pid: int) -> str:
+    """Cancel a launch waiting in the lease line with ``--wait`` (SIGTERM, as Ctrl-C would
+    stop it); only this user's."""
+    report = lease_manager(directory).status()
+    for waiter in report.waiting:
+        if waiter.holder is not None and waiter.holder.pid == pid:
+            break
+    else:
+        raise QueueError(f"w{pid}: no launch with pid {pid} waits for devices in {directory.root}")
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return f"w{pid}: it has just stopped waiting"
+    if owner != os.getuid():
+        raise QueueError(f"w{pid} belongs to {user_name(owner)}: only they can cancel it")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return f"w{pid}: it has just stopped waiting"
+    return f"w{pid}: stopped waiting (SIGTERM)"
+
+
+def hold(directory: LockDirectory, store: Store, job_id: int, *, held: bool) -> str:
+    """Hold a queued job (it keeps its place but does not start) or release a held one."""
+    verb = "hold" if held else "release"
+    own_job(store, job_id, verb)
+    with store.write():
+        job = store.job(job_id)
+        if job is None:  # pragma: no cover - checked above, under no lock
+            raise QueueError(f"no job {job_id}")
+        wanted, target = (
+            (JobState.QUEUED, JobState.HELD) if held else (JobState.HELD, JobState.QUEUED)
+        )
+        if job.state is target:
+            return f"job {job_id}: already {target.value}"
+        if job.state is not wanted:
+            raise QueueError(
+                f"job {job_id} is {job.state.value}: only a {wanted.value} job can be "
+                f"{'held' if held else 'released'}" + ("; cancel it instead" if held else "")
+            )
+        store.update(job_id, state=target)
+    notify(directory)
+    return f"job {job_id}: {target.value}"
+
+
+def parse_ids(texts: Sequence[str]) -> list[int | str]:
+    """Job ids (``17``) and waiting launches (``w4242``, as ``xpulaunch queue`` shows them)."""
+    ids: list[int | str] = []
+    for text in texts:
+        value = text.strip()
+        if value.isdigit() and int(value) > 0:
+            ids.append(int(value))
+        elif value[:1] == "w" and value[1:].isdigit():
+            ids.append(value)
+        else:
+            raise UsageError(f"{text!r} is not a job id: expected a number such as 17, or w4242")
+    return ids
+
+
+def ensure_runner(directory: LockDirectory, env: Mapping[str, str]) -> int | None:
+    """Start this user's runner for ``directory`` unless one runs; its pid if started."""
+    uid = os.getuid()
+    if runner_pid(directory, uid) is not None:
+        return None
+    folder = user_folder(directory, uid)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise QueueError(f"cannot create {folder}: {exc.strerror}") from exc
+    argv = [sys.executable, "-m", "xpulaunch", "runner", "--foreground"]
+    argv += ["--idle-exit", f"{RUNNER_IDLE_EXIT_S:g}"]
+    if directory.shared:
+        argv += ["--lock-dir", str(directory.root)]
+    with open(folder / RUNNER_LOG, "ab") as log:
+        # Its own session, no terminal, cwd "/": it outlives this command and any shell.
+        runner = subprocess.Popen(
+            argv, env=dict(env), cwd="/", stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    return runner.pid

@@ -1,0 +1,256 @@
+"""The queue's files in a lock directory besides its database:
+
+* ``queue-jobs-<uid>/`` -- each user's private folder (0700, checked to be theirs), with one
+  folder per job: ``spec.json`` (what the job runs: its arguments, environment, working
+  directory; 0600), ``output.log`` (its ``xpulaunch run``'s console), ``events.jsonl`` and
+  ``logs/`` (its workers' log files). A runner runs only specs from its own user's folder, so
+  nobody can make another user's runner run a command by editing the shared database.
+* ``queue-runner-<uid>.lock`` -- held (``flock``) by that user's runner while it runs: the
+  kernel drops it when the runner dies, however it dies, so a live lock is a live runner.
+* ``queue-wake-<uid>`` -- a FIFO the runner waits on; whoever changes the queue writes a byte
+  to every runner's, so a submit starts at once without the runners polling fast.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xpulaunch.errors import QueueError
+from xpulaunch.leases.lock_directory import LockDirectory
+
+JOBS_PREFIX = "queue-jobs-"
+RUNNER_PREFIX, RUNNER_SUFFIX = "queue-runner-", ".lock"
+WAKE_PREFIX = "queue-wake-"
+SPEC_NAME, OUTPUT_NAME, EVENTS_NAME, LOGS_NAME = "spec.json", "output.log", "events.jsonl", "logs"
+RUNNER_LOG = "runner.log"
+_PRIVATE = 0o700
+_SPEC_MAX_BYTES = 8 * 1024 * 1024  # an environment and a command line, with room to spare
+# A runner that starts while someone probes its lock (for microseconds) tries again.
+_LOCK_TRIES_S = 1.0
+_QUIET_ERRNOS = frozenset({errno.ENXIO, errno.EAGAIN, errno.ENOENT, errno.EACCES, errno.EPERM})
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a job runs: ``xpulaunch run`` with ``args``, as the user who submitted it."""
+
+    args: tuple[str, ...]  # run's options and PROGRAM with its arguments, as given to submit
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = "/"
+    python: str = ""  # the interpreter of the xpulaunch that accepted the job
+    profile: str | None = None
+    events: str = ""  # where its run writes its events (ours, or the user's --events FILE)
+    log_dir: str = ""  # its workers' logs (ours, or the user's --log-dir)
+    add_events: bool = True  # whether the run gets --events from us
+    add_log_dir: bool = True
+
+
+def user_folder(directory: LockDirectory, uid: int) -> Path:
+    return directory.path / f"{JOBS_PREFIX}{uid}"
+
+
+def job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
+    return user_folder(directory, uid) / str(job_id)
+
+
+def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
+    """Create the job's folder (and the user's, 0700); refuse a folder that is not theirs."""
+    folder = user_folder(directory, uid)
+    try:
+        os.mkdir(folder, _PRIVATE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise QueueError(f"cannot create {folder}: {exc.strerror}") from exc
+    check_user_folder(folder, uid)
+    job = folder / str(job_id)
+    try:
+        os.mkdir(job, _PRIVATE)
+    except FileExistsError:
+        check_private(job, uid)  # an id reused after the database was moved aside
+    except OSError as exc:
+        raise QueueError(f"cannot create {job}: {exc.strerror}") from exc
+    return job
+
+
+def check_user_folder(folder: Path, uid: int) -> None:
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        raise QueueError(f"{folder}: {exc.strerror}") from exc
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or stat.S_IMODE(st.st_mode) & 0o022:
+        raise QueueError(
+            f"{folder} is not a private folder of uid {uid} (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): someone else made it; remove it and submit again"
+        )
+
+
+def check_private(path: Path, uid: int) -> None:
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise QueueError(f"{path}: {exc.strerror}") from exc
+    if st.st_uid != uid or stat.S_IMODE(st.st_mode) & 0o022 or stat.S_ISLNK(st.st_mode):
+        raise QueueError(f"{path} does not belong to uid {uid} alone; it is not used")
+
+
+def write_spec(folder: Path, spec: JobSpec) -> None:
+    path = folder / SPEC_NAME
+    data = json.dumps(asdict(spec)).encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise QueueError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+def read_spec(folder: Path, uid: int) -> JobSpec:
+    """The job's spec, only from a folder and file that belong to ``uid`` alone."""
+    check_user_folder(folder.parent, uid)
+    path = folder / SPEC_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise QueueError(f"cannot read {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if st.st_uid != uid or stat.S_IMODE(st.st_mode) & 0o022:
+            raise QueueError(f"{path} does not belong to uid {uid} alone; it is not run")
+        raw = handle.read(_SPEC_MAX_BYTES)
+    try:
+        data = json.loads(raw)
+        return JobSpec(**{**data, "args": tuple(data["args"])})
+    except (ValueError, TypeError, KeyError) as exc:
+        raise QueueError(f"{path} is not a job spec written by xpulaunch ({exc})") from exc
+
+
+class RunnerLock:
+    """``queue-runner-<uid>.lock``: this user's runner holds it while it runs."""
+
+    def __init__(self, directory: LockDirectory, uid: int) -> None:
+        self._directory = directory
+        self.name = f"{RUNNER_PREFIX}{uid}{RUNNER_SUFFIX}"
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take it (trying for a moment, as a prober may hold it); False: a runner runs."""
+        fd = self._directory.open_file(self.name, os.O_RDWR, create=True, writable_by_all=False)
+        if fd is None:  # pragma: no cover - created above
+            return False
+        if os.fstat(fd).st_uid != os.getuid():
+            os.close(fd)
+            raise QueueError(
+                f"{self._directory.join(self.name)} was made by another user, who could keep "
+                "your runner from starting; remove it"
+            )
+        deadline_s = time.monotonic() + _LOCK_TRIES_S
+        while not self._directory.try_lock(fd):
+            if time.monotonic() > deadline_s:
+                os.close(fd)
+                return False
+            time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def runner_pid(directory: LockDirectory, uid: int) -> int | None:
+    """The pid of ``uid``'s live runner; None when none runs."""
+    name = f"{RUNNER_PREFIX}{uid}{RUNNER_SUFFIX}"
+    fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+    if fd is None:
+        return None
+    try:
+        if os.fstat(fd).st_uid != uid or directory.try_lock(fd):
+            return None  # not its own, or free: its runner is gone (closing drops our probe)
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() else 0
+
+
+def live_runners(directory: LockDirectory) -> dict[int, int]:
+    """uid -> pid of every live runner of the directory."""
+    found = {}
+    for name in directory.names(RUNNER_PREFIX, RUNNER_SUFFIX):
+        uid_text = name[len(RUNNER_PREFIX) : -len(RUNNER_SUFFIX)]
+        if uid_text.isdigit():
+            pid = runner_pid(directory, int(uid_text))
+            if pid is not None:
+                found[int(uid_text)] = pid
+    return found
+
+
+class WakePipe:
+    """The runner's FIFO. Opened read-write, so that it never reads end-of-file (which would
+    wake a select() at once, forever) when no writer has it open."""
+
+    def __init__(self, directory: LockDirectory, uid: int) -> None:
+        path = directory.join(f"{WAKE_PREFIX}{uid}")
+        mode = 0o622 if directory.shared else 0o600
+        try:
+            os.mkfifo(path, mode)
+            os.chmod(path, mode)  # mkfifo's mode went through the umask
+        except FileExistsError:
+            pass
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise QueueError(f"cannot open {path}: {exc.strerror}; remove it") from exc
+        st = os.fstat(self.fd)
+        if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.getuid():
+            os.close(self.fd)
+            raise QueueError(f"{path} is not this user's FIFO; remove it")
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            return
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def notify(directory: LockDirectory) -> None:
+    """Wake every runner of the directory (a byte in each FIFO; a full or readerless one is
+    fine: its runner is awake or gone)."""
+    for name in directory.names(WAKE_PREFIX, ""):
+        try:
+            fd = os.open(directory.join(name), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno in _QUIET_ERRNOS or exc.errno == errno.ELOOP:
+                continue
+            raise QueueError(f"cannot wake the runner through {name}: {exc.strerror}") from exc
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"\0")
+        except OSError as exc:
+            if exc.errno not in _QUIET_ERRNOS:
+                raise QueueError(f"cannot wake the runner through {name}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+
+
+def job_env(spec: JobSpec, job_id: int, directory: LockDirectory) -> Mapping[str, str]:
+    """The job's run's environment: the submitter's, and which queue job it is."""
+    return {
+        **spec.env,
+        "XPULAUNCH_QUEUE_JOB": str(job_id),
+        "XPULAUNCH_QUEUE_DIR": str(directory.root),
+    }

@@ -1,0 +1,349 @@
+"""The runner: starts one user's queued jobs as their turn comes, and records how they end.
+
+One runner per user and lock directory (``queue-runner-<uid>.lock``; a second one exits at
+once). Each turn of its loop:
+
+1. reads the events of its jobs' runs: a run that leased its devices is *running*, one that
+   waits in the lease line says why; a run that ended is *done*, *failed* or *cancelled*;
+2. kills the run of a cancelled job that outlives its grace;
+3. cancels its queued jobs whose ``--after`` job failed;
+4. starts the next job of the whole queue, if it is this user's
+   (:func:`xpulaunch.core.jobs.next_to_start`), as ``xpulaunch run --wait``.
+
+Between turns it sleeps in ``select()`` on its wake-up FIFO and on a pidfd per running job,
+so an idle runner costs nothing and a submit or a job's end wakes it at once; it looks more
+often only while one of its jobs is starting. It never holds a lease itself: the runs do,
+through the same planner and lease line as every other launch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
+
+from xpulaunch.core.jobs import Job, JobState, never_runs, next_to_start
+from xpulaunch.errors import QueueError
+from xpulaunch.jobqueue import job_process
+from xpulaunch.jobqueue.files import (
+    RunnerLock,
+    WakePipe,
+    job_folder,
+    live_runners,
+    notify,
+    read_spec,
+)
+from xpulaunch.jobqueue.job_process import JobProcess
+from xpulaunch.jobqueue.store import Store
+from xpulaunch.leases.lock_directory import LockDirectory
+
+STARTING_POLL_S = 0.05  # while a run starts: how soon its lease is seen
+WAITING_POLL_S = 0.1  # while a run waits in the lease line
+FALLBACK_POLL_S = 0.5  # a job watched without a pidfd (old kernels)
+IDLE_POLL_S = 5.0  # otherwise: other users' changes that missed the FIFO, dead runners
+CANCEL_MARGIN_S = 10.0  # after a cancelled job's --grace, its run itself is killed
+_MAX_FAILED_TURNS = 60
+Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+class Runner:
+    """Serves this user's jobs in ``directory`` until stopped or idle for ``idle_exit_s``."""
+
+    def __init__(
+        self,
+        directory: LockDirectory,
+        env: Mapping[str, str],
+        *,
+        idle_exit_s: float | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.env = env
+        self.uid = os.getuid()
+        self.idle_exit_s = idle_exit_s
+        self._log = log or _stderr
+        self._processes: dict[int, JobProcess] = {}
+        self._stopping = False
+        self._wake: WakePipe | None = None
+        self._seen: tuple[int, tuple[int, ...]] | None = None  # data_version, live runners
+        self._busy = True
+        self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
+        self._lock = RunnerLock(directory, self.uid)
+
+    def serve(self) -> bool:
+        """Run until stopped (SIGTERM, SIGINT) or idle; False when another runner runs."""
+        lock = self._lock = RunnerLock(self.directory, self.uid)
+        if not lock.acquire():
+            return False
+        try:
+            store = Store.open(self.directory, self.env, create=True)
+            if store is None:  # pragma: no cover - created above
+                return True
+            with store:
+                self._wake = WakePipe(self.directory, self.uid)
+                previous = self._handle_signals()
+                try:
+                    self._serve(store)
+                finally:
+                    for signum, handler in previous.items():
+                        signal.signal(signum, handler)
+        finally:
+            for process in self._processes.values():
+                process.close()
+            if self._wake is not None:
+                self._wake.close()
+            lock.release()
+        return True
+
+    def _serve(self, store: Store) -> None:
+        self._say(f"runner pid {os.getpid()} serves {self.directory.root}")
+        self._adopt(store)
+        idle_since_s = time.monotonic()
+        failures = 0
+        while not self._stopping:
+            try:
+                busy = self.turn(store)
+                failures = 0
+            except QueueError as exc:
+                failures += 1
+                self._say(f"error: {exc.cli_message()}")
+                if failures >= _MAX_FAILED_TURNS:
+                    raise
+                busy = True
+                time.sleep(1.0)
+            if busy:
+                idle_since_s = time.monotonic()
+            elif self._idle_for(idle_since_s):
+                if self._leave(store):
+                    self._say("idle: exiting (the next submit starts a runner again)")
+                    return
+                idle_since_s = time.monotonic()
+            self._sleep()
+
+    def _leave(self, store: Store) -> bool:
+        """Give up the runner lock, unless a job came meanwhile. A submit commits its job
+        before it looks for a runner, so it either finds the lock free (and starts one) or
+        its job is seen here, after the lock is released."""
+        self._lock.release()
+        if not any(j.uid == self.uid for j in store.jobs()):
+            return True
+        return not self._lock.acquire()  # another runner took over: it has the job
+
+    def _idle_for(self, since_s: float) -> bool:
+        return self.idle_exit_s is not None and time.monotonic() - since_s >= self.idle_exit_s
+
+    def turn(self, store: Store) -> bool:
+        """One turn of the loop; whether any job of this user is still active.
+
+        The queue is read only when something may have changed: a job of ours moved, another
+        process committed to the database (SQLite's ``data_version``), a runner came or
+        went, or a cancelled job's grace ran out. So an idle runner with a long queue of held
+        jobs costs a pragma and a few lock probes a turn, not a read of every job."""
+        changed = self._watch(store)
+        runners = live_runners(self.directory)
+        seen = (store.data_version(), tuple(sorted(runners)))
+        due = self._deadline_s is not None and time.time() >= self._deadline_s
+        if not changed and not due and seen == self._seen:
+            return self._busy
+        jobs = store.with_dependencies()
+        mine = [j for j in jobs if j.uid == self.uid]
+        changed |= self._escalate(mine)
+        changed |= self._drop_never_runnable(store, jobs)  # --after may name anyone's job
+        changed |= self._start_next(store, set(runners))
+        if changed:
+            notify(self.directory)
+        # A turn that changed something is followed by a full one: our own commits do not
+        # move data_version, and what we did may let the next job start.
+        self._seen = None if changed else (store.data_version(), seen[1])
+        self._busy = bool(self._processes) or any(not j.state.ended for j in mine)
+        return self._busy
+
+    def _watch(self, store: Store) -> bool:
+        changed = False
+        for job_id, process in list(self._processes.items()):
+            changed |= self._read_events(store, process)
+            if process.ended():
+                changed |= self._read_events(store, process)  # its last words
+                self._finish(store, process)
+                process.close()
+                del self._processes[job_id]
+                changed = True
+        return changed
+
+    def _read_events(self, store: Store, process: JobProcess) -> bool:
+        changed = False
+        for record in process.events.read():
+            kind = record.get("event")
+            if kind == "lease_waited":
+                process.waiting = True
+                store.update(process.job_id, reason=str(record.get("reason") or ""))
+                changed = True
+            elif kind == "lease_acquired":
+                process.leased = True
+                changed |= self._leased(store, process.job_id, record)
+            elif kind == "stopped":
+                process.stopped = record
+        return changed
+
+    def _leased(self, store: Store, job_id: int, record: dict[str, object]) -> bool:
+        devices = record.get("devices")
+        labels = [str(d) for d in devices] if isinstance(devices, list) else []
+        job = store.job(job_id)
+        if job is None or job.state is not JobState.STARTING:
+            return False
+        with store.write():
+            store.update(
+                job_id, state=JobState.RUNNING, devices=labels, reason=None,
+                leased_s=job_process.event_time_s(record) or time.time(),
+                lease_job=str(record.get("job_id") or "") or None,
+            )  # fmt: skip
+        where = ", ".join(labels) or "the CPU"
+        self._say(f"job {job_id} running on {where}")
+        return True
+
+    def _finish(self, store: Store, process: JobProcess) -> None:
+        outcome = process.outcome()
+        job = store.job(process.job_id)
+        if job is None:
+            return
+        if job.cancel_requested_s is not None and outcome.exit_code != 0:
+            state = JobState.CANCELLED
+            reason = f"cancelled; {outcome.reason or 'stopped'}"
+        elif outcome.exit_code == 0:
+            state, reason = JobState.DONE, outcome.reason or "exit status 0"
+        else:
+            state, reason = JobState.FAILED, outcome.reason
+        with store.write():
+            store.update(
+                job.id, state=state, ended_s=time.time(), exit_code=outcome.exit_code,
+                reason=reason,
+            )  # fmt: skip
+        status = "unknown" if outcome.exit_code is None else str(outcome.exit_code)
+        self._say(f"job {job.id} {state.value} (exit status {status}): {reason}")
+
+    def _escalate(self, mine: list[Job]) -> bool:
+        """Kill the run of a cancelled job still there ``grace + margin`` after the cancel:
+        its guardian then stops the workers and the leases end with them."""
+        now_s = time.time()
+        self._deadline_s = None
+        for job in mine:
+            process = self._processes.get(job.id)
+            if process is None or job.cancel_requested_s is None:
+                continue
+            deadline_s = job.cancel_requested_s + job.grace_s + CANCEL_MARGIN_S
+            if now_s < deadline_s:
+                self._deadline_s = min(self._deadline_s or deadline_s, deadline_s)
+            elif process.signal(signal.SIGKILL):
+                self._say(f"job {job.id}: still running after its grace; killed")
+        return False
+
+    def _drop_never_runnable(self, store: Store, jobs: list[Job]) -> bool:
+        doomed = [(job, why) for job, why in never_runs(jobs) if job.uid == self.uid]
+        if not doomed:
+            return False
+        with store.write():
+            for job, why in doomed:
+                current = store.job(job.id)
+                if current is not None and current.state.pending:
+                    store.update(
+                        job.id, state=JobState.CANCELLED, ended_s=time.time(),
+                        reason=f"never started: {why}",
+                    )  # fmt: skip
+                    self._say(f"job {job.id} cancelled: {why}")
+        return True
+
+    def _start_next(self, store: Store, runners: set[int]) -> bool:
+        with store.write():
+            job = next_to_start(store.with_dependencies(), runners)
+            if job is None or job.uid != self.uid:
+                return False
+            store.update(job.id, state=JobState.STARTING, started_s=time.time(), reason=None)
+        try:
+            spec = read_spec(job_folder(self.directory, self.uid, job.id), self.uid)
+            process = job_process.start(job, spec, self.directory)
+        except QueueError as exc:
+            with store.write():
+                store.update(
+                    job.id, state=JobState.FAILED, ended_s=time.time(),
+                    reason=exc.cli_message(),
+                )  # fmt: skip
+            self._say(f"job {job.id} failed to start: {exc.cli_message()}")
+            return True
+        with store.write():
+            store.update(job.id, pid=process.pid, pid_ticks=process.ticks)
+        self._processes[job.id] = process
+        self._say(f"job {job.id} started: pid {process.pid}")
+        return True
+
+    def _adopt(self, store: Store) -> None:
+        """Take over this user's jobs that an earlier runner started."""
+        for row in store.jobs():
+            if row.uid != self.uid or row.state not in (JobState.STARTING, JobState.RUNNING):
+                continue
+            job = self._with_pid(store, row)
+            if job is None:
+                continue
+            try:
+                spec = read_spec(job_folder(self.directory, self.uid, job.id), self.uid)
+            except QueueError as exc:
+                self._say(f"job {job.id}: cannot adopt it: {exc.cli_message()}")
+                continue
+            process = job_process.adopt(job, spec, self.directory)
+            process.leased = job.state is JobState.RUNNING
+            self._processes[job.id] = process
+            self._say(f"job {job.id}: adopted its run, pid {job.pid}")
+
+    def _with_pid(self, store: Store, job: Job) -> Job | None:
+        """The job with its run's pid; None when no run of it exists (an earlier runner
+        died between marking it started and starting it: it goes back in line)."""
+        if job.pid is not None:
+            return job
+        found = job_process.find_started(job.id, self.directory)
+        with store.write():
+            if found is None:
+                store.update(job.id, state=JobState.QUEUED, started_s=None)
+                return None
+            store.update(job.id, pid=found[0], pid_ticks=found[1])
+        return store.job(job.id)
+
+    def _sleep(self) -> None:
+        assert self._wake is not None
+        processes = list(self._processes.values())
+        timeout_s = IDLE_POLL_S
+        if any(p.pidfd is None for p in processes):
+            timeout_s = FALLBACK_POLL_S
+        if any(not p.leased and p.waiting for p in processes):
+            timeout_s = WAITING_POLL_S
+        if any(not p.leased and not p.waiting for p in processes):
+            timeout_s = STARTING_POLL_S
+        if self._deadline_s is not None:
+            timeout_s = max(min(timeout_s, self._deadline_s - time.time()), 0.0)
+        fds = [self._wake.fd, *(p.pidfd for p in processes if p.pidfd is not None)]
+        select.select(fds, [], [], timeout_s)
+        self._wake.drain()
+
+    def _handle_signals(self) -> dict[int, Handler]:
+        def stop(signum: int, frame: object) -> None:
+            self._stopping = True
+            if self._wake is not None:
+                with contextlib.suppress(BlockingIOError):  # full: it wakes anyway
+                    os.write(self._wake.fd, b"\0")
+
+        previous: dict[int, Handler] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, stop)
+        return previous
+
+    def _say(self, text: str) -> None:
+        self._log(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}")
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

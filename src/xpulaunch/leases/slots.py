@@ -1,0 +1,212 @@
+"""Slot leases: several small jobs on one device (``--slots-per-gpu``, ``--gpu-memory``).
+
+A job that shares a device holds two locks on it instead of one:
+
+* a *shared* ``flock`` (``LOCK_SH``) on the unit's ordinary lock file ``unit-<key>.lock``: any
+  number of sharing jobs hold it together, while a job that wants the device alone
+  (``LOCK_EX``) cannot take it, and a job holding it alone keeps every sharing job out. So
+  launches that know nothing of slots already see a shared device as leased;
+* an exclusive ``flock`` on one slot file ``slot-<key>.<n>.lock`` (the lowest free ``n``),
+  with a side file ``slot-<key>.<n>.holder`` saying who holds it and what share it asked for
+  (its K, its memory budget, and the device's memory as its plan saw it).
+
+The descriptors pass to the workers and the guardian like any lease's, so the slot ends with
+the last process of the job. Every probe and lock happens under the directory's allocation
+lock; a slot whose lock can be taken is free, whatever its side file says (the kernel's lock
+is the truth, as for whole-device leases). Whether one more job fits is decided by
+:func:`xpulaunch.core.slots.room_for`.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from xpulaunch.core.slots import MAX_SLOTS, SlotHolder, room_for
+from xpulaunch.errors import DeviceBusyError, LeaseError
+from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, lock_file_name
+from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.wait_queue import HolderInfo, read_record, write_record
+from xpulaunch.model import DeviceShare, Plan
+
+SLOT_PREFIX = "slot-"
+_HOLDER = ".holder"
+_HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRecord:
+    """A live slot lease, as ``xpulaunch status`` and ``top`` show it."""
+
+    key: str
+    slot: int
+    share: DeviceShare
+    total_bytes: int | None  # the device's memory, as the holder's plan saw it
+    holder: HolderInfo | None  # None: its side file is missing or unreadable
+
+    def as_holder(self) -> SlotHolder:
+        who = self.holder.describe() if self.holder else "a job whose record is missing"
+        return SlotHolder(self.share, who)
+
+
+def unavailable(
+    directory: LockDirectory, described: Mapping[str, str], share: DeviceShare | None
+) -> dict[str, str]:
+    """The planner's ``unavailable`` for a job asking for ``share`` (None: devices alone).
+
+    ``described`` maps every leased unit key to its holder, as whole-device leases describe
+    it; a unit shared by slot jobs is described by them instead, and left out when the job
+    may join them. Under the allocation lock."""
+    result = dict(described)
+    for key in described:
+        sharers = _sharers_if_shared(directory, key)
+        if sharers is None:
+            continue  # leased whole by one job
+        total = next((s.total_bytes for s in sharers if s.total_bytes is not None), None)
+        why = room_for(share, [s.as_holder() for s in sharers], total)
+        if why is None:
+            del result[key]
+        else:
+            result[key] = why
+    return result
+
+
+def shared_keys(directory: LockDirectory, keys: Sequence[str]) -> set[str]:
+    """Which of the leased ``keys`` are held by slot jobs (not by one job alone)."""
+    return {key for key in keys if _sharers_if_shared(directory, key) is not None}
+
+
+def records(directory: LockDirectory) -> list[SlotRecord]:
+    """Every live slot lease of the directory, by key and slot. Under the allocation lock."""
+    found = []
+    for name in sorted(directory.names(SLOT_PREFIX, LOCK_SUFFIX)):
+        record = _probe(directory, name)
+        if record is not None:
+            found.append(record)
+    return sorted(found, key=lambda r: (r.key, r.slot))
+
+
+def lock(directory: LockDirectory, plan: Plan, holder: HolderInfo) -> tuple[int, ...]:
+    """Take one slot of each of the plan's units (shared unit lock, exclusive slot lock) and
+    write who holds it; the descriptors, two per unit. Under the allocation lock."""
+    share = plan.share or DeviceShare()
+    with ExitStack() as undo:
+        fds: list[int] = []
+        for unit in plan.devices:
+            key = unit.key
+            unit_fd = directory.must_open(lock_file_name(key), os.O_RDONLY)
+            undo.callback(os.close, unit_fd)
+            if not _try_lock_shared(directory, unit_fd):
+                raise DeviceBusyError(
+                    f"{unit.label()} was leased whole by another job while this launch was "
+                    "planning; try again, or wait with --wait"
+                )
+            slot, slot_fd = _free_slot(directory, key)
+            undo.callback(os.close, slot_fd)
+            record = {
+                "key": key, "slot": slot, "slots": share.slots,
+                "memory_bytes": share.memory_bytes, "total_bytes": unit.memory_total_bytes,
+                **holder.to_dict(),
+            }  # fmt: skip
+            _write(directory, _slot_name(key, slot) + _HOLDER, record)
+            fds += [unit_fd, slot_fd]
+        undo.pop_all()
+    return tuple(fds)
+
+
+def _free_slot(directory: LockDirectory, key: str) -> tuple[int, int]:
+    for slot in range(MAX_SLOTS):
+        fd = directory.must_open(_slot_name(key, slot) + LOCK_SUFFIX, os.O_RDONLY)
+        if directory.try_lock(fd):
+            return slot, fd
+        os.close(fd)
+    raise DeviceBusyError(f"{key}: all {MAX_SLOTS} slots are taken")
+
+
+def _sharers_if_shared(directory: LockDirectory, key: str) -> list[SlotRecord] | None:
+    """The slot holders of a leased unit, or None when one job holds it alone."""
+    fd = directory.open_file(lock_file_name(key), os.O_RDONLY, create=False, writable_by_all=True)
+    if fd is None:
+        return None
+    try:
+        if not _try_lock_shared(directory, fd):
+            return None  # an exclusive holder keeps even a shared lock out
+    finally:
+        os.close(fd)  # drops the probe's own shared lock
+    prefix = _slot_name(key, None)
+    names = [n for n in directory.names(prefix, LOCK_SUFFIX) if _slot_of(n, prefix) is not None]
+    return [r for r in (_probe(directory, n) for n in sorted(names)) if r is not None]
+
+
+def _probe(directory: LockDirectory, name: str) -> SlotRecord | None:
+    """The record of a held slot lock file; None when the slot is free."""
+    fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+    if fd is None:
+        return None
+    try:
+        free = directory.try_lock(fd)
+    finally:
+        os.close(fd)
+    if free:
+        return None
+    data = _read(directory, name[: -len(LOCK_SUFFIX)] + _HOLDER) or {}
+    key, slot = data.get("key"), data.get("slot")
+    return SlotRecord(
+        key=key if isinstance(key, str) else name,
+        slot=slot if isinstance(slot, int) else -1,
+        share=DeviceShare(_int(data.get("slots")), _int(data.get("memory_bytes"))),
+        total_bytes=_int(data.get("total_bytes")),
+        holder=HolderInfo.from_dict(data),
+    )
+
+
+def _try_lock_shared(directory: LockDirectory, fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in _HELD_ERRNOS:
+            return False
+        raise LeaseError(f"cannot lock a file in {directory.root}: {exc.strerror}") from exc
+    return True
+
+
+def _slot_name(key: str, slot: int | None) -> str:
+    """``slot-<escaped key>.<n>`` (no suffix); with ``slot=None`` the prefix of them all."""
+    stem = lock_file_name(key)[len(UNIT_PREFIX) : -len(LOCK_SUFFIX)]
+    return f"{SLOT_PREFIX}{stem}." + ("" if slot is None else str(slot))
+
+
+def _slot_of(name: str, prefix: str) -> int | None:
+    number = name[len(prefix) : -len(LOCK_SUFFIX)]
+    return int(number) if number.isdigit() else None
+
+
+def _write(directory: LockDirectory, name: str, record: Mapping[str, object]) -> None:
+    fd = directory.must_open(name, os.O_WRONLY)
+    try:
+        write_record(fd, record)
+    except OSError as exc:
+        raise LeaseError(f"cannot write {directory.join(name)}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _read(directory: LockDirectory, name: str) -> dict[str, object] | None:
+    try:
+        fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+    except LeaseError:
+        return None  # an unreadable side file only costs the holder's details
+    if fd is None:
+        return None
+    try:
+        return read_record(fd)
+    finally:
+        os.close(fd)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

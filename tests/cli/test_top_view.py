@@ -1,0 +1,62 @@
+"""``xpulaunch top``'s frame as text: what fits at 80x24, and the order of its parts."""
+
+from __future__ import annotations
+
+from xpulaunch.cli.top_view import DeviceRow, Frame, render
+
+GIB = 1024**3
+HEADER = ("ID", "USER", "STATE", "DEVICES", "WAITED", "RUNTIME", "EXIT", "COMMAND")
+
+
+def frame(jobs: int, *, holders: tuple[str, ...] = ()) -> Frame:
+    rows = []
+    for n in range(1, jobs + 1):
+        state = "running" if n <= 2 else "queued"
+        cells = (str(n), "root", state, "nvidia 0" if n <= 2 else "-", "1s", "2s", "",
+                 f"python train.py --seed {n} " + "x" * 60)  # fmt: skip
+        rows.append((cells, "" if n <= 2 else f"queued: {n - 3} queued jobs first"))
+    devices = (
+        DeviceRow("nvidia 0", "NVIDIA H200", 10 * GIB, 140 * GIB, 97.0, holders=holders),
+        DeviceRow("nvidia 1", "NVIDIA H200", 0, 140 * GIB, 0.0, others=("pid 9  bob  a.out",)),
+    )
+    return Frame(
+        title="xpulaunch top  12:00:00  /tmp/locks (shared)  runner: root pid 5  q: quit",
+        devices=devices,
+        queue_summary=f"2 running, {jobs - 2} queued",
+        queue_header=HEADER,
+        queue_rows=tuple(rows),
+    )
+
+
+def test_a_long_queue_fits_80_by_24_with_the_devices_first() -> None:
+    lines = [line.text for line in render(frame(30, holders=("job 1  root  python",)), 80, 24)]
+    assert len(lines) == 24
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[0].startswith("xpulaunch top  12:00:00")
+    assert lines[1].split() == ["DEVICE", "MEMORY", "UTIL", "HELD", "BY"]
+    assert lines[2].split()[:6] == ["nvidia", "0", "10.0/140.0", "GiB", "97%", "job"]
+    assert lines[3].split()[:2] == ["nvidia", "1"] and lines[3].endswith("-")
+    assert lines[4].strip() == "other: pid 9  bob  a.out"
+    assert lines[6] == "QUEUE: 2 running, 28 queued"
+    shown = sum(1 for line in lines[8:] if line[:1].isdigit())
+    assert lines[-1] == f"... {30 - shown} more jobs below"
+
+
+def test_every_holder_of_a_shared_device_gets_a_line() -> None:
+    holders = ("slot: job 3  root  a", "slot: job 4  bob  b")
+    lines = [line.text for line in render(frame(0, holders=holders), 80, 24)]
+    assert lines[2].endswith("slot: job 3  root  a")
+    assert lines[3].strip() == "slot: job 4  bob  b"
+    assert lines[-1] == "QUEUE: 0 queued" or lines[-1].startswith("QUEUE:")
+
+
+def test_headers_are_strong_and_nothing_is_cut_without_a_height() -> None:
+    lines = render(frame(30), 120)
+    assert [line.strong for line in lines[:2]] == [True, True]
+    assert sum(1 for line in lines if line.text[:1].isdigit()) == 30
+    assert all(len(line.text) <= 120 for line in lines)
+
+
+def test_an_empty_box() -> None:
+    lines = [line.text for line in render(Frame(title="t"), 80, 24)]
+    assert lines == ["t", "no devices", "", "QUEUE: empty"]

@@ -1,0 +1,138 @@
+"""Bad input to the queue is one clear line, and nothing is lost: unknown ids, other users'
+jobs, a corrupt or locked database, a lock directory on NFS, a job that can never run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import one_line_error
+from queue_kit import QueueBox
+
+pytestmark = pytest.mark.slow
+UNKNOWN = "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"
+
+
+def lines(box: QueueBox, command: str, *args: str, **env: str) -> tuple[int, str]:
+    done = box.cli(command, "--lock-dir", str(box.lock_dir), *args, check=False, **env)
+    return done.returncode, one_line_error(done.stderr) if done.returncode else done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("cancel", "99"), UNKNOWN),
+        (("hold", "99"), UNKNOWN),
+        (("logs", "99"), UNKNOWN),
+        (("cancel", "x1"), "'x1' is not a job id: expected a number such as 17, or w4242"),
+        (("cancel",), "give job ids (as xpulaunch queue shows them) or --all, not both"),
+        (("cancel", "w1"), "w1: no launch with pid 1 waits for devices in {lock_dir}"),
+        (("logs", "1"), "job 1 has not started yet (held); 'xpulaunch logs -f 1' waits for it"),
+    ],
+)  # fmt: skip
+def test_unknown_or_wrong_ids(box: QueueBox, args: tuple[str, ...], message: str) -> None:
+    box.submit("--hold", "--", "true")
+    code, line = lines(box, *args)
+    assert code != 0
+    assert line == "xpulaunch: error: " + message.format(lock_dir=box.lock_dir)
+    assert [(j["id"], j["state"]) for j in box.queue()["jobs"]] == [(1, "held")]
+
+
+def test_only_a_held_job_is_released_and_an_ended_one_not_cancelled(box: QueueBox) -> None:
+    box.submit("--hold", "--", "true")
+    box.cli("cancel", "--lock-dir", box.lock_dir, "1")
+    assert lines(box, "release", "1") == (
+        1,
+        "xpulaunch: error: job 1 is cancelled: only a held job can be released",
+    )
+    assert lines(box, "cancel", "1") == (1, "xpulaunch: error: job 1 has already ended (cancelled)")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--gpus", "3", "--", "true"), "--gpus 3: only 2 free device(s) of 2 visible"),
+        (("--nproc-per-node", "0", "--", "true"), "--nproc-per-node: '0': expected a count"),
+        (("--after", "7", "--", "true"), "--after 7: no job 7 in the queue of"),
+        (("--events", "-", "--", "true"), "--events -: a queued job has no terminal"),
+        (("--gpus", "1", "--", "no-such-program-xyz"), "no-such-program-xyz"),
+        (("--slots-per-gpu", "2", "--gpu-memory", "1PiB", "--", "true"), "--gpu-memory"),
+    ],
+)
+def test_a_job_that_can_never_run_is_refused_at_submit(
+    box: QueueBox, args: tuple[str, ...], message: str
+) -> None:
+    done = box.cli("submit", "--lock-dir", box.lock_dir, "--inventory", box.inventory, *args,
+                   check=False)  # fmt: skip
+    assert done.returncode != 0 and done.stdout == ""
+    assert message in one_line_error(done.stderr)
+    assert box.queue()["jobs"] == [] and box.runner_pids() == {}
+
+
+def test_a_corrupt_database_is_named_and_left_alone(box: QueueBox) -> None:
+    box.submit("--hold", "--", "true")
+    box.cli("cancel", "--lock-dir", box.lock_dir, "--all")
+    database = box.lock_dir / "queue.sqlite"
+    for leftover in ("queue.sqlite-wal", "queue.sqlite-shm"):
+        (box.lock_dir / leftover).unlink(missing_ok=True)
+    garbage = b"this is not a database\n" * 400
+    database.write_bytes(garbage)
+    for args in (["queue"], ["submit", "--inventory", str(box.inventory), "--", "true"]):
+        code, line = lines(box, *args)
+        assert code == 1
+        assert line == (
+            f"xpulaunch: error: queue database {database} is not a usable SQLite database "
+            f"(file is not a database); it is left as it is: move it aside (mv {database} "
+            f"{database}.bad) to start an empty queue, or restore it"
+        )
+    assert database.read_bytes() == garbage
+
+
+def test_a_locked_database_is_waited_for_then_named(box: QueueBox) -> None:
+    first = box.submit("--hold", "--", "true")
+    database = box.lock_dir / "queue.sqlite"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys, time\n"
+         f"db = sqlite3.connect({str(database)!r}, isolation_level=None)\n"
+         "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        start_s = time.monotonic()
+        done = box.cli("submit", "--lock-dir", box.lock_dir, "--inventory", box.inventory,
+                       "--", "true", check=False, XPULAUNCH_LOCK_TIMEOUT="1")  # fmt: skip
+        assert 1.0 <= time.monotonic() - start_s < 20
+        line = one_line_error(done.stderr)
+        assert line.startswith(f"xpulaunch: error: queue database {database} stayed locked by ")
+        assert f"pid {holder.pid} (" in line and "for 1 s (XPULAUNCH_LOCK_TIMEOUT)" in line
+        # Readers do not wait for a writer (WAL): the queue is still listed.
+        assert [j["id"] for j in box.queue()["jobs"]] == [first]
+    finally:
+        holder.kill()
+        holder.wait()
+    second = box.submit("--hold", "--", "true")
+    assert [j["id"] for j in box.queue()["jobs"]] == [first, second]
+
+
+def test_a_lock_directory_on_nfs_is_refused(box: QueueBox) -> None:
+    fake_proc = box.root / "proc" / "self"
+    fake_proc.mkdir(parents=True)
+    (fake_proc / "mountinfo").write_text(
+        "22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
+        f"50 22 0:45 / {box.root} rw,relatime - nfs4 srv:/export rw,vers=4.2\n"
+    )
+    for args in (["queue"], ["submit", "--inventory", str(box.inventory), "--", "true"]):
+        code, line = lines(box, *args, XPULAUNCH_PROCFS_ROOT=str(box.root / "proc"))
+        assert code == 1
+        assert line == (
+            f"xpulaunch: error: lock directory {box.lock_dir} is on nfs4, a network "
+            "filesystem, where the queue's SQLite database (WAL mode) does not work: use "
+            "--lock-dir DIR (or XPULAUNCH_LOCK_DIR) on a local filesystem, such as /tmp or "
+            "/var/lib"
+        )
+    assert not box.lock_dir.exists()

@@ -1,0 +1,123 @@
+"""``xpulaunch top`` with real jobs: ``--once`` as a script reads it, and the live view in a
+real terminal (tmux at 80x24) as a person watches it: a job appears on its device when it
+starts and goes when it ends, ``q`` quits, and frames after the first are drawn without
+clearing the screen (no flicker)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import wait_for
+from queue_kit import QueueBox
+
+pytestmark = pytest.mark.slow
+
+CLEARS = (b"\x1b[J", b"\x1b[2J")  # erase the display (terminfo "clear", "ed")
+
+
+def test_once_prints_devices_holders_and_the_queue(box: QueueBox) -> None:
+    first = box.submit("--gpus", "1", *box.audit_job("long", 30))
+    second = box.submit("--gpus", "2", *box.audit_job("wide", 0))
+    box.wait_states({first: "running", second: "waiting"})
+    out = box.cli(
+        "top", "--once", "--lock-dir", box.lock_dir, "--inventory", box.inventory, COLUMNS="100"
+    ).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("xpulaunch top  ") and f"{box.lock_dir} (shared)" in lines[0]
+    assert lines[1].split() == ["DEVICE", "MEMORY", "UTIL", "HELD", "BY"]
+    assert lines[2].split()[:7] == ["nvidia", "0", "0.0/140.4", "GiB", "0%", "job", str(first)]
+    assert "root  python /" in lines[2] and "cli_job.py audit" in lines[2]
+    assert lines[3].split() == ["nvidia", "1", "0.0/140.4", "GiB", "0%", "-"]
+    assert lines[4] == "processes: not listed (the devices come from an inventory file)"
+    assert lines[6] == "QUEUE: 1 running, 1 waiting"
+    assert lines[7].split() == ["ID", "USER", "STATE", "DEVICES", "WAITED", "RUNTIME", "EXIT",
+                                "COMMAND"]  # fmt: skip
+    assert lines[8].split()[:4] == [str(first), "root", "running", "nvidia"]
+    assert lines[9].split()[:3] == [str(second), "root", "waiting"]
+    assert lines[10].strip() == f"waiting for 2 devices: nvidia 0 leased by job {first}"
+    assert all(len(line) <= 100 for line in lines)
+
+
+class Tmux:
+    """A private tmux server (its own socket) with one 80x24 window."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = str(socket)
+
+    def __call__(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", self.socket, "-f", "/dev/null", *args],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise AssertionError(f"tmux {args}: {done.stderr}")
+        return done.stdout
+
+    def screen(self) -> list[str]:
+        return self("capture-pane", "-p", "-t", "top").splitlines()
+
+    def alive(self) -> bool:
+        try:
+            self("has-session", "-t", "top")
+        except AssertionError:
+            return False
+        return True
+
+
+@pytest.fixture
+def tmux(box: QueueBox) -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    server = Tmux(box.root / "tmux.sock")
+    try:
+        yield server
+    finally:
+        subprocess.run(
+            ["tmux", "-S", server.socket, "kill-server"], capture_output=True, check=False
+        )
+
+
+def test_live_view_in_a_real_terminal(box: QueueBox, tmux: Tmux) -> None:
+    raw = box.root / "terminal.bytes"
+    command = [
+        "env", *(f"{k}={v}" for k, v in box.env().items()), "TERM=screen",
+        *box.argv("top", "--lock-dir", box.lock_dir, "--inventory", box.inventory,
+                  "--interval", "0.2"),
+    ]  # fmt: skip
+    started_s = time.monotonic()
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", "--", *command)
+    tmux("pipe-pane", "-t", "top", "-o", f"cat >> {raw}")
+
+    def row(device: str) -> str:
+        lines = tmux.screen()
+        return next((line for line in lines if line.startswith(device)), "")
+
+    wait_for(lambda: row("nvidia 0").endswith("-"), "top to show the free devices")
+    screen = tmux.screen()
+    assert len(screen) <= 24 and all(len(line) <= 80 for line in screen)
+    assert any(line.startswith("QUEUE: empty") for line in screen)
+    job = box.submit("--gpus", "1", *box.audit_job("seen", 2.0))
+    holder = wait_for(lambda: f"job {job}  root  python" in row("nvidia 0"), "the job on nvidia 0")
+    assert holder
+    wait_for(
+        lambda: any(ln.split()[:3] == [str(job), "root", "running"] for ln in tmux.screen() if ln),
+        "the job running in the queue part",
+    )
+    wait_for(lambda: row("nvidia 0").endswith("-"), "the device free again once the job ended")
+    assert any(line.startswith("QUEUE: empty") for line in tmux.screen())
+    time.sleep(0.5)  # a few more refreshes with nothing changing
+    tmux("send-keys", "-t", "top", "q")
+    wait_for(lambda: not tmux.alive(), "q to quit top")
+    # No frame clears the screen (the flicker of a naive redraw), and the refreshes send only
+    # what changed: a few screens' worth, and a clock's and a few cells' changes a second,
+    # where a full redraw five times a second would send a screen (1,920 cells) each time.
+    sent = raw.read_bytes()
+    elapsed_s = time.monotonic() - started_s
+    assert not any(clear in sent for clear in CLEARS), "the screen was cleared (flicker)"
+    assert 0 < len(sent) < 4 * 80 * 24 + 300 * elapsed_s, (len(sent), elapsed_s)

@@ -1,0 +1,41 @@
+"""``xpulaunch top --once`` on a probed (fake) host: each device's holder from the leases,
+and the processes on it that belong to no lease's job, from DRM fdinfo."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from probe_fakes import FakeMachine, b580_uhd_host, mi300x_host, probe_fake
+from test_gpu_processes import AMDGPU_OLD, XE, _process
+from test_probe_cli_devices import fake_host_env, xpulaunch
+
+from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.leases import LeaseManager
+
+
+def test_top_links_devices_to_holders_and_other_processes(tmp_path: Path) -> None:
+    m = FakeMachine(tmp_path)
+    b580_uhd_host(m)
+    mi300x_host(m)
+    inventory = probe_fake(m)
+    request = LaunchRequest(argv=("x",), gpus="0000:03:00.0")
+    manager = LeaseManager(tmp_path / "locks")
+    _, lease = manager.allocate(
+        lambda held: make_plan(request, inventory, {}, unavailable=held), command=["train.py"]
+    )
+    _process(m, 4242, {5: XE}, {"XPULAUNCH_JOB_ID": lease.job_id})  # the lease's own worker
+    _process(m, 4343, {3: AMDGPU_OLD}, {})  # someone else's, on an AMD card nobody leased
+    env = {**fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks"), "COLUMNS": "120"}
+    out = xpulaunch("top", "--once", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("  ")[0]: line for line in out.stdout.splitlines()}
+    assert rows["intel 0"].endswith(f"pid {os.getpid()}  root  train.py")
+    assert "python3 train.py" not in rows["intel 0"]  # the lease's worker is the holder's
+    amd = out.stdout.splitlines().index(rows["amd 0"])
+    assert rows["amd 0"].endswith("  -")
+    assert out.stdout.splitlines()[amd + 1].strip() == (
+        "other: pid 4343  root  python3 train.py (0.0 GiB)"
+    )
+    assert "not listed" not in out.stdout
+    lease.release()
