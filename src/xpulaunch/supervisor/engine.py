@@ -38,7 +38,8 @@ from xpulaunch.events import (
     TimedOut,
     WorkerState,
 )
-from xpulaunch.processes.procfs import find_job
+from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_file
+from xpulaunch.processes.procfs import command_line, find_job, flock_sharers
 from xpulaunch.processes.tree import describe_returncode, signal_name, signal_processes, with_cont
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.supervisor.hang import HangWatch, Watch
@@ -459,15 +460,42 @@ class Engine:
         flock locks belong to the open file description that the supervisor, the workers
         (and what they started) and the guardian share (flock(2)), so ``LOCK_UN`` frees the
         devices for all of them at once, without waiting for the guardian (the last holder) to
-        exit. False: a descriptor took no unlock (EINVAL, ENOLCK), so the guardian must be
-        waited for after all.
+        exit. But a process the job started may have left it (root may leave the job's
+        cgroup; without one, ``setsid`` and a cleared environment are enough) and still hold
+        the lease descriptor it inherited, and with it the device: such a lease is not
+        unlocked, so it ends when the last holder exits, and the survivor is named. False: a
+        lease stays locked (a survivor, or a descriptor that took no unlock), so the guardian
+        must be waited for after all.
         """
-        try:
-            for fd in self._lease_fds:
+        survivors = self._lease_survivors()
+        unlocked = True
+        for fd in self._lease_fds:
+            if _inode(fd) in survivors:
+                unlocked = False
+                continue
+            try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-        except OSError:
-            return False
-        return True
+            except OSError:
+                unlocked = False
+        return unlocked
+
+    def _lease_survivors(self) -> dict[tuple[int, int], list[int]]:
+        """Lease file (inode) -> the processes outside the supervisor that still hold it."""
+        exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+        inodes = {_inode(fd): fd for fd in self._lease_fds}
+        held: dict[tuple[int, int], list[int]] = {}
+        for pid, files in sorted(flock_sharers(inodes, exclude=exclude).items()):
+            for inode in files:
+                held.setdefault(inode, []).append(pid)
+        for inode, pids in held.items():
+            first = pids[0]
+            others = f" and {len(pids) - 1} more" if len(pids) > 1 else ""
+            self.sink.message(
+                f"warning: pid {first} ({command_line(first, 60)}){others} left the job but "
+                f"still holds the lease of {_lease_name(inodes[inode])}: it stays leased "
+                f"until that process exits"
+            )
+        return held
 
     def _emergency_kill(self) -> None:
         for worker in self.workers:
@@ -504,3 +532,19 @@ class Engine:
             shutil.rmtree(self.watch.run_dir, ignore_errors=True)  # private: ours to remove
         self._publish()
         self.board.mark_done()
+
+
+def _inode(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _lease_name(fd: int) -> str:
+    """The unit key of a lease descriptor (``0000:17:00.0``), from its lock file's name."""
+    try:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return "a device"
+    if name.startswith(UNIT_PREFIX) and name.endswith(LOCK_SUFFIX):
+        return key_of_lock_file(name) or name
+    return name
