@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
-from xpulaunch.joblog.console import Console
+from xpulaunch.joblog.console import Console, append_whole
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -154,7 +154,9 @@ class LogSink:
         self._folders = {n: (folders or {}).get(n, n) for n in names}
         self._wall_clock = wall_clock
         err_stream = err or sys.stderr.buffer
-        self._out, self._err = Console(out or sys.stdout.buffer), Console(err_stream)
+        # Each stream that fails (a full disk, an I/O error) is reported on the other one.
+        self._out = Console(out or sys.stdout.buffer, on_error=self._console_failed("stdout"))
+        self._err = Console(err_stream, on_error=self._console_failed("stderr"))
         self._lock = threading.Lock()
         self._files: dict[str, dict[bool, BinaryIO]] = {}  # a worker's file per is_err
         self._paths: dict[str, Path] = {}
@@ -274,9 +276,10 @@ class LogSink:
 
     def _write_file(self, name: str, handle: BinaryIO, data: bytes) -> None:
         """Append to a log file; a full disk or an I/O error only ends that worker's files
-        (with one warning): log files are a convenience, supervision and the console go on."""
+        (with one warning): log files are a convenience, supervision and the console go on.
+        A short write writes the rest; a failed one leaves the file ending in a whole line."""
         try:
-            handle.write(data)
+            append_whole(handle.fileno(), data)
         except OSError as exc:
             for dropped in self._files.pop(name).values():
                 _close_quietly(dropped)
@@ -296,6 +299,14 @@ class LogSink:
         """Never blocks: see :mod:`xpulaunch.joblog.console` (a reader that went away only
         ends that stream; supervision and the log files go on)."""
         (self._err if is_err else self._out).write(data)
+
+    def _console_failed(self, name: str) -> Callable[[OSError], None]:
+        def report(exc: OSError) -> None:
+            other = self._err if name == "stdout" else self._out
+            text = f"xpulaunch: warning: {name}: {exc.strerror or exc}; no longer written\n"
+            other.write(text.encode())
+
+        return report
 
     def mark(self, name: str) -> int:
         """The number the next line of ``name`` will get (for ``tail(since=...)``)."""
