@@ -19,6 +19,7 @@ from xpulaunch.errors import UsageError
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_BACKOFF = "1:30:2"
+MIN_METRICS_INTERVAL_S = 0.1
 
 
 def restart_settings(values: Mapping[str, Any]) -> tuple[RestartMode, int | None]:
@@ -141,6 +142,13 @@ def operations_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         interval = values.get("metrics_interval")
         interval = 10.0 if interval is None else interval
         settings["metrics_interval_s"] = _positive_seconds(interval, "--metrics-interval")
+        if settings["metrics_interval_s"] < MIN_METRICS_INTERVAL_S:
+            # Each interval probes every device again; faster keeps a core busy for nothing
+            # (Prometheus scrapes every 15 s by default).
+            raise UsageError(
+                f"--metrics-interval {interval}: expected at least {MIN_METRICS_INTERVAL_S:g} "
+                "seconds"
+            )
     return settings
 
 

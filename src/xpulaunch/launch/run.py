@@ -44,6 +44,7 @@ from xpulaunch.launch.options import (
 )
 from xpulaunch.model import Backend, Plan
 from xpulaunch.processes import records
+from xpulaunch.processes.cgroup import check_cgroup_setting
 from xpulaunch.processes.program import resolve_program
 from xpulaunch.processes.signals import forwarding
 from xpulaunch.supervisor.spec import WorkerSpec
@@ -89,6 +90,7 @@ class RunOptions:
         first_s, cap_s, factor = parse_backoff(str(values.get("backoff") or DEFAULT_BACKOFF))
         layout = LogLayout(values.get("log_layout") or LogLayout.XPULAUNCH)
         log_dir = make_log_dir(values.get("log_dir"))
+        check_cgroup_setting(os.environ)  # before anything is leased or said
         return cls(
             restart=restart,
             max_restarts=max_restarts,

@@ -275,7 +275,7 @@ class Engine:
     def _gave_up(self, gang: Gang, reason: str) -> None:
         self._set_states(gang, WorkerState.FAILED)
         failed = gang.first_failure
-        code = failed.exit_code if failed and failed.exit_code is not None else 1
+        code = failed.job_status if failed and failed.job_status is not None else 1
         self.emit(GaveUp(self.clock(), gang.names, code, reason))
 
     @staticmethod
@@ -444,7 +444,7 @@ class Engine:
         failed = [g for g in self.gangs if g.phase is Phase.FAILED]
         if failed:
             first = min(failed, key=lambda g: g.ended_at_s).first_failure
-            code = first.exit_code if first and first.exit_code is not None else 1
+            code = first.job_status if first and first.job_status is not None else 1
             return code, f"worker {first.name if first else '?'} failed"
         if self._timed_out:
             return TIMED_OUT_STATUS, f"ran for --max-runtime {self.watch.max_runtime_s:g} s"

@@ -32,7 +32,7 @@ from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.events import Event, WorkerState, WorkerStatus
 from xpulaunch.joblog.logs import LogConfig, LogSink, rank_folders
 from xpulaunch.processes import records
-from xpulaunch.processes.cgroup import job_cgroup
+from xpulaunch.processes.cgroup import check_cgroup_setting, job_cgroup
 from xpulaunch.processes.guardian import start_guardian
 from xpulaunch.processes.limits import ensure_open_files
 from xpulaunch.processes.procfs import now_ticks, start_ticks
@@ -103,6 +103,7 @@ class Supervisor:
         :func:`xpulaunch.heartbeat`) is failed (see :mod:`xpulaunch.supervisor.hang`).
         ``max_runtime_s``: the job is stopped after that long, with exit status 124."""
         _validate(workers, grace_s)
+        check_cgroup_setting(os.environ)
         _validate_durations(hang_timeout_s=hang_timeout_s, max_runtime_s=max_runtime_s)
         if heartbeat and hang_timeout_s is None:
             raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")

@@ -119,11 +119,18 @@ class Worker:
         self.expected = False  # we asked it to stop
         self.kill_at_s: float | None = None
         self.failure_reason = ""
+        self.failed_status: int | None = None  # the job's status if this failure ends it
         self.run_id = 0  # bumped per start, so late callbacks of an old run are ignored
         self._pidfd: int | None = None
         self._streams: dict[bool, tuple[IO[bytes], LineBuffer]] = {}
         self._health: HealthCheckRun | None = None
         self._first_line = 0  # the sink's line number where this run's output starts
+
+    @property
+    def job_status(self) -> int | None:
+        """The job's exit status when this worker's failure ends it: its exit code, unless
+        the supervisor failed it for a reason of its own (a hang)."""
+        return self.failed_status if self.failed_status is not None else self.exit_code
 
     def status(self) -> WorkerStatus:
         ready = self.alive and self.state is WorkerState.READY
@@ -211,7 +218,7 @@ class Worker:
         self.start_ticks = info.start_ticks if info else 0
         self.run_id += 1
         self.alive, self.down, self.expected, self.kill_at_s = True, False, False, None
-        self.exit_code, self.failure_reason = None, ""
+        self.exit_code, self.failure_reason, self.failed_status = None, "", None
         self.started_at_s = self.last_output_s = now
         self._owner.on_spawned(self)
         self._watch(proc)
