@@ -116,13 +116,13 @@ class JobCgroup:
         return True
 
     def _try_remove(self) -> bool:
+        """Remove the tree bottom-up: a worker may have made cgroups of its own below its
+        leaf (a container runtime, ``systemd-run`` in a delegated tree, a program that sets
+        limits for its children), and a cgroup with children cannot be removed (EBUSY)."""
         try:
-            for entry in os.scandir(self.path):
-                if entry.is_dir(follow_symlinks=False):
-                    os.rmdir(entry.path)
-            os.rmdir(self.path)
-        except FileNotFoundError:
-            return True
+            for directory, _, _ in os.walk(self.path, topdown=False):
+                with contextlib.suppress(FileNotFoundError):  # removed by the guardian too
+                    os.rmdir(directory)
         except OSError:
             return False
         return True
