@@ -15,8 +15,9 @@ event) to the engine as its :class:`~xpulaunch.supervisor.worker.WorkerOwner`; t
 what they mean for the worker's :class:`~xpulaunch.supervisor.gang.Gang` (the restart unit, whose
 phase changes only through :data:`~xpulaunch.supervisor.gang.TRANSITIONS`), with the pure
 :func:`~xpulaunch.core.restart.decide`. The processes a job left behind are found with
-:func:`~xpulaunch.processes.procfs.find_job`; the guardian and the record file hear of every
-worker started.
+:func:`~xpulaunch.processes.procfs.find_job`; the record file hears of every worker
+started (the guardian reads it if the supervisor dies), and the guardian's own death is
+noticed and mended (:mod:`~xpulaunch.supervisor.guardian_keeper`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_fi
 from xpulaunch.processes.procfs import command_line, find_job, flock_sharers
 from xpulaunch.processes.tree import describe_returncode, signal_name, signal_processes, with_cont
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
+from xpulaunch.supervisor.guardian_keeper import GuardianKeeper
 from xpulaunch.supervisor.hang import HangWatch, Watch
 from xpulaunch.supervisor.loop import Loop
 from xpulaunch.supervisor.status_board import StatusBoard
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from xpulaunch.processes.guardian import GuardianHandle
     from xpulaunch.processes.procfs import JobProcess
     from xpulaunch.processes.records import JobRecord
+    from xpulaunch.supervisor.guardian_keeper import StartGuardian
     from xpulaunch.supervisor.spec import WorkerSpec
 
 TIMED_OUT_STATUS = 124  # GNU timeout's status for a command that ran out of time
@@ -83,6 +86,7 @@ class Engine:
         settle: Callable[[Sequence[str]], None] | None,
         guardian: GuardianHandle | None,
         record: JobRecord,
+        restart_guardian: StartGuardian | None = None,
         lease_fds: tuple[int, ...] = (),
         release_leases: bool = False,
         watch: Watch = Watch(),  # noqa: B008 (frozen value)
@@ -93,7 +97,7 @@ class Engine:
         self.cgroup = cgroup
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
-        self.guardian, self.record = guardian, record
+        self.record = record
         self.loop = Loop(clock)
         self.workers = [
             Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id,
@@ -116,11 +120,17 @@ class Engine:
         self._status: int | None = None
         self._crash: BaseException | None = None
         self.board = StatusBoard([w.status() for w in self.workers])  # for other threads
-        # With release_leases: our own descriptors of the leases' open file descriptions, to
-        # unlock them at the end (last: nothing to close if an earlier step failed). Not the
-        # caller's numbers: those may be closed (Lease.release) and reused meanwhile.
+        # Our own descriptors of the leases' open file descriptions: a new guardian gets them,
+        # and with release_leases they are unlocked at the end (last: nothing to close if an
+        # earlier step failed). Not the caller's numbers: those may be closed
+        # (Lease.release) and reused meanwhile.
         self._holds_leases = bool(lease_fds)
-        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if release_leases else ()
+        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds)
+        self._release = release_leases
+        self.guardian = GuardianKeeper(
+            guardian, restart_guardian, lease_fds=self._lease_fds, record=record,
+            say=self.sink.message,
+        )  # fmt: skip
 
     # -- called from any thread ----------------------------------------------------------
     def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:
@@ -143,6 +153,7 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         try:
+            self.guardian.watch(self.loop)
             self._initial_start()
             self._check_finished()  # an aborted start may leave nothing that would wake the loop
             while self._status is None:
@@ -168,11 +179,9 @@ class Engine:
             self._on_event(event)
 
     def on_spawned(self, worker: Worker) -> None:
-        """Tell the guardian and the record file: they find the job's processes by it."""
+        """Tell the record file: the guardian and the sweep find the job's processes by it."""
         if worker.pid is None:
             return
-        if self.guardian is not None:
-            self.guardian.add_worker(worker.pid, worker.start_ticks)
         self.record.add_worker(worker.pid, worker.start_ticks)
         if self.hangs is not None:
             self.hangs.started(worker)
@@ -371,7 +380,7 @@ class Engine:
         if not workers:
             return []
         sessions = {w.pid: w.start_ticks for w in workers if w.pid is not None}
-        exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+        exclude = frozenset({os.getpid(), self.guardian.pid})
         return find_job(
             self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude,
             cgroup=self._cgroup_path,
@@ -424,7 +433,7 @@ class Engine:
         if any(g.phase not in FINAL_PHASES for g in self.gangs):
             return
         if not job_gone:
-            exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+            exclude = frozenset({os.getpid(), self.guardian.pid})
             strays = find_job(
                 self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude,
                 cgroup=self._cgroup_path,
@@ -481,7 +490,7 @@ class Engine:
 
     def _lease_survivors(self) -> dict[tuple[int, int], list[int]]:
         """Lease file (inode) -> the processes outside the supervisor that still hold it."""
-        exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+        exclude = frozenset({os.getpid(), self.guardian.pid})
         inodes = {_inode(fd): fd for fd in self._lease_fds}
         held: dict[tuple[int, int], list[int]] = {}
         for pid, files in sorted(flock_sharers(inodes, exclude=exclude).items()):
@@ -503,7 +512,7 @@ class Engine:
                 worker.kill_group()
         if self.cgroup is not None:
             self.cgroup.kill()
-        if self.guardian is not None:
+        if self.guardian.handle is not None:
             return  # closing its pipe without "done" makes it kill whatever is left
         signal_processes(self.scan(self.workers), signal.SIGKILL)
 
@@ -512,12 +521,11 @@ class Engine:
             worker.close()
         # Finished (not crashed) means _check_finished saw every process of the job gone.
         finished = self._crash is None and self._status is not None
-        unlocked = bool(self._lease_fds) and finished and self.release_leases()
-        if self.guardian is not None:
-            # Leases not unlocked here: wait (bounded) for the guardian, which holds them, so
-            # that the caller's own release frees the devices at once.
-            wait = self._holds_leases and not unlocked
-            self.guardian.close(done=self._crash is None, wait=wait)
+        unlocked = self._release and finished and self.release_leases()
+        # Leases not unlocked here: wait (bounded) for the guardian, which holds them, so
+        # that the caller's own release frees the devices at once.
+        wait = self._holds_leases and not unlocked
+        self.guardian.close(done=self._crash is None, wait=wait)
         for fd in self._lease_fds:
             os.close(fd)
         if self.cgroup is not None and finished:

@@ -33,7 +33,7 @@ from xpulaunch.events import Event, WorkerState, WorkerStatus
 from xpulaunch.joblog.logs import LogConfig, LogSink, rank_folders
 from xpulaunch.processes import records
 from xpulaunch.processes.cgroup import check_cgroup_setting, job_cgroup
-from xpulaunch.processes.guardian import start_guardian
+from xpulaunch.processes.guardian import GuardianHandle, start_guardian
 from xpulaunch.processes.limits import ensure_open_files
 from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
@@ -150,7 +150,11 @@ class Supervisor:
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
         cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
         cgroup_path = cgroup.path if cgroup is not None else None
-        watchdog = start_guardian(self.job_id, since, record_file, self._lease_fds, cgroup_path)
+
+        def new_guardian(lease_fds: tuple[int, ...]) -> GuardianHandle | None:
+            return start_guardian(self.job_id, since, record_file, lease_fds, cgroup_path)
+
+        watchdog = new_guardian(self._lease_fds)
         header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
         if watchdog is not None:
             header["guardian"] = _identity(watchdog.pid)
@@ -161,6 +165,7 @@ class Supervisor:
             self._specs, self._policy, grace_s=self._grace_s, sink=self._sink,
             on_event=self._on_event, clock=self._clock, job_id=self.job_id, since_ticks=since,
             settle=self._settle, guardian=watchdog, record=record, lease_fds=self._lease_fds,
+            restart_guardian=new_guardian,
             release_leases=self._release_leases, watch=self._watch(), cgroup=cgroup,
         )  # fmt: skip
 

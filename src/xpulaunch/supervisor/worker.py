@@ -27,7 +27,7 @@ from xpulaunch.core.root_cause import RootCause, from_error_file, from_stderr
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
 from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
-from xpulaunch.joblog.logs import LineBuffer
+from xpulaunch.joblog.logs import KEEP_ATTEMPTS, LineBuffer
 from xpulaunch.processes.procfs import process_info
 from xpulaunch.processes.spawn import open_pidfd, spawn
 from xpulaunch.processes.tree import (
@@ -147,6 +147,7 @@ class Worker:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
             return self._start_failed(f"cannot prepare worker {self.name}: {exc}")
+        self._prune_run_dir(attempt)
         error_file = self._fresh_error_file(attempt)
         env = start_env(spec.env, job_id=self._job_id, worker=self.name, attempt=attempt,
                         error_file=str(error_file or ""))  # fmt: skip
@@ -171,6 +172,21 @@ class Worker:
                 os.close(cgroup_fd)
         self._started(proc, spec, attempt)
         return None
+
+    def _prune_run_dir(self, attempt: int) -> None:
+        """Keep ``attempt_0`` and the last :data:`KEEP_ATTEMPTS` attempts of this worker's
+        files in the run directory, as its logs are kept: a crash loop must not grow it
+        without bound. The older attempt's error file and heartbeat go, and its directory
+        once no worker has anything left there (the log sink removes the log next)."""
+        old = attempt - KEEP_ATTEMPTS
+        if old < 1 or self._run_dir is None:
+            return
+        error_file = self._sink.error_file(self._run_dir, self.name, old)
+        for path in (error_file, heartbeat_path(self._run_dir, old, self.name)):
+            with contextlib.suppress(OSError):  # never written, or removed already
+                path.unlink()
+        with contextlib.suppress(OSError):  # other workers' files (or logs) are still there
+            (self._run_dir / f"attempt_{old}").rmdir()
 
     def _fresh_error_file(self, attempt: int) -> Path | None:
         """This attempt's error file path, with no file left there by an earlier run."""
