@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.events import Event, WorkerState, WorkerStatus
-from xpulaunch.joblog.logs import LogConfig, LogSink, rank_folders
+from xpulaunch.joblog.logs import LogConfig, LogLayout, LogSink, rank_folders
 from xpulaunch.processes import records
 from xpulaunch.processes.cgroup import check_cgroup_setting, job_cgroup
 from xpulaunch.processes.guardian import GuardianHandle, start_guardian
@@ -108,6 +108,7 @@ class Supervisor:
         if heartbeat and hang_timeout_s is None:
             raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
         self._log_dir = logs.log_dir
+        self._log_files_per_worker = _log_files_per_worker(logs)
         self._hang_timeout_s, self._heartbeat = hang_timeout_s, heartbeat
         self._max_runtime_s = max_runtime_s
         self._specs = tuple(workers)
@@ -131,7 +132,7 @@ class Supervisor:
         with self._lock:
             if self._engine is not None:
                 return
-            ensure_open_files(len(self._specs))
+            ensure_open_files(len(self._specs), self._log_files_per_worker)
             self._engine = self._make_engine()
             self._thread = threading.Thread(
                 target=self._engine.run, name="xpulaunch-supervisor", daemon=True
@@ -270,6 +271,14 @@ class Supervisor:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _log_files_per_worker(logs: LogConfig) -> int:
+    """Files each worker's log keeps open: none without a log dir, stdout.log and stderr.log
+    in torchrun's layout, one file in ours."""
+    if logs.log_dir is None:
+        return 0
+    return 2 if logs.layout == LogLayout.TORCHRUN else 1
 
 
 def _job_id(given: str | None) -> str:

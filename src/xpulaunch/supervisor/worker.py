@@ -28,6 +28,7 @@ from xpulaunch.errors import XpulaunchError
 from xpulaunch.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
 from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
 from xpulaunch.joblog.logs import KEEP_ATTEMPTS, LineBuffer
+from xpulaunch.processes.limits import out_of_files_message
 from xpulaunch.processes.procfs import process_info
 from xpulaunch.processes.spawn import open_pidfd, spawn
 from xpulaunch.processes.tree import (
@@ -162,6 +163,9 @@ class Worker:
         try:
             proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)
         except (OSError, subprocess.SubprocessError) as exc:
+            ours = out_of_files_message(exc) if isinstance(exc, OSError) else None
+            if ours is not None:  # our limit, not the program's fault: not 126 or 127
+                return self._start_failed(f"cannot start worker {self.name}: {ours}", 1)
             why = describe_start_error(spec.argv[0], exc)
             status = START_FAILED_STATUS
             if not isinstance(exc, FileNotFoundError):
