@@ -23,6 +23,7 @@ plain ``[name]`` prefix.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import sys
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from xpulaunch.supervisor.spec import WorkerSpec
 
 MAX_LINE_BYTES = 64 * 1024
+RUNNING_LOCK = ".running.lock"  # locked by the supervisor while the run runs (log_reader)
 KEEP_ATTEMPTS = 20  # besides attempt_0
 # Cyan, yellow, green, magenta, blue, bright cyan ... red stays free for errors.
 _COLOURS = (b"36", b"33", b"32", b"35", b"34", b"96", b"93", b"92", b"95", b"94")
@@ -158,6 +160,7 @@ class LogSink:
         self._out = Console(out or sys.stdout.buffer, on_error=self._console_failed("stdout"))
         self._err = Console(err_stream, on_error=self._console_failed("stderr"))
         self._lock = threading.Lock()
+        self._running_lock: int | None = None  # see hold_running_lock
         self._files: dict[str, dict[bool, BinaryIO]] = {}  # a worker's file per is_err
         self._paths: dict[str, Path] = {}
         # Per worker: (line number, is stderr, text); numbers let a tail start at an attempt.
@@ -180,6 +183,8 @@ class LogSink:
         their place: see :meth:`log_path`."""
         if self._config.log_dir is None:
             return None
+        if self._running_lock is None:
+            self._running_lock = hold_running_lock(self._config.log_dir)
         where = self._where(name, attempt)
         handles: dict[bool, BinaryIO] | None = None
         try:
@@ -331,11 +336,31 @@ class LogSink:
         for handles in files:
             for handle in handles.values():
                 _close_quietly(handle)
+        if self._running_lock is not None:
+            os.close(self._running_lock)  # the run is over for `xpulaunch logs -f`
+            self._running_lock = None
         self._out.close()
         dropped = self._out.dropped_lines_total
         if dropped:
             self.message(f"{dropped} lines of output dropped: the console was not reading")
         self._err.close()
+
+
+def hold_running_lock(run_dir: str | os.PathLike[str]) -> int | None:
+    """Lock ``RUNNING_LOCK`` in ``run_dir`` for as long as the returned descriptor stays open
+    (the supervisor's, close-on-exec: no worker holds it). None where it cannot be locked
+    (then followers wait for ``summary.json``)."""
+    path = os.path.join(run_dir, RUNNING_LOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another run of the same directory holds it, or no flock here
+        os.close(fd)
+        return None
+    return fd
 
 
 def _close_quietly(handle: BinaryIO) -> None:
