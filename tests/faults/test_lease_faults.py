@@ -251,8 +251,14 @@ def test_a_real_waiter_is_named_to_the_launches_behind_it(launch: Launch, tmp_pa
         finish(proc)
 
 
-def test_a_negative_lock_timeout_is_a_usage_error(launch: Launch, tmp_path: Path) -> None:
-    proc = launch("status", env={"XPULAUNCH_LOCK_TIMEOUT": "-1"})
+@pytest.mark.parametrize("lock_dir", ["exists", "not yet"])
+def test_a_negative_lock_timeout_is_a_usage_error(
+    launch: Launch, tmp_path: Path, lock_dir: str
+) -> None:
+    locks = tmp_path / "locks"
+    if lock_dir == "exists":
+        locks.mkdir()
+    proc = launch("status", "--lock-dir", str(locks), env={"XPULAUNCH_LOCK_TIMEOUT": "-1"})
     code, _, err = finish(proc)
     assert code == 2, err
     assert "XPULAUNCH_LOCK_TIMEOUT='-1'" in err

@@ -51,7 +51,7 @@ from xpulaunch.leases.file_names import (
     key_of_lock_file,
     lock_file_name,
 )
-from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
 from xpulaunch.leases.wait_queue import (
     HolderInfo,
     WaiterRecord,
@@ -146,6 +146,7 @@ class LeaseManager:
     ) -> None:
         env = os.environ if env is None else env
         self.directory = LockDirectory.resolve(lock_dir, env, uid=uid)
+        allocation_lock_timeout_s()  # a bad XPULAUNCH_LOCK_TIMEOUT is refused at once
         self._clock = clock
         self._sleep = sleep
         self._poll_interval_s = poll_interval_s
