@@ -66,6 +66,7 @@ class Scratch:
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)  # others to end (escapees)
     mounts: list[Path] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)  # made by a trial's escapee
 
     @property
     def env(self) -> dict[str, str]:
@@ -120,6 +121,18 @@ class Scratch:
                 os.kill(pid, signal.SIGKILL)
         for mount in self.mounts:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+        for cgroup in self.cgroups:  # empty once its member is reaped
+            wait_until(lambda c=cgroup: _rmdir(c), 5)
+
+
+def _rmdir(path: Path) -> bool:
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def finish(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int | None, str, str]:
@@ -218,6 +231,10 @@ def _escape(how: str, end: str) -> Callable[[Scratch, Outcome], None]:
             return
         escapee = int(out.read_text())
         s.pids.append(escapee)
+        if how == "cgroup-sibling":
+            with open("/proc/mounts") as mounts:
+                root = next(line.split()[1] for line in mounts if line.split()[2] == "cgroup2")
+            s.cgroups.append(Path(root) / f"escape-{escapee}")
         if end == "sigterm":
             time.sleep(0.3)
             proc.terminate()
@@ -438,31 +455,50 @@ def _lock_free(path: Path) -> bool:
 
 
 # -- B. freezes (D2, D12) ---------------------------------------------------------------
-def _unread_events(kind: str) -> Callable[[Scratch, Outcome], None]:
+def _fill(fd: int) -> None:
+    """Write to a pipe until it is full: a reader that stopped reading long ago."""
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(fd, b"x" * 4096)
+
+
+def _unread_events(kind: str, full: bool) -> Callable[[Scratch, Outcome], None]:
     def run(s: Scratch, o: Outcome) -> None:
         common = ("--restart", "always", "--backoff", "0", "--grace", "2", "sh", "-c", "exit 1")
-        reader = None
-        if kind == "stdout pipe":
-            proc = s.start("run", "--events", "-", *common)  # stdout: a pipe we never read
+        keep: list[int] = []
+        if kind == "stdout pipe":  # a pipe whose reader never reads
+            read_end, write_end = os.pipe()
+            keep += [read_end, write_end]
+            if full:
+                _fill(write_end)
+                os.set_blocking(write_end, True)
+            proc = s.start("run", "--events", "-", *common, stdout=write_end)
         else:
             fifo = s.root / "events.fifo"
             os.mkfifo(fifo)
-            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            keep.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            if full:
+                keep.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                _fill(keep[-1])
             proc = s.start("run", "--events", str(fifo), *common)
         try:
             time.sleep(4)
             proc.terminate()
             status, _, err = finish(proc, 15)
         finally:
-            if reader is not None:
-                os.close(reader)
+            for fd in keep:
+                os.close(fd)
         judge(o, status, err, good=False, expect=143)
 
     return run
 
 
-trial("B1 --events - to a pipe nobody reads, then SIGTERM")(_unread_events("stdout pipe"))
-trial("B1 --events FIFO whose reader stalls, then SIGTERM")(_unread_events("fifo"))
+for _kind in ("stdout pipe", "fifo"):
+    for _full in (False, True):
+        _what = "--events - to a pipe" if _kind == "stdout pipe" else "--events FIFO"
+        _state_of = "full and unread" if _full else "unread"
+        trial(f"B1 {_what}, {_state_of}, then SIGTERM")(_unread_events(_kind, _full))
 
 
 @trial("B2 --events FIFO nobody opens")
@@ -473,8 +509,15 @@ def _fifo_nobody(s: Scratch, o: Outcome) -> None:
     judge(o, status, err)
 
 
-@trial("B3 stopped guardian under a restart loop, then SIGTERM")
-def _stopped_guardian(s: Scratch, o: Outcome) -> None:
+def _stopped_guardian(full: bool) -> Callable[[Scratch, Outcome], None]:
+    return lambda s, o: _guardian_stopped(s, o, full)
+
+
+trial("B3 stopped guardian under a restart loop, then SIGTERM")(_stopped_guardian(False))
+trial("B3 stopped guardian with a full pipe, then SIGTERM")(_stopped_guardian(True))
+
+
+def _guardian_stopped(s: Scratch, o: Outcome, full: bool) -> None:
     proc = s.start("run", "--restart", "always", "--backoff", "0", "--grace", "2",
                    "--nproc-per-node", "8", "--isolate", "sh", "-c", "exit 1")  # fmt: skip
     jobs = s.root / "xpulaunch" / "jobs"
@@ -485,6 +528,11 @@ def _stopped_guardian(s: Scratch, o: Outcome) -> None:
     guardian = json.loads(record.read_text().splitlines()[0])["guardian"][0]
     s.pids.append(guardian)
     os.kill(guardian, signal.SIGSTOP)
+    if full:  # stopped for long: its pipe is full (/proc/PID/fd/0 reopens the pipe to write)
+        with contextlib.suppress(OSError):
+            stuffing = os.open(f"/proc/{guardian}/fd/0", os.O_WRONLY | os.O_NONBLOCK)
+            _fill(stuffing)
+            os.close(stuffing)
     time.sleep(6)
     proc.terminate()
     status, _, err = finish(proc, 15)

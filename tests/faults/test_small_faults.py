@@ -95,3 +95,24 @@ def test_a_metrics_interval_below_a_tenth_of_a_second_is_refused(launch: Launch)
     code, _, err = finish(proc)
     assert code == 2
     assert "--metrics-interval 0.001: expected at least 0.1 seconds" in one_line_error(err)
+
+
+EMBEDDED = """
+import os, sys
+from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
+spec = WorkerSpec("0", ["sh", "-c", "echo hi; touch " + sys.argv[1]], dict(os.environ))
+with Supervisor([spec], record_dir=sys.argv[2]) as supervisor:
+    sys.exit(supervisor.wait(30))
+"""
+
+
+@pytest.mark.parametrize("fd", [1, 2])
+def test_the_python_api_runs_with_a_closed_standard_stream(tmp_path: Path, fd: int) -> None:
+    import subprocess
+
+    ran = tmp_path / "ran"
+    argv = [sys.executable, "-c", EMBEDDED, str(ran), str(tmp_path / "records")]
+    done = subprocess.run(argv, preexec_fn=_closing(fd), capture_output=fd == 1, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0  # sys.stdout (or stderr) is None: it used to raise
+    assert ran.exists()

@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
@@ -155,9 +155,10 @@ class LogSink:
         self._config = config
         self._folders = {n: (folders or {}).get(n, n) for n in names}
         self._wall_clock = wall_clock
-        err_stream = err or sys.stderr.buffer
+        err_stream = err or _std_stream(sys.stderr)
         # Each stream that fails (a full disk, an I/O error) is reported on the other one.
-        self._out = Console(out or sys.stdout.buffer, on_error=self._console_failed("stdout"))
+        out_stream = out or _std_stream(sys.stdout)
+        self._out = Console(out_stream, on_error=self._console_failed("stdout"))
         self._err = Console(err_stream, on_error=self._console_failed("stderr"))
         self._lock = threading.Lock()
         self._running_lock: int | None = None  # see hold_running_lock
@@ -361,6 +362,15 @@ def hold_running_lock(run_dir: str | os.PathLike[str]) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _std_stream(stream: object) -> BinaryIO:
+    """``sys.stdout.buffer``, or ``/dev/null`` where Python started without that stream (a
+    descriptor closed with ``>&-`` in a program embedding the supervisor)."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        return open(os.devnull, "wb")
+    return cast("BinaryIO", buffer)
 
 
 def _close_quietly(handle: BinaryIO) -> None:

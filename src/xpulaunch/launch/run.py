@@ -299,7 +299,8 @@ def check_ranks(ranks: frozenset[str] | None, names: list[str]) -> None:
 def _colour(choice: bool | None, parent_env: Mapping[str, str]) -> bool:
     if choice is not None:
         return choice
-    return not parent_env.get("NO_COLOR") and sys.stdout.isatty() and sys.stderr.isatty()
+    streams = (sys.stdout, sys.stderr)  # None where Python started with one closed (>&-)
+    return not parent_env.get("NO_COLOR") and all(s is not None and s.isatty() for s in streams)
 
 
 def gpu_settle(plan: Plan) -> NvmlSettle | None:
