@@ -199,11 +199,13 @@ def flock_sharers(
     inodes: Collection[tuple[int, int]],
     *,
     exclude: frozenset[int] = frozenset(),
+    since_ticks: int = 0,
 ) -> dict[int, set[tuple[int, int]]]:
     """Processes holding a descriptor that shares a flock'd open file description on one of
-    ``inodes`` (``(st_dev, st_ino)``): pid -> those inodes. Processes in ``exclude`` are
-    skipped; so are other users' (their descriptors are not ours to read, and a lease's are
-    inherited only by our own descendants).
+    ``inodes`` (``(st_dev, st_ino)``): pid -> those inodes. Processes in ``exclude``, those
+    started before ``since_ticks`` (a job's descriptors reach only processes forked after it
+    started) and other users' (their descriptors are not ours to read, and a lease's are
+    inherited only by our own descendants) are skipped.
 
     A descriptor of the same file that another process opened itself is a different open
     file description and holds no part of our lock: ``/proc/PID/fdinfo/FD`` lists a lock only
@@ -213,7 +215,7 @@ def flock_sharers(
     found: dict[int, set[tuple[int, int]]] = {}
     if not wanted:
         return found
-    for info in iter_processes(os.getuid()):
+    for info in iter_processes(os.getuid(), since_ticks):
         if info.pid in exclude or info.pid <= 1:
             continue
         held = _flocked_inodes(info.pid, wanted)

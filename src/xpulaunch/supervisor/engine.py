@@ -493,7 +493,8 @@ class Engine:
         exclude = frozenset({os.getpid(), self.guardian.pid})
         inodes = {_inode(fd): fd for fd in self._lease_fds}
         held: dict[tuple[int, int], list[int]] = {}
-        for pid, files in sorted(flock_sharers(inodes, exclude=exclude).items()):
+        sharers = flock_sharers(inodes, exclude=exclude, since_ticks=self.since_ticks)
+        for pid, files in sorted(sharers.items()):
             for inode in files:
                 held.setdefault(inode, []).append(pid)
         for inode, pids in held.items():
