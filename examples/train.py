@@ -38,6 +38,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--crash-at-step", type=int, default=None)
     parser.add_argument("--crash-rank", type=int, default=None, help="default: the last rank")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     parser.add_argument("--dist-backend", default="auto", choices=["auto", "gloo", "nccl", "xccl"])
     return parser.parse_args()
 
@@ -127,7 +128,7 @@ def main() -> int:
     dist.init_process_group(backend, rank=rank, world_size=world, device_id=device_id)
     torch.manual_seed(0)
     model = torch.nn.Linear(FEATURES, 1).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt = args.ckpt_dir / "last.pt"
     start = load_checkpoint(ckpt, model, opt)

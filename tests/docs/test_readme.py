@@ -2,11 +2,14 @@
 the code.
 
 Each ``xpulaunch ...`` line of a fenced block runs as written, in a scratch directory with the
-files it names (``train.py``, ``model.gguf``, ...). A command that would start a job or a
-server gets ``--dry-run`` and an inventory fixture instead of GPUs (``--llama-backend cuda`` too
-when the README leaves the build to be asked from a binary that is not here): it must make a
-plan. Python blocks that start with ``import`` and use only xpulaunch run whole. The plan
-shown under "Plans" must match what the command prints (``...`` stands for anything).
+files it names (``train.py``, ``model.gguf``, ...). A line that runs a shipped example
+(``examples/...``) runs for real, as a new user would run it on this CPU host, unless a ``# GPU``
+comment says it needs GPUs. Such a line, and every other command that would start a job or a
+server (the README's ``train.py`` is the reader's own), gets ``--dry-run`` and an inventory
+fixture instead of GPUs (``--llama-backend cuda`` too when the README leaves the build to be
+asked from a binary that is not here): it must make a plan. Python blocks that start with
+``import`` and use only xpulaunch run whole. The plan shown under "Plans" must match what the
+command prints (``...`` stands for anything).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ INVENTORY_FOR = (
     ("amd:", "4x-mi300x.json"),
     ("--cpu-bind", "8x-h100.json"),
 )
-_COMMAND = re.compile(r"^(?:\$ )?((?:[A-Z_]+=\S+ )*)xpulaunch (.*)$")
+_COMMAND = re.compile(r"^(?:\$ )?((?:[A-Z_]+=\S+ )*)(?:\.venv/bin/)?xpulaunch (.*)$")
+GPU_MARK = "# GPU"  # a comment that says a line needs GPUs
 
 
 def _fences(language: str) -> list[str]:
@@ -64,13 +68,25 @@ def _fences(language: str) -> list[str]:
     return blocks
 
 
-def _commands() -> list[str]:
+def _lines() -> list[str]:
     lines = [line.strip() for block in _fences("") for line in block.splitlines()]
-    return [
-        shlex.join(shlex.split(line.removeprefix("$ "), comments=True))
-        for line in lines
-        if _COMMAND.match(line)
-    ]
+    return [line for line in lines if _COMMAND.match(line)]
+
+
+def _commands() -> list[str]:
+    return [shlex.join(shlex.split(line.removeprefix("$ "), comments=True)) for line in _lines()]
+
+
+GPU_ONLY = {
+    shlex.join(shlex.split(line.removeprefix("$ "), comments=True))
+    for line in _lines()
+    if GPU_MARK in line
+}
+
+
+def _runs_for_real(words: list[str], command: str) -> bool:
+    """A shipped example, not marked as needing GPUs: run as written."""
+    return any(w.startswith("examples/") for w in words) and command not in GPU_ONLY
 
 
 def _argv(command: str) -> tuple[list[str], dict[str, str]]:
@@ -80,7 +96,7 @@ def _argv(command: str) -> tuple[list[str], dict[str, str]]:
     env = dict(a.split("=", 1) for a in match[1].split())
     words = shlex.split(match[2])
     first = words[2] if words[0] in ("-p", "--profile") else words[0]
-    if first in ("devices", "status", "config", "logs"):
+    if first in ("devices", "status", "config", "logs") or _runs_for_real(words, command):
         return [CONSOLE, *words], env
     extra = ["--dry-run"] if "--dry-run" not in words else []
     inventory = next((f for key, f in INVENTORY_FOR if key in command), "2x-h200.json")
@@ -111,6 +127,7 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"2026-11-23T23:00:00.000Z hello from {rank}\n")
     (tmp_path / "logs" / "summary.json").write_text("{}\n")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the shipped examples, as in a clone
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin")
     monkeypatch.delenv("XPULAUNCH_INVENTORY", raising=False)
@@ -139,6 +156,47 @@ def test_every_readme_command_runs(command: str, scratch: Path) -> None:
     argv, env = _argv(command)
     done = _run(argv, env, scratch)
     assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stdout}\n{done.stderr}"
+    if "--crash-at-step" in argv:  # the restart demo shows a restart, even after the Quickstart
+        assert "restarting all workers" in done.stderr, done.stderr
+        assert "resumed from step 10" in done.stdout, done.stdout
+
+
+def test_every_shipped_example_line_runs_for_real_or_is_marked() -> None:
+    examples = [c for c in _commands() if "examples/" in c]
+    assert examples
+    real = [c for c in examples if "--dry-run" not in _argv(c)[0]]
+    assert any("device_map.py --gpus none" in c for c in real)
+    assert any("--crash-at-step" in c for c in real)
+    for command in examples:
+        argv = _argv(command)[0]
+        assert ("--dry-run" in argv) == (command in GPU_ONLY), command
+
+
+def _gpus_table_ids() -> list[str]:
+    """The ids of the README's ``--gpus`` table (explicit and vendor-qualified rows)."""
+    section = README.split("### `--gpus`", 1)[1].split("\n\n", 2)[1]
+    ids = []
+    for row in section.splitlines():
+        first = row.split("|")[1] if row.startswith("|") else ""
+        ids += [v for v in re.findall(r"`([^`]+)`", first) if v not in ("auto", "all", "N", "none")]
+    return ids
+
+
+@pytest.mark.parametrize("value", _gpus_table_ids())
+def test_every_id_in_the_gpus_table_names_a_device_of_a_fixture(value: str) -> None:
+    import xpulaunch
+    from xpulaunch.errors import XpulaunchError
+
+    hello = [sys.executable, "-c", "pass"]
+    fixtures = sorted(inventory_path("2x-h200.json").parent.glob("*.json"))
+    planned = []
+    for fixture in fixtures:
+        try:
+            plan = xpulaunch.plan(hello, gpus=value, inventory=str(fixture), parent_env={})
+        except XpulaunchError:
+            continue
+        planned.append(plan)
+    assert any(p.devices for p in planned), f"--gpus {value} matches no fixture's device"
 
 
 def test_the_python_blocks_not_run_are_still_in_the_readme() -> None:

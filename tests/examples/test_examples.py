@@ -125,3 +125,16 @@ def test_examples_import_only_the_public_package(example: str) -> None:
         if alias.name.startswith("xpulaunch.")
     ]
     assert [name for name in internal if not name.startswith("xpulaunch.integrations.")] == []
+
+
+@pytest.mark.torch
+def test_the_readme_torchrun_line_runs_with_the_shipped_example(tmp_path: Path) -> None:
+    """README: ``xpulaunch torchrun --standalone --nproc_per_node=2 train.py --lr 0.1``; the
+    train.py a new user has is this one, which used to refuse ``--lr``."""
+    pytest.importorskip("torch")
+    argv = [sys.executable, "-m", "xpulaunch", "torchrun", "--standalone", "--nproc_per_node=2",
+            str(EXAMPLES / "train.py"), "--lr", "0.1", "--steps", "3",
+            "--ckpt-dir", str(tmp_path / "ckpt")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done at step 3" in done.stdout

@@ -90,3 +90,33 @@ def _own_cgroup() -> str:
     if path is None:
         pytest.fail("cgroups were available a moment ago")
     return path
+
+
+# A worker that makes a cgroup of its own below its leaf and moves into it (as a container
+# runtime or a program limiting its children does), saying where its leaf was.
+NEST = """
+import os, time
+root = [l.split()[1] for l in open("/proc/mounts") if l.split()[2] == "cgroup2"][0]
+leaf = root + [l[3:].strip() for l in open("/proc/self/cgroup") if l.startswith("0::")][0]
+print(leaf, flush=True)
+os.mkdir(os.path.join(leaf, "sub"))
+with open(os.path.join(leaf, "sub", "cgroup.procs"), "w") as procs:
+    procs.write("0")
+time.sleep(0.3)
+"""
+
+
+def test_a_worker_with_a_nested_cgroup_leaves_no_cgroup_and_no_delay(launch: Launch) -> None:
+    import time
+
+    if not cgroups_available():
+        pytest.skip("this host gives the job no cgroup of its own")
+    started = time.monotonic()
+    code, out, err = finish(launch("run", sys.executable, "-c", NEST))
+    elapsed_s = time.monotonic() - started
+    assert code == 0, err
+    leaf = out.split("] ", 1)[1].strip()
+    job = os.path.dirname(leaf)
+    assert os.path.basename(job).startswith("xpulaunch-"), leaf
+    assert not os.path.exists(job)  # it used to be left behind, with w-0/sub in it
+    assert elapsed_s < 1.9  # and removing it used to wait 2 s for an EBUSY that stays

@@ -206,3 +206,29 @@ def test_other_states_pass_without_asking_the_rendezvous(state_name: str) -> Non
     assert agent._monitor_workers(group).state.name == state_name
     assert handler.asked == 0
     assert stream.getvalue() == ""
+
+
+def test_room_to_grow_says_how_long_the_first_round_waits_for_late_nodes() -> None:
+    from xpulaunch.integrations.torch_agent import late_nodes_line
+
+    assert late_nodes_line(2, 2, "") is None
+    line = late_nodes_line(2, 4, "")
+    assert line is not None and "waiting for 2 to 4 nodes" in line and "30 s more" in line
+    assert "waits 5 s more" in (late_nodes_line(1, 2, "join_timeout=9,last_call_timeout=5") or "")
+
+
+@pytest.mark.torch
+def test_the_agent_says_it_waits_for_late_nodes_before_the_silence() -> None:
+    pytest.importorskip("torch")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [sys.executable, "-m", "xpulaunch.integrations.torch_agent", "--nnodes", "1:2",
+            "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", "last_call_timeout=1",
+            "--no-python", "true"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "c10d: waiting for 1 to 2 nodes; once 1 is here, torch waits 1 s more" in done.stderr

@@ -68,7 +68,7 @@ def test_a_crash_loop_keeps_the_first_and_the_last_attempts(tmp_path: Path) -> N
         logs.open_attempt("0", attempt)
         logs.write("0", True, [f"attempt {attempt}".encode()])
     logs.close()
-    kept = sorted(int(p.name.split("_")[1]) for p in tmp_path.iterdir())
+    kept = sorted(int(p.name.split("_")[1]) for p in tmp_path.glob("attempt_*"))
     assert kept == [0, *range(3, KEEP_ATTEMPTS + 3)]
     assert (tmp_path / "attempt_0" / "0" / "stderr.log").read_bytes() == b"attempt 0\n"
 
@@ -153,7 +153,8 @@ def test_a_real_run_in_torchruns_layout(tmp_path: Path, record_dir: Path) -> Non
     with Supervisor(workers, policy, logs=config, on_event=events.append,
                     record_dir=record_dir) as supervisor:  # fmt: skip
         assert supervisor.wait(timeout=60) == 1
-    assert sorted(p.name for p in run_dir.iterdir()) == ["attempt_0", "attempt_1"]
+    # Beside the attempts: the lock its supervisor held while it ran (for `logs -f`).
+    assert sorted(p.name for p in run_dir.iterdir()) == [".running.lock", "attempt_0", "attempt_1"]
     for attempt in (run_dir / "attempt_0", run_dir / "attempt_1"):
         assert sorted(p.name for p in attempt.iterdir()) == ["0", "1"]
         assert (attempt / "0" / "stdout.log").read_text() == "hello from local rank 0\n"

@@ -78,8 +78,9 @@ def test_unavailable_mapping_describes_each_holder(
     with lease:
         _p2, lease2 = LeaseManager(lock_dir).allocate(recording)
         lease2.release()
-    assert list(seen[0]) == [KEY0]
-    assert seen[0][KEY0].startswith(f"pid {os.getpid()} (a.py, user ")
+    # First planned with nothing leased (outside the lock), then under it with the leases.
+    assert [list(s) for s in seen] == [[], [KEY0]]
+    assert seen[1][KEY0].startswith(f"pid {os.getpid()} (a.py, user ")
 
 
 def test_cpu_plan_leases_nothing(lock_dir: Path, inventory: Inventory, plan_for: PlanFor) -> None:
@@ -152,9 +153,13 @@ def test_lock_lost_to_a_race_after_planning_is_device_busy(
     import fcntl
 
     intruder: list[int] = []
+    calls: list[Mapping[str, str]] = []
 
     def racing_plan(unavailable: Mapping[str, str]) -> Plan:
         plan: Plan = plan_for(inventory, "2")(unavailable)
+        calls.append(unavailable)
+        if len(calls) == 1:
+            return plan  # the first plan, with nothing leased, is made before the lock
         # Someone outside the protocol locks the second chosen unit while we plan.
         fd = os.open(lock_dir / lock_file_name(plan.lease_keys[1]), os.O_RDONLY | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

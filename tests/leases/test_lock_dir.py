@@ -64,13 +64,15 @@ def test_private_dir_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
-def test_really_foreign_owned_default_dir_is_refused(tmp_path: Path) -> None:
+def test_really_foreign_owned_default_dir_is_refused(
+    tmp_path: Path, one_card: Inventory, plan_for: PlanFor
+) -> None:
     runtime = tmp_path / "run"
     (runtime / "xpulaunch").mkdir(parents=True, mode=0o700)
     os.chown(runtime / "xpulaunch", 65534, 65534)
     manager = LeaseManager(env={"XDG_RUNTIME_DIR": str(runtime)})
     with pytest.raises(LeaseError, match="belongs to uid 65534"):
-        manager.allocate(lambda _u: pytest.fail("must not plan"))
+        manager.allocate(plan_for(one_card, "1"))
     with pytest.raises(LeaseError, match="belongs to uid 65534"):
         manager.status()
 
@@ -119,9 +121,11 @@ def test_shared_dir_and_its_files_are_usable_by_everyone(
             assert _mode(lock_dir / name) == 0o666, name
 
 
-def test_shared_dir_needs_an_existing_parent(tmp_path: Path) -> None:
+def test_shared_dir_needs_an_existing_parent(
+    tmp_path: Path, one_card: Inventory, plan_for: PlanFor
+) -> None:
     with pytest.raises(LeaseError, match=r"cannot create lock directory .*missing/locks"):
-        LeaseManager(tmp_path / "missing" / "locks").allocate(lambda _u: pytest.fail("no"))
+        LeaseManager(tmp_path / "missing" / "locks").allocate(plan_for(one_card, "1"))
 
 
 def test_lock_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:

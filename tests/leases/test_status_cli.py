@@ -60,7 +60,9 @@ def test_status_json_shape_with_leases_and_a_waiter(
     assert entry["user"] == pwd.getpwuid(os.getuid()).pw_name and entry["holder_alive"] is True
     assert entry["since"][:4].isdigit() and "T" in entry["since"]  # ISO 8601, with offset
     [queued] = doc["waiting"]
-    assert set(queued) == {"position", "waiting_for", "stopped", *HOLDER_KEYS}
+    assert set(queued) == {"position", "waiting_for", "stopped", "owner", "ignored", *HOLDER_KEYS}
+    assert queued["owner"] == f"user {pwd.getpwuid(os.getuid()).pw_name}"
+    assert queued["ignored"] is None
     assert queued["position"] == 1 and queued["pid"] == waiter.pid
     assert queued["command"] == ["lease_worker", "hold", "1"]
     assert _status_json(lock_dir)["leases"] == [] and _status_json(lock_dir)["waiting"] == []

@@ -81,6 +81,7 @@ def test_record_sweep_when_the_guardian_died_too(child: Argv, drive: Drive, tmp_
     wait_for(lambda: len(pids_in(out)) == 3)
     (record,) = _job_files(tmp_path)
     head = json.loads(record.read_text().splitlines()[0])
+    proc.send_signal(signal.SIGSTOP)  # dying with it: a stopped supervisor starts no new one
     os.kill(head["guardian"][0], signal.SIGKILL)
     wait_for(lambda: not alive(head["guardian"][0]))
     proc.kill()
@@ -92,3 +93,44 @@ def test_record_sweep_when_the_guardian_died_too(child: Argv, drive: Drive, tmp_
     assert records.sweep(tmp_path / "xpulaunch" / "jobs") >= 1
     wait_for(lambda: not [p for p in pids_in(out) if alive(p)])
     assert not _job_files(tmp_path)
+
+
+def _run_dirs(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "xpulaunch" / "jobs").glob("*.run"))
+
+
+def test_a_killed_guardian_is_replaced_and_the_new_one_does_its_job(
+    child: Argv, drive: Drive, tmp_path: Path
+) -> None:
+    out = tmp_path / "pids"
+    out.mkdir()
+    proc = drive([child("tree.py", out, "--ignore-term")], grace_s=60)
+    wait_for(lambda: len(pids_in(out)) == 3)
+    pids = pids_in(out)
+    (record,) = _job_files(tmp_path)
+    first = json.loads(record.read_text().splitlines()[0])["guardian"][0]
+    os.kill(first, signal.SIGKILL)
+
+    def new_guardian() -> int | None:
+        lines = [json.loads(line) for line in record.read_text().splitlines()[1:]]
+        return next((e["guardian"][0] for e in lines if "guardian" in e), None)
+
+    second = wait_for(new_guardian, "a new guardian in the job's record")
+    assert alive(second) and second != first
+    assert _run_dirs(tmp_path)  # the workers' private run directory
+    proc.kill()  # now the supervisor dies: the new guardian must clean up after it
+    proc.wait(timeout=10)
+    wait_for(lambda: not [p for p in pids if alive(p)], "the job to be killed", timeout_s=20)
+    wait_for(lambda: not _job_files(tmp_path) and not _run_dirs(tmp_path), "the runtime files")
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert f"the guardian (pid {first}) was killed by SIGKILL; started pid {second}" in err
+
+
+def test_a_run_directory_without_its_record_is_swept(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "dead.run" / "attempt_0").mkdir(parents=True)
+    (jobs / "alive.run").mkdir()
+    (jobs / "alive.jsonl").write_text("")  # unreadable record: left alone, with its run dir
+    records.sweep(jobs)
+    assert sorted(p.name for p in jobs.iterdir()) == ["alive.jsonl", "alive.run"]

@@ -1,4 +1,4 @@
-"""Signals sent to an xpulaunch-like parent (drive_plan.py calling run_plan)."""
+"""Signals sent to an xpulaunch-like parent (drive_plan.py calling supervise)."""
 
 from __future__ import annotations
 

@@ -125,19 +125,21 @@ def test_guardian_kills_the_job_on_eof(
 ) -> None:
     since = procfs.now_ticks()
     record = tmp_path / "job.jsonl"
-    record.write_text("{}\n")
     session = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
     env = {**os.environ, JOB_ID_VAR: "job-g"}
     marked = start(procs, child("sleeper.py"), env=env, start_new_session=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     ticks = procfs.process_info(session.pid).start_ticks  # type: ignore[union-attr]
+    # The worker's session is in the job's record, as the supervisor writes it.
+    record.write_text(f'{{"job": "job-g"}}\n{{"pid": {session.pid}, "start": {ticks}}}\n')
+    (tmp_path / "job.run" / "attempt_0").mkdir(parents=True)  # the private run directory
     watchdog, write_fd = _guardian("job-g", since, record, stage)
-    os.write(write_fd, f"s {session.pid} {ticks}\n".encode())
     os.close(write_fd)  # what the supervisor's death looks like
     assert watchdog.wait(timeout=30) == 0
     assert session.wait(timeout=10) == -signal.SIGKILL
     assert marked.wait(timeout=10) == -signal.SIGKILL
     assert not record.exists()
+    assert not (tmp_path / "job.run").exists()
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -159,8 +161,10 @@ def test_guardian_ignores_junk_and_the_terminals_signals(
     since = procfs.now_ticks()
     session = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
     ticks = procfs.process_info(session.pid).start_ticks  # type: ignore[union-attr]
-    watchdog, write_fd = _guardian("job-j", since, tmp_path / "none")
-    os.write(write_fd, f"s 12x 3\nhello\ns {session.pid} {ticks}\ns 1 2 3\n".encode())
+    record = tmp_path / "job.jsonl"
+    record.write_text(f'{{"job": "job-j"}}\n{{"pid": {session.pid}, "start": {ticks}}}\n{{"pi')
+    watchdog, write_fd = _guardian("job-j", since, record)
+    os.write(write_fd, b"s 12x 3\nhello\ns 1 2 3\n")
     # A Ctrl-C or hang-up is for the supervisor: ignored once the guardian is up.
     wait_for(lambda: _ignored(watchdog.pid), "the guardian to ignore SIGINT and SIGHUP")
     for sig in (signal.SIGINT, signal.SIGHUP):

@@ -16,6 +16,7 @@ from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.events import Event, Exited, HangDetected, Started, Stopped
 from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.supervisor.hang import HANG_STATUS
 from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 TIMEOUT_S = 1.5
@@ -75,7 +76,7 @@ def test_a_worker_that_stops_beating_is_a_hang_even_when_it_prints(
     sup, events = supervise([sys.executable, "-c", chatty], tmp_path, hang_timeout_s=TIMEOUT_S,
                             heartbeat=True, policy=RestartPolicy(mode=RestartMode.NO))  # fmt: skip
     sup.start()
-    assert sup.wait(60) == 143  # failed as hung, then ended by our SIGTERM
+    assert sup.wait(60) == HANG_STATUS  # failed as hung (its own 143 is the SIGTERM)
     (hang,) = [e for e in events if isinstance(e, HangDetected)]
     assert hang.watched == "heartbeat"
     stopped = events[-1]

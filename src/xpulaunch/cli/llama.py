@@ -20,7 +20,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
-from xpulaunch.llamacpp.serve import cuda_settle, plan_llama
+from xpulaunch.llamacpp.serve import ask_binary, cuda_settle, plan_for_build, plan_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
 from xpulaunch.processes.signals import forwarding
@@ -213,11 +213,13 @@ def _lease_and_serve(
     parent_env: dict[str, str],
     options: dict[str, Any],
 ) -> int:
-    """Plan under the lease lock (waiting in line if asked), then serve until stopped."""
+    """Ask the binary which build it is, then plan under the lease lock (waiting in line if
+    asked), then serve until stopped."""
     planned: list[LlamaPlan] = []
+    asked = ask_binary(request, parent_env)  # slow (--list-devices): never under the lock
 
     def plan_fn(unavailable: Mapping[str, str]) -> Plan:
-        planned[:] = [plan_llama(request, inventory, parent_env, unavailable=unavailable)]
+        planned[:] = [plan_for_build(asked, inventory, parent_env, unavailable=unavailable)]
         return planned[0].plan
 
     with WaitReporter() as reporter:

@@ -6,14 +6,16 @@ directory); in torchrun's layout also the run's own ``<run_id>_<random>`` direct
 ``--log-dir`` holding several runs means the latest). Without ``--rank`` every worker's lines
 are prefixed ``[name]`` as on the console, merged by their time stamps in our layout, worker
 after worker (stdout, then stderr) in torchrun's, whose lines carry no time. ``--attempt``
-defaults to the last one. ``-f`` keeps printing new lines until the run writes its
-``summary.json`` (or Ctrl-C).
+defaults to the last one. ``-f`` keeps printing new lines until the run is over: its
+supervisor gone (or, for a run of an older version, its ``summary.json`` written), or its
+directory removed (or Ctrl-C). Lines are streamed, never held in memory all at once.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -42,21 +44,24 @@ def logs(
         if found is None:
             return 0  # its run's console was printed: no worker wrote a log
         run_dir = str(found)
-    run = open_run(Path(run_dir or "."))
+    given = Path(run_dir or ".")
+    run = open_run(given)
     if run.runs > 1:
         click.echo(f"xpulaunch: {run.root}: the latest of {run.runs} runs", err=True)
+    elif run.root != given:
+        click.echo(f"xpulaunch: reading {run.root}", err=True)  # found below RUN
     known = run.attempts()
     chosen = known[-1] if attempt is None else attempt
     if chosen not in known:
         raise UsageError(f"--attempt {chosen}: {run.root} has attempts {_listing(known)}")
     follower = LogFollower(_files(run, chosen, ranks), stamped=run.stamped)
     prefix = len({name for name, _ in follower.files}) > 1
-    _print(follower.read(), prefix=prefix)
+    _print(follower.lines(), prefix=prefix)
     while follow and not run_ended(run.root):
         time.sleep(FOLLOW_INTERVAL_S)
-        _print(follower.read(), prefix=prefix)
+        _print(follower.lines(), prefix=prefix)
     if follow:
-        _print(follower.read(), prefix=prefix)  # what came before summary.json
+        _print(follower.lines(), prefix=prefix)  # what came before the end
     return 0
 
 
@@ -75,7 +80,7 @@ def _listing(items: list[int] | list[str]) -> str:
     return ",".join(str(i) for i in items) or "none"
 
 
-def _print(lines: list[tuple[str, bytes]], *, prefix: bool) -> None:
+def _print(lines: Iterable[tuple[str, bytes]], *, prefix: bool) -> None:
     out = sys.stdout.buffer
     for name, line in lines:
         out.write((f"[{name}] ".encode() if prefix else b"") + line + b"\n")

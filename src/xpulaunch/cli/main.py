@@ -104,6 +104,7 @@ def console_main() -> None:
     supervisor has reaped its workers, and we register no atexit hook. The streams are
     flushed by hand first, since ``os._exit`` would not.
     """
+    _closed_streams_to_devnull()
     try:
         main()
     except SystemExit as exc:
@@ -117,3 +118,22 @@ def console_main() -> None:
             except (OSError, ValueError):  # a reader that went away (`| head`), a closed stream
                 code = code or 1
         os._exit(code or 0)
+
+
+def _closed_streams_to_devnull() -> None:
+    """A closed stdin, stdout or stderr (``>&-``, ``2>&-``: how some daemons and cron set-ups
+    start programs) is treated like ``/dev/null``. Python starts with ``sys.stdout`` None
+    then, and the first file xpulaunch opened would get descriptor 1 and receive what was
+    meant for stdout; so the descriptor is opened on /dev/null before anything else."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: fd itself
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        stream = open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        setattr(sys, name, stream)

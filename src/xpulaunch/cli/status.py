@@ -66,11 +66,15 @@ def _waiter_entry(waiter: WaiterRecord) -> dict[str, object]:
         **fields,
         "waiting_for": _waiting_for(waiter),
         "stopped": waiter.stopped,
+        "owner": waiter.owner,
+        "ignored": waiter.ignored,
     }
 
 
 def _waiting_for(waiter: WaiterRecord) -> str | None:
     """What it waits for; a stopped waiter's own last reason is stale, so say that instead."""
+    if waiter.ignored is not None:
+        return f"nothing: ignored, {waiter.ignored} (a file of {waiter.owner})"
     if waiter.stopped:
         return "nothing: stopped (Ctrl-Z?); later launches go first until it is continued"
     return waiter.waiting_for
@@ -135,7 +139,8 @@ def _waiter_row(waiter: WaiterRecord) -> tuple[str, ...]:
     holder = waiter.holder
     reason = _waiting_for(waiter) or "its turn"
     if holder is None:
-        return (str(waiter.position), "?", "?", "?", "?", "?", reason)
+        owner = waiter.owner.removeprefix("user ") or "?"
+        return (str(waiter.position), "?", owner, "?", "?", "?", reason)
     waited = f"{max(time.time() - holder.since_s, 0):.0f} s"
     cells = (str(holder.pid), holder.user, waited, holder.job_id, holder.command(40))
     return (str(waiter.position), *cells, reason)

@@ -184,6 +184,26 @@ def nodes_waiting(handler: Any, fresh_after_s: float) -> bool:
         time.sleep(ASK_EVERY_S)
 
 
+# torch's default last call for late nodes (RendezvousTimeout in dynamic_rendezvous.py).
+LAST_CALL_DEFAULT_S = 30
+
+
+def late_nodes_line(min_nodes: int, max_nodes: int, rdzv_conf: str) -> str | None:
+    """With room to grow (MIN < MAX), what the first round waits for, said before the long
+    silence of torch's last call for late nodes (30 s unless ``last_call_timeout`` says
+    otherwise); None for a fixed number of nodes."""
+    if min_nodes >= max_nodes:
+        return None
+    settings = dict(item.split("=", 1) for item in rdzv_conf.split(",") if "=" in item)
+    last_call = settings.get("last_call_timeout", str(LAST_CALL_DEFAULT_S)).strip()
+    verb = "is" if min_nodes == 1 else "are"
+    return (
+        f"xpulaunch: c10d: waiting for {min_nodes} to {max_nodes} nodes; once {min_nodes} {verb} "
+        f"here, torch waits {last_call} s more for late ones before the first round "
+        f"(--rdzv-conf last_call_timeout=S)"
+    )
+
+
 def _say(stream: TextIO, line: str) -> None:
     try:
         stream.write(line + "\n")
@@ -199,8 +219,11 @@ def main() -> None:
     from torch.distributed.elastic.agent.server import api, local_elastic_agent
 
     install(logging.getLogger(api.__name__), sys.stderr)
-    nnodes = run.get_args_parser().parse_args(sys.argv[1:]).nnodes
-    min_nodes, max_nodes = run.parse_min_max_nnodes(nnodes)
+    args = run.get_args_parser().parse_args(sys.argv[1:])
+    min_nodes, max_nodes = run.parse_min_max_nnodes(args.nnodes)
+    line = late_nodes_line(min_nodes, max_nodes, args.rdzv_conf or "")
+    if line is not None:
+        _say(sys.stderr, line)
     if min_nodes < max_nodes:
         admit_joiners(local_elastic_agent.LocalElasticAgent, sys.stderr)
     run.main()  # reads sys.argv[1:], our arguments, as `python -m torch.distributed.run` does

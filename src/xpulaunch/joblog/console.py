@@ -14,31 +14,52 @@ thread blocked inside a ``BufferedWriter`` holds its lock, and the interpreter w
 (or abort) flushing that stream at exit. Setting ``O_NONBLOCK`` instead is not an option: it
 belongs to the open file description, shared with the shell and every other process on the
 terminal.
+
+A stream that fails for another reason than a reader who went away (a console redirected to a
+full disk: ENOSPC; an I/O error) is reported once, through ``on_error`` (the other console
+stream, as :class:`~xpulaunch.joblog.logs.LogSink` wires it), and no longer written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
+import sys
 import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import BinaryIO
 
 BUFFER_LIMIT_BYTES = 4 * 1024 * 1024
 CLOSE_WAIT_S = 2.0  # how long the end of a job waits for a slow reader to take the rest
+# The reader went away (`| head`: EPIPE): what a program killed by SIGPIPE would not report.
+_READER_GONE = frozenset({errno.EPIPE})
 
 
 class Console:
-    """One output stream. :meth:`write` never blocks; a writer thread drains the buffer."""
+    """One output stream. :meth:`write` never blocks; a writer thread drains the buffer.
 
-    def __init__(self, stream: BinaryIO, limit_bytes: int = BUFFER_LIMIT_BYTES) -> None:
+    ``on_error(exc)``: called once (from the writer thread) when writing fails for another
+    reason than a reader that went away.
+    """
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        limit_bytes: int = BUFFER_LIMIT_BYTES,
+        *,
+        on_error: Callable[[OSError], None] | None = None,
+    ) -> None:
         self._fd = _file_descriptor(stream)
         self._stream: BinaryIO | None = stream
         self._limit_bytes = limit_bytes
+        self._on_error = on_error
         self._chunks: deque[bytes] = deque()
         self._buffered_bytes = 0
         self._dropped_lines = 0  # since the last write that fitted
@@ -120,12 +141,13 @@ class Console:
         assert self._fd is not None
         view = memoryview(data)
         try:
-            while view:
+            while view:  # a short write (a full pipe, a disk filling up) writes the rest next
                 view = view[os.write(self._fd, view) :]
-        except OSError:
-            # The reader went away (``xpulaunch ... | head``: EPIPE) or the terminal closed
-            # (EIO). Keep supervising and keep the log files; stop writing to that stream.
-            self._give_up()
+        except OSError as exc:
+            # The reader went away (``xpulaunch ... | head``: EPIPE), the terminal closed
+            # (EIO) or the disk is full. Keep supervising and keep the log files; stop
+            # writing to that stream, saying so (on the other one) unless nobody reads it.
+            self._failed(exc)
             return False
         return True
 
@@ -134,8 +156,14 @@ class Console:
         try:
             self._stream.write(data)
             self._stream.flush()
-        except OSError:
-            self._give_up()
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self._give_up()
+        if self._on_error is not None and exc.errno not in _READER_GONE:
+            report, self._on_error = self._on_error, None
+            report(exc)
 
     def _give_up(self) -> None:
         with self._idle:
@@ -154,3 +182,44 @@ def _file_descriptor(stream: BinaryIO) -> int | None:
     with contextlib.suppress(OSError, ValueError):
         stream.flush()
     return fd
+
+
+def append_whole(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (a short write writes the rest next). When a write to a regular
+    file fails (ENOSPC, EIO), the file is cut back to the end of the last whole line of
+    ``data`` that was written before the error is raised: it never ends in half a line."""
+    regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    start = os.lseek(fd, 0, os.SEEK_END) if regular else 0
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        written = len(data) - len(view)
+        if regular and written:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start + data.rfind(b"\n", 0, written) + 1)
+        raise
+
+
+def warn_on_stderr(text: str, wait_s: float = CLOSE_WAIT_S) -> None:
+    """``xpulaunch: warning: TEXT`` on stderr, for what fails outside a job's console (before
+    it starts, or as it ends). Written by a helper thread that is waited for at most
+    ``wait_s``: a stderr nobody reads must not keep a finished job from exiting. A stderr
+    that cannot be written is not reported again."""
+    try:
+        fd = sys.stderr.fileno()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # closed, or not a file
+        return
+    data = f"xpulaunch: warning: {text}\n".encode()
+
+    def write() -> None:
+        view = memoryview(data)
+        with contextlib.suppress(OSError):
+            while view:
+                view = view[os.write(fd, view) :]
+
+    writer = threading.Thread(target=write, name="xpulaunch-warning", daemon=True)
+    writer.start()
+    writer.join(wait_s)

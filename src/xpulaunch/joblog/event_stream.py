@@ -8,24 +8,37 @@ event's own ``time_s`` is on the supervisor's monotonic clock)::
     {"schema": "xpulaunch.event/1", "event": "exited", "time": "2026-11-23T23:30:01.123Z",
      "time_s": 5123.4, "name": "0", "pid": 4242, "exit_code": 1, "signal": null, ...}
 
-Lines are written whole and flushed one by one, so ``tail -f`` and a pipe reader see each
-event as it happens.
+Lines are written whole and one by one, so ``tail -f`` and a pipe reader see each event as it
+happens. Like the console (:mod:`xpulaunch.joblog.console`), the stream never blocks the
+supervisor: :meth:`EventStream.write` appends to a bounded buffer that a writer thread drains,
+so a reader that stops reading (``--events -`` into a stuck pipe, a FIFO whose reader stalls)
+costs dropped events, counted and reported, never a frozen loop. A FIFO with no reader yet is
+opened by the writer thread, once a reader comes. A write that fails (a full disk) loses that
+event only: the file is cut back to its last whole line (a JSONL reader never meets half an
+object), and the first failure is reported once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
+import os
 import re
+import stat
 import sys
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
+from xpulaunch.joblog.console import BUFFER_LIMIT_BYTES, CLOSE_WAIT_S, append_whole, warn_on_stderr
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import TextIO
 
     from xpulaunch.events import Event
@@ -56,37 +69,164 @@ def _plain(value: object) -> object:
 
 
 class EventStream:
-    """Writes events to a file (appending) or to standard output (``-``); thread-safe."""
+    """Writes events to a file (appending) or to standard output (``-``); thread-safe, and
+    :meth:`write` never blocks. ``warn(text)`` reports a failed or stalled stream (default: a
+    line on stderr)."""
 
-    def __init__(self, target: str) -> None:
-        self._lock = threading.Lock()
+    def __init__(
+        self,
+        target: str,
+        *,
+        warn: Callable[[str], None] = warn_on_stderr,
+        limit_bytes: int = BUFFER_LIMIT_BYTES,
+    ) -> None:
+        self._name = "--events -" if target == "-" else f"--events {target}"
+        self._warn, self._limit_bytes = warn, limit_bytes
+        self._open_later: str | None = None
         if target == "-":
-            self._stream: TextIO = sys.stdout
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+            self._fd: int | None = sys.stdout.fileno()
             self._owned = False
         else:
-            try:
-                self._stream = open(target, "a", encoding="utf-8")  # noqa: SIM115 (see close())
-            except OSError as exc:
-                raise UsageError(f"--events {target}: cannot write it ({exc.strerror})") from exc
-            self._owned = True
+            self._fd, self._owned = _open(target), True
+            if self._fd is None:
+                self._open_later = target  # a FIFO nobody reads yet: the writer waits for one
+        self._setup(None)
 
     @classmethod
-    def to(cls, stream: TextIO) -> EventStream:
-        """A stream over an open text file, closed by :meth:`close`."""
+    def to(cls, stream: TextIO, *, warn: Callable[[str], None] = warn_on_stderr) -> EventStream:
+        """A stream over an open file, closed by :meth:`close`."""
         self = cls.__new__(cls)
-        self._lock, self._stream, self._owned = threading.Lock(), stream, True
+        self._name, self._warn, self._limit_bytes = "--events -", warn, BUFFER_LIMIT_BYTES
+        self._open_later = None
+        self._fd, self._owned = stream.fileno(), True
+        self._setup(stream)
         return self
+
+    def _setup(self, file: TextIO | None) -> None:
+        self._file = file  # the file object to close instead of the bare descriptor
+        self._idle = threading.Condition()
+        self._lines: deque[bytes] = deque()
+        self._buffered_bytes = 0
+        self._closed = False
+        self._busy = False  # the writer holds a line it has not finished writing
+        self._broken = False  # the reader went away: nothing more is written
+        self.dropped = 0  # events that did not fit the buffer (a reader not reading)
+        self.failed = 0  # events whose write failed (a full disk)
+        self._thread: threading.Thread | None = None
 
     def write(self, event: Event) -> None:
         line = json.dumps(event_record(event, time.time()), separators=(",", ":")) + "\n"
-        with self._lock:
-            try:
-                self._stream.write(line)
-                self._stream.flush()
-            except (OSError, ValueError):
-                pass  # the reader went away (a closed pipe): supervising matters more
+        data = line.encode()
+        with self._idle:
+            if self._broken or self._closed:
+                return
+            if self._buffered_bytes + len(data) > self._limit_bytes:
+                self.dropped += 1
+                return
+            self._lines.append(data)
+            self._buffered_bytes += len(data)
+            self._idle.notify_all()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._drain, name="xpulaunch-events", daemon=True
+                )
+                self._thread.start()
 
-    def close(self) -> None:
-        if self._owned:
-            with self._lock:
-                self._stream.close()
+    def _drain(self) -> None:
+        if self._open_later is not None:
+            try:
+                self._fd = _open_blocking(self._open_later)
+            except OSError as exc:
+                self._stop(f"{self._name}: {exc.strerror or exc}; events are not written")
+                return
+        while (data := self._next()) is not None:
+            self._write(data)
+            with self._idle:
+                self._busy = False
+                self._idle.notify_all()
+
+    def _next(self) -> bytes | None:
+        with self._idle:
+            while not self._lines:
+                if self._closed or self._broken:
+                    return None
+                self._idle.wait()
+            data = self._lines.popleft()
+            self._buffered_bytes -= len(data)
+            self._busy = True
+            return data
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None
+        try:
+            append_whole(self._fd, data)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # the reader went away: supervising matters more
+                self._stop(None)
+                return
+            self.failed += 1
+            if self.failed == 1:
+                self._warn(f"{self._name}: {exc.strerror or exc}; events are lost while it fails")
+
+    def _stop(self, warning: str | None) -> None:
+        with self._idle:
+            self._broken = True
+            self._lines.clear()
+            self._buffered_bytes = 0
+            self._busy = False
+            self._idle.notify_all()
+        if warning is not None:
+            self._warn(warning)
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Give the reader up to ``wait_s`` to take what is buffered, say what was lost, and
+        close the file (not while the writer is stuck in a write: the process ends soon)."""
+        deadline_s = time.monotonic() + wait_s
+        with self._idle:
+            self._closed = True
+            self._idle.notify_all()
+            while (self._lines or self._busy) and self._thread is not None:
+                left_s = deadline_s - time.monotonic()
+                if left_s <= 0 or not self._idle.wait(left_s):
+                    break
+            stuck = bool(self._lines or self._busy)
+            waiting_for_reader = self._fd is None and self._open_later is not None
+            lost = self.dropped + len(self._lines) + (1 if self._busy else 0)
+        if waiting_for_reader and self._thread is not None:
+            self._warn(f"{self._name}: no process opened it for reading; {lost} events not written")
+        elif lost:
+            self._warn(f"{self._name}: {lost} events dropped: its reader was not reading")
+        if self._owned and not stuck and self._fd is not None:
+            with contextlib.suppress(OSError):  # NFS may report a failed write-back only here
+                if self._file is not None:
+                    self._file.close()
+                else:
+                    os.close(self._fd)
+            self._fd = None
+
+
+def _open(target: str) -> int | None:
+    """Open ``target`` to append, never blocking: None for a FIFO that no process reads yet.
+    A path that cannot be written is a one-line UsageError."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(target, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and _is_fifo(target):
+            return None
+        raise UsageError(f"--events {target}: cannot write it ({exc.strerror})") from exc
+    os.set_blocking(fd, True)  # the writer thread may block; the loop never writes
+    return fd
+
+
+def _open_blocking(target: str) -> int:
+    return os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False

@@ -3,19 +3,36 @@
 Both layouts of :mod:`xpulaunch.joblog.logs` are read: ours (``attempt_<n>/<name>.log``, each
 line starting with its UTC time stamp) and torchrun's (``attempt_<n>/<local_rank>/stdout.log``
 and ``stderr.log``, lines as the worker wrote them, in a ``<run_id>_<random>`` directory of
-its own); plus ``summary.json``, written into the run's directory when the run ends.
+its own); plus ``summary.json``, written into the run's directory when the run ends, and
+``.running.lock``, which the run's supervisor holds locked while it runs
+(:func:`~xpulaunch.joblog.logs.hold_running_lock`): a follower knows the run is over once
+that lock is free, also when the supervisor was killed and no ``summary.json`` will come.
+
+Files are read as streams, line by line, and the workers' lines merged (k-way, by time
+stamp) as they are read: the logs of a long run of many ranks are never held in memory. Only
+regular files are read: a log that is a FIFO or a link to a device (``/dev/zero``) is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import heapq
+import os
 import re
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xpulaunch.errors import UsageError
-from xpulaunch.joblog.logs import LogLayout
+from xpulaunch.joblog.logs import MAX_LINE_BYTES, RUNNING_LOCK, LogLayout
 from xpulaunch.joblog.run_summary import FILE_NAME as SUMMARY_FILE
+
+_READ_BYTES = 256 * 1024
+# A line longer than this (a log written by something else) is read in pieces.
+_MAX_PIECE_BYTES = 4 * MAX_LINE_BYTES
 
 _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 _STAMP_BYTES = 25  # "2026-11-23T23:32:13.123Z "
@@ -61,11 +78,13 @@ def open_run(path: Path) -> RunLogs:
         raise UsageError(f"{path}: no such directory; give the --log-dir of a run")
     if _attempts(path, must=False):
         return RunLogs(path, _layout(path))
+    # A directory holding runs: torchrun's layout puts each in one of its own, and the
+    # directory a user runs ``xpulaunch logs`` in may hold the --log-dir of ours (./logs).
     runs = [p for p in path.iterdir() if p.is_dir() and _attempts(p, must=False)]
     if not runs:
         raise UsageError(f"{path}: no attempt_N directories; give the --log-dir of a run")
     latest = max(runs, key=lambda p: (p.stat().st_mtime, p.name))
-    return RunLogs(latest, LogLayout.TORCHRUN, runs=len(runs))
+    return RunLogs(latest, _layout(latest), runs=len(runs))
 
 
 def _attempts(folder: Path, *, must: bool = True) -> list[int]:
@@ -84,37 +103,84 @@ def _layout(root: Path) -> LogLayout:
 
 
 def run_ended(run_dir: Path) -> bool:
-    return (run_dir / SUMMARY_FILE).exists()
+    """Is the run over: its directory gone, its supervisor gone (the running lock is free),
+    or, for a run without that lock (an older version), its ``summary.json`` written?"""
+    if not run_dir.is_dir():
+        return True
+    try:
+        fd = os.open(run_dir / RUNNING_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return (run_dir / SUMMARY_FILE).exists()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False  # its supervisor holds it: running
+        return (run_dir / SUMMARY_FILE).exists()  # no working flock here
+    finally:
+        os.close(fd)  # drops our shared lock, if we got it
+    return True
+
+
+def open_log(path: Path) -> int | None:
+    """A log file opened for reading; None when it does not exist (yet). Anything but a
+    regular file (a FIFO, a device, a link to one) is a one-line UsageError: reading it
+    could block for ever or never end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(
+            f"{path}: not a regular file (a FIFO, a device, or a link to one); "
+            "xpulaunch logs reads only the log files a run wrote"
+        )
+    return fd
 
 
 @dataclass
 class LogFollower:
     """New whole lines of several log files (``(worker, path)`` pairs) since the last
-    :meth:`read`. ``stamped``: every line starts with its time stamp (our layout)."""
+    :meth:`lines`. ``stamped``: every line starts with its time stamp (our layout)."""
 
     files: list[tuple[str, Path]]
     stamped: bool = True
     _offsets: dict[Path, int] = field(default_factory=dict)
     _partial: dict[Path, bytes] = field(default_factory=dict)
 
-    def read(self) -> list[tuple[str, bytes]]:
-        """(worker, line) pairs: merged in time-stamp order across files when stamped, else
-        file after file (torchrun's files carry no time to merge by)."""
-        per_file = [[(name, line) for line in self._new_lines(path)] for name, path in self.files]
+    def lines(self) -> Iterator[tuple[str, bytes]]:
+        """(worker, line) pairs, read as they are yielded: merged in time-stamp order across
+        files when stamped (a k-way merge of the streams), else file after file (torchrun's
+        files carry no time to merge by)."""
+        streams = [self._stream(name, path) for name, path in self.files]
         if not self.stamped:
-            return [pair for lines in per_file for pair in lines]
-        return list(heapq.merge(*per_file, key=lambda pair: pair[1][:_STAMP_BYTES]))
+            for stream in streams:
+                yield from stream
+            return
+        yield from heapq.merge(*streams, key=lambda pair: pair[1][:_STAMP_BYTES])
 
-    def _new_lines(self, path: Path) -> list[bytes]:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(self._offsets.get(path, 0))
-                data = handle.read()
-        except FileNotFoundError:
-            return []
-        self._offsets[path] = self._offsets.get(path, 0) + len(data)
-        data = self._partial.pop(path, b"") + data
-        lines = data.split(b"\n")
-        if lines[-1]:
-            self._partial[path] = lines[-1]  # a line still being written
-        return lines[:-1]
+    def read(self) -> list[tuple[str, bytes]]:
+        """:meth:`lines` as a list (for small logs and tests)."""
+        return list(self.lines())
+
+    def _stream(self, name: str, path: Path) -> Iterator[tuple[str, bytes]]:
+        fd = open_log(path)
+        if fd is None:
+            return
+        with contextlib.closing(os.fdopen(fd, "rb")) as handle:
+            handle.seek(self._offsets.get(path, 0))
+            rest = self._partial.pop(path, b"")
+            while chunk := handle.read(_READ_BYTES):
+                self._offsets[path] = handle.tell()
+                pieces = (rest + chunk).split(b"\n")
+                rest = pieces.pop()
+                for line in pieces:
+                    yield name, line
+                while len(rest) > _MAX_PIECE_BYTES:  # a line without end: in pieces
+                    yield name, rest[:_MAX_PIECE_BYTES]
+                    rest = rest[_MAX_PIECE_BYTES:]
+            if rest:
+                self._partial[path] = rest  # a line still being written

@@ -23,6 +23,7 @@ plain ``[name]`` prefix.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import sys
@@ -32,11 +33,11 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
-from xpulaunch.joblog.console import Console
+from xpulaunch.joblog.console import Console, append_whole
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 
 MAX_LINE_BYTES = 64 * 1024
+RUNNING_LOCK = ".running.lock"  # locked by the supervisor while the run runs (log_reader)
 KEEP_ATTEMPTS = 20  # besides attempt_0
 # Cyan, yellow, green, magenta, blue, bright cyan ... red stays free for errors.
 _COLOURS = (b"36", b"33", b"32", b"35", b"34", b"96", b"93", b"92", b"95", b"94")
@@ -168,9 +170,13 @@ class LogSink:
         self._config = config
         self._folders = {n: (folders or {}).get(n, n) for n in names}
         self._wall_clock = wall_clock
-        err_stream = err or sys.stderr.buffer
-        self._out, self._err = Console(out or sys.stdout.buffer), Console(err_stream)
+        err_stream = err or _std_stream(sys.stderr)
+        # Each stream that fails (a full disk, an I/O error) is reported on the other one.
+        out_stream = out or _std_stream(sys.stdout)
+        self._out = Console(out_stream, on_error=self._console_failed("stdout"))
+        self._err = Console(err_stream, on_error=self._console_failed("stderr"))
         self._lock = threading.Lock()
+        self._running_lock: int | None = None  # see hold_running_lock
         self._files: dict[str, dict[bool, BinaryIO]] = {}  # a worker's file per is_err
         self._paths: dict[str, Path] = {}
         # Per worker: (line number, is stderr, text); numbers let a tail start at an attempt.
@@ -193,6 +199,8 @@ class LogSink:
         their place: see :meth:`log_path`."""
         if self._config.log_dir is None:
             return None
+        if self._running_lock is None:
+            self._running_lock = hold_running_lock(self._config.log_dir)
         where = self._where(name, attempt)
         handles: dict[bool, BinaryIO] | None = None
         try:
@@ -289,9 +297,10 @@ class LogSink:
 
     def _write_file(self, name: str, handle: BinaryIO, data: bytes) -> None:
         """Append to a log file; a full disk or an I/O error only ends that worker's files
-        (with one warning): log files are a convenience, supervision and the console go on."""
+        (with one warning): log files are a convenience, supervision and the console go on.
+        A short write writes the rest; a failed one leaves the file ending in a whole line."""
         try:
-            handle.write(data)
+            append_whole(handle.fileno(), data)
         except OSError as exc:
             for dropped in self._files.pop(name).values():
                 _close_quietly(dropped)
@@ -311,6 +320,14 @@ class LogSink:
         """Never blocks: see :mod:`xpulaunch.joblog.console` (a reader that went away only
         ends that stream; supervision and the log files go on)."""
         (self._err if is_err else self._out).write(data)
+
+    def _console_failed(self, name: str) -> Callable[[OSError], None]:
+        def report(exc: OSError) -> None:
+            other = self._err if name == "stdout" else self._out
+            text = f"xpulaunch: warning: {name}: {exc.strerror or exc}; no longer written\n"
+            other.write(text.encode())
+
+        return report
 
     def mark(self, name: str) -> int:
         """The number the next line of ``name`` will get (for ``tail(since=...)``)."""
@@ -335,11 +352,40 @@ class LogSink:
         for handles in files:
             for handle in handles.values():
                 _close_quietly(handle)
+        if self._running_lock is not None:
+            os.close(self._running_lock)  # the run is over for `xpulaunch logs -f`
+            self._running_lock = None
         self._out.close()
         dropped = self._out.dropped_lines_total
         if dropped:
             self.message(f"{dropped} lines of output dropped: the console was not reading")
         self._err.close()
+
+
+def hold_running_lock(run_dir: str | os.PathLike[str]) -> int | None:
+    """Lock ``RUNNING_LOCK`` in ``run_dir`` for as long as the returned descriptor stays open
+    (the supervisor's, close-on-exec: no worker holds it). None where it cannot be locked
+    (then followers wait for ``summary.json``)."""
+    path = os.path.join(run_dir, RUNNING_LOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another run of the same directory holds it, or no flock here
+        os.close(fd)
+        return None
+    return fd
+
+
+def _std_stream(stream: object) -> BinaryIO:
+    """``sys.stdout.buffer``, or ``/dev/null`` where Python started without that stream (a
+    descriptor closed with ``>&-`` in a program embedding the supervisor)."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        return open(os.devnull, "wb")
+    return cast("BinaryIO", buffer)
 
 
 def _close_quietly(handle: BinaryIO) -> None:

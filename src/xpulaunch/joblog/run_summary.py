@@ -17,6 +17,7 @@ run), or null when the run did not fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -24,9 +25,10 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.units import iso_utc
 from xpulaunch.events import Exited, HangDetected, Started, Stopped, Unhealthy
+from xpulaunch.joblog.console import append_whole, warn_on_stderr
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from xpulaunch.events import Event
 
@@ -101,14 +103,29 @@ class RunSummary:
             return None
         return self._failures[-1]
 
-    def write(self, log_dir: str | os.PathLike[str]) -> str:
-        """Write ``summary.json`` atomically (a reader never sees half of it); its path."""
+    def write(
+        self, log_dir: str | os.PathLike[str], *, warn: Callable[[str], None] = warn_on_stderr
+    ) -> str | None:
+        """Write ``summary.json`` atomically (a reader never sees half of it); its path.
+
+        A summary that cannot be written (a full disk, a log dir removed meanwhile) is one
+        warning and None, never an error: the job's own exit status stands, and no partial
+        file is left behind."""
         path = os.path.join(log_dir, FILE_NAME)
         partial = path + ".tmp"
-        with open(partial, "w", encoding="utf-8") as handle:
-            json.dump(self.document(), handle, indent=2)
-            handle.write("\n")
-        os.replace(partial, path)
+        data = (json.dumps(self.document(), indent=2) + "\n").encode()
+        try:
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                append_whole(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(partial, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            warn(f"{path}: {exc.strerror or exc}; not written")
+            return None
         return path
 
 

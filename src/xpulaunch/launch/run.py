@@ -24,6 +24,7 @@ from xpulaunch.launch import plan as planning
 from xpulaunch.launch.operations import LeaseEvents, Operations, open_events
 from xpulaunch.model import Backend
 from xpulaunch.processes import records
+from xpulaunch.processes.cgroup import check_cgroup_setting
 from xpulaunch.processes.program import resolve_program
 from xpulaunch.processes.signals import forwarding
 from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
@@ -130,6 +131,7 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
 def run(request: RunRequest, env: Mapping[str, str], ui: RunUI) -> int:
     """Lease devices and run the job until it is over; its exit status."""
     nodes = node_settings(request, env, ui.say)
+    check_cgroup_setting(env)  # before anything is leased or said
     if nodes.elastic is not None:
         _need_torch()
     ours = supervised(request, nodes)

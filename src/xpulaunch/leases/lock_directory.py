@@ -15,15 +15,18 @@ import fcntl
 import math
 import os
 import pwd
+import signal
 import stat
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from xpulaunch.errors import LeaseError
+from xpulaunch.errors import LeaseError, UsageError
 
+LOCK_DIR_VAR = "XPULAUNCH_LOCK_DIR"
 ALLOCATION_LOCK = "allocate.lock"
 ALLOCATION_LOCK_TIMEOUT_S = 30.0
 _HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
@@ -49,6 +52,23 @@ class LockDirectory:
     @property
     def path(self) -> Path:
         return Path(self.root)
+
+    @classmethod
+    def resolve(
+        cls,
+        lock_dir: str | os.PathLike[str] | None,
+        env: Mapping[str, str],
+        *,
+        uid: int | None = None,
+    ) -> LockDirectory:
+        """The lock directory every entry point uses (the CLI, ``status``, the Python API):
+        ``lock_dir`` when given, else ``XPULAUNCH_LOCK_DIR``, both shared; else the private
+        :meth:`default`. One function, so that an API job and a CLI job with the same
+        environment always see each other's leases."""
+        chosen = lock_dir if lock_dir else env.get(LOCK_DIR_VAR, "")
+        if chosen:
+            return cls(chosen, shared=True)
+        return cls.default(env, uid=uid)
 
     @classmethod
     def default(
@@ -152,26 +172,39 @@ class LockDirectory:
         anyone who can open the file can hold it for ever (``flock allocate.lock sleep inf``
         in a shared directory), so it is waited for with a deadline and a message naming the
         holder, never silently for good."""
-        fd = self.must_open(ALLOCATION_LOCK, os.O_RDONLY)
-        try:
-            self._lock_with_deadline(fd, allocation_lock_timeout_s())
-            yield
-        finally:
-            os.close(fd)  # our only descriptor of it: closing releases the lock
+        timeout_s = allocation_lock_timeout_s()
+        with _stop_deferred():
+            fd = self.must_open(ALLOCATION_LOCK, os.O_RDONLY)
+            try:
+                self._lock_with_deadline(fd, timeout_s)
+                yield
+            finally:
+                os.close(fd)  # our only descriptor of it: closing releases the lock
 
     def _lock_with_deadline(self, fd: int, timeout_s: float) -> None:
         deadline_s = time.monotonic() + timeout_s
         delay_s = 0.001
         while not self.try_lock(fd):
             if time.monotonic() >= deadline_s:
-                holder = lock_holder(fd)
-                raise LeaseError(
-                    f"{self.join(ALLOCATION_LOCK)} has been locked for {timeout_s:g} s by "
-                    f"{holder}; xpulaunch holds it for milliseconds, so something else holds "
-                    f"it: stop that process, or {_HINT}"
-                )
+                raise self._held_too_long(fd, timeout_s)
             time.sleep(min(delay_s, max(deadline_s - time.monotonic(), 0)))
             delay_s = min(delay_s * 2, 0.1)
+
+    def _held_too_long(self, fd: int, timeout_s: float) -> LeaseError:
+        pid = lock_holder_pid(fd)
+        holder = "another process" if pid is None else _describe_pid(pid)
+        where = f"{self.join(ALLOCATION_LOCK)} has been locked for {timeout_s:g} s by {holder}"
+        if pid is not None and _is_stopped(pid):
+            # SIGSTOP cannot be deferred as Ctrl-Z is (see _stop_deferred), and a stopped
+            # holder never lets go: say so, and how to let it go on.
+            return LeaseError(
+                f"{where}, which is stopped (Ctrl-Z or SIGSTOP) while it holds the lock: "
+                f"continue it ('fg', or 'kill -CONT {pid}') or end it"
+            )
+        return LeaseError(
+            f"{where}; xpulaunch holds it for milliseconds, so something else holds "
+            f"it: stop that process, or {_HINT}"
+        )
 
     def _lock_failure(self, exc: OSError) -> LeaseError:
         if exc.errno in _NO_LOCK_ERRNOS:
@@ -191,6 +224,33 @@ class LockDirectory:
         return [n for n in entries if n.startswith(prefix) and n.endswith(suffix)]
 
 
+@contextmanager
+def _stop_deferred() -> Iterator[None]:
+    """Hold back Ctrl-Z (SIGTSTP) while this launch holds ``allocate.lock``.
+
+    A launch stopped while it holds the lock would stop every other launch of the lock
+    directory with it (``--wait`` takes the lock several times a second). So a SIGTSTP that
+    comes meanwhile is kept, and acted on (the process stops) right after the lock is let go.
+    Only on the main thread (where Python runs signal handlers) and only while nobody else
+    handles SIGTSTP; SIGSTOP cannot be held back (:meth:`LockDirectory._held_too_long` names
+    a holder stopped by it).
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTSTP) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    pending: list[int] = []
+    signal.signal(signal.SIGTSTP, lambda signum, _frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        if pending:
+            os.kill(os.getpid(), signal.SIGTSTP)  # stop now, as the user asked
+
+
 def allocation_lock_timeout_s() -> float:
     """``XPULAUNCH_LOCK_TIMEOUT`` seconds, else :data:`ALLOCATION_LOCK_TIMEOUT_S`."""
     text = os.environ.get("XPULAUNCH_LOCK_TIMEOUT", "")
@@ -199,24 +259,38 @@ def allocation_lock_timeout_s() -> float:
     except ValueError:
         value = math.nan
     if not (value >= 0 and math.isfinite(value)):
-        raise LeaseError(f"XPULAUNCH_LOCK_TIMEOUT={text[:40]!r}: expected a number of seconds >= 0")
+        raise UsageError(f"XPULAUNCH_LOCK_TIMEOUT={text[:40]!r}: expected a number of seconds >= 0")
     return value
 
 
 def lock_holder(fd: int) -> str:
-    """Who holds the flock on ``fd``'s file, from ``/proc/locks`` (``pid 12 (flock ...)``)."""
+    """Who holds the flock on ``fd``'s file (``pid 12 (flock ..., user bob)``)."""
+    pid = lock_holder_pid(fd)
+    return "another process" if pid is None else _describe_pid(pid)
+
+
+def lock_holder_pid(fd: int) -> int | None:
+    """The pid holding the flock on ``fd``'s file, from ``/proc/locks``; None if unknown."""
     st = os.fstat(fd)
     wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         with open("/proc/locks") as locks:
             lines = locks.read().splitlines()
     except OSError:
-        return "another process"
+        return None
     for line in lines:
         fields = line.split()
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
-            return _describe_pid(int(fields[4]))
-    return "another process"
+            pid = int(fields[4])
+            return pid if pid > 0 else None  # 0 or -1: a process of another pid namespace
+    return None
+
+
+def _is_stopped(pid: int) -> bool:
+    from xpulaunch.processes.procfs import process_info
+
+    info = process_info(pid)
+    return info is not None and info.state in ("T", "t")
 
 
 def _describe_pid(pid: int) -> str:

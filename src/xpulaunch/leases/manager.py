@@ -52,7 +52,7 @@ from xpulaunch.leases.file_names import (
     key_of_lock_file,
     lock_file_name,
 )
-from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
 from xpulaunch.leases.wait_queue import (
     HolderInfo,
     WaiterRecord,
@@ -131,8 +131,9 @@ class StatusReport:
 class LeaseManager:
     """Atomic allocation of leases in one lock directory, with a FIFO queue for ``--wait``.
 
-    ``lock_dir=None`` is the private per-user directory (:meth:`LockDirectory.default`); an
-    explicit directory is shared by several users (files readable and writable by all).
+    The directory is the CLI's (:meth:`LockDirectory.resolve`): ``lock_dir`` when given, else
+    ``XPULAUNCH_LOCK_DIR`` of ``env`` (default: this process's environment), both shared by
+    several users (files readable and writable by all); else the private per-user directory.
     """
 
     def __init__(
@@ -145,11 +146,9 @@ class LeaseManager:
         poll_interval_s: float = 0.2,
         uid: int | None = None,
     ) -> None:
-        if lock_dir is None:
-            env = os.environ if env is None else env
-            self.directory = LockDirectory.default(env, uid=uid)
-        else:
-            self.directory = LockDirectory(lock_dir, shared=True)
+        env = os.environ if env is None else env
+        self.directory = LockDirectory.resolve(lock_dir, env, uid=uid)
+        allocation_lock_timeout_s()  # a bad XPULAUNCH_LOCK_TIMEOUT is refused at once
         self._clock = clock
         self._sleep = sleep
         self._poll_interval_s = poll_interval_s
@@ -179,7 +178,8 @@ class LeaseManager:
     ) -> tuple[Plan, Lease]:
         """Plan with the leased units excluded and lock the plan's units, atomically.
 
-        ``plan_fn(unavailable)`` must be pure and quick (it runs under the allocation lock);
+        ``plan_fn(unavailable)`` must be pure and quick (it runs under the allocation lock:
+        probe, and ask a binary which build it is, before);
         it raises SelectionError when too few units are free, DeviceBusyError for a leased
         explicit unit. ``shared``: explicitly named units are used even when leased, auto/N
         still avoid leased units, and nothing is locked. ``wait``: queue, first come first
@@ -187,12 +187,18 @@ class LeaseManager:
         line for ``status`` (default: this process's argv). ``share``: the job shares its
         devices with other small jobs (a slot of each; see :mod:`xpulaunch.leases.slots`).
         """
-        self.directory.ensure(create=True)
         holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
+        # Planned first with nothing leased, outside the lock: a request that fails then can
+        # never be met (fail now, also with --wait), and one that leases no unit (the CPU,
+        # --gpus none) cannot meet any other launch, so it takes no lock at all and no stuck
+        # lock directory can hold it up.
+        unleased = plan_fn({})
+        if not unleased.lease_keys:
+            return unleased, Lease((), (), holder.job_id, self.directory.root, shared=shared)
+        self.directory.ensure(create=True)
         if not wait:
             with self.directory.allocation_lock():
                 return self._allocate_now(plan_fn, holder, shared=shared, share=share)
-        plan_fn({})  # a request that fails with nothing leased can never be met: fail now
 
         def attempt() -> tuple[Plan, Lease] | str:
             try:

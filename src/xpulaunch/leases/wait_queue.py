@@ -180,6 +180,8 @@ class WaiterRecord:
     holder: HolderInfo | None  # None: its ticket has no readable record
     waiting_for: str | None
     stopped: bool = False  # stopped (Ctrl-Z, SIGSTOP): it does not hold the line meanwhile
+    owner: str = ""  # the ticket file's owner (``user bob``)
+    ignored: str | None = None  # why this locked ticket holds nobody back (see _not_a_waiter)
 
 
 class Ticket:
@@ -244,17 +246,23 @@ class WaitQueue:
         for name in sorted(self._directory.names(TICKET_PREFIX, TICKET_SUFFIX), key=_order):
             if ahead_of is not None and _order(name) >= _order(ahead_of.name):
                 break
-            record = self._probe(name)
-            if record is not None:
+            probed = self._probe(name)
+            if probed is not None:
+                record, owner_uid = probed
                 reason = record.get("waiting_for")
                 waiting_for = reason if isinstance(reason, str) else None
                 holder = HolderInfo.from_dict(record)
-                stopped = holder is not None and _is_stopped(holder)
-                found.append(WaiterRecord(len(found) + 1, holder, waiting_for, stopped))
+                ignored = _not_a_waiter(holder, owner_uid)
+                stopped = ignored is None and holder is not None and _is_stopped(holder)
+                owner = "user " + _user_name(owner_uid)
+                found.append(
+                    WaiterRecord(len(found) + 1, holder, waiting_for, stopped, owner, ignored)
+                )
         return found
 
-    def _probe(self, name: str) -> Mapping[str, object] | None:
-        """The record of a live ticket ({} when unreadable); None for a dead one."""
+    def _probe(self, name: str) -> tuple[Mapping[str, object], int] | None:
+        """The record of a locked ticket ({} when unreadable) and its file's owner uid; None
+        for a dead one."""
         fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
         if fd is None:
             return None
@@ -263,9 +271,36 @@ class WaitQueue:
                 with suppress(FileNotFoundError, PermissionError):
                     os.unlink(self._directory.join(name))
                 return None
-            return read_record(fd) or {}
+            return read_record(fd) or {}, os.fstat(fd).st_uid
         finally:
             os.close(fd)
+
+
+def _not_a_waiter(holder: HolderInfo | None, owner_uid: int) -> str | None:
+    """Why a locked ticket is not a live xpulaunch waiter's (None: it is one).
+
+    Anyone may create and lock a file in a shared (1777) lock directory, so a lock alone
+    does not make a waiter: a ticket counts only when it holds the record xpulaunch writes
+    (under the allocation lock, before anyone can look) and, for a waiter of this host, its
+    recorded process is alive (the same start time) and runs as the ticket's owner. Anything
+    else (an empty or foreign file, a record naming a dead, reused or another user's pid)
+    is skipped by the queue and shown by ``status`` with its owner. A record from another
+    host (a container with a hostname of its own) cannot be checked beyond its lock, which
+    its process holds, so it counts.
+    """
+    if holder is None:
+        return "not a waiting xpulaunch (no record of one in it)"
+    if holder.hostname != _hostname():
+        return None
+    if not holder.alive():
+        return f"its record names pid {holder.pid}, which is not running"
+    try:
+        runs_as = os.stat(f"/proc/{holder.pid}").st_uid
+    except OSError:
+        return f"its record names pid {holder.pid}, which is not running"
+    if runs_as != owner_uid:
+        return f"its record names pid {holder.pid}, which runs as another user"
+    return None
 
 
 def wait_in_line(
@@ -317,15 +352,24 @@ def _take_turn(
         # A stopped waiter (Ctrl-Z) keeps its place but does not hold the line: it takes its
         # turn again once continued, and nobody waits behind a terminal left suspended.
         waiters = WaitQueue(directory).live(ahead_of=ticket)
-        ahead = sum(1 for w in waiters if not w.stopped)
-        if ahead:
-            return f"{ahead} earlier launch(es) go first", ahead + 1
+        first = [w for w in waiters if not w.stopped and w.ignored is None]
+        if first:
+            return f"{len(first)} earlier launch(es) go first ({_who(first)})", len(first) + 1
         outcome = attempt()
         if isinstance(outcome, str):
             ticket.update(outcome)
         else:
             ticket.close()  # still under the lock: the next waiter sees us gone at once
         return outcome, 1
+
+
+def _who(waiters: Sequence[WaiterRecord]) -> str:
+    """``pid 12 of user bob, pid 40 of user ann``: who goes first (their tickets' owners)."""
+    named = [
+        f"pid {w.holder.pid} of {w.owner}" if w.holder is not None else w.owner for w in waiters[:3]
+    ]
+    more = f" and {len(waiters) - 3} more" if len(waiters) > 3 else ""
+    return ", ".join(named) + more
 
 
 def write_record(fd: int, record: Mapping[str, object]) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping
 
 from xpulaunch.errors import LaunchError, ProbeError
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, detect_build, parse_list_devices
-from xpulaunch.model import Backend
+from xpulaunch.model import Backend, Problem
 
 DEFAULT_BINARY = "llama-server"
 LIST_TIMEOUT_S = 60.0  # a SYCL or ROCm runtime can take many seconds to enumerate devices
@@ -49,19 +48,22 @@ def resolve_binary(
 def list_devices(
     binary: str, env: Mapping[str, str], *, timeout_s: float = LIST_TIMEOUT_S
 ) -> DeviceList:
-    """Run ``binary --list-devices`` and parse what it prints."""
-    try:
-        done = subprocess.run(
-            [binary, "--list-devices"], env=dict(env), capture_output=True, text=True,
-            errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
+    """Run ``binary --list-devices`` and parse what it prints.
+
+    It runs in a session of its own (:class:`~xpulaunch.probing.runner.SubprocessRunner`), so
+    a timeout kills the whole group: the real binary too when ``binary`` is a wrapper script
+    that runs it without ``exec``.
+    """
+    from xpulaunch.probing.runner import SubprocessRunner
+
+    done = SubprocessRunner().run([binary, "--list-devices"], env=env, timeout_s=timeout_s)
+    if isinstance(done, Problem):
+        if done.message.startswith("cannot run"):  # "cannot run PATH: Permission denied"
+            raise LaunchError(f"{binary}: cannot run it ({done.message.rpartition(': ')[2]})")
         raise ProbeError(
             f"{binary} --list-devices did not answer within {timeout_s:g} s; "
             "say which build it is with --llama-backend"
-        ) from None
-    except OSError as exc:
-        raise LaunchError(f"{binary}: cannot run it ({exc.strerror or exc})") from exc
+        )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ProbeError(

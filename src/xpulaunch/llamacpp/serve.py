@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ from xpulaunch.core.backend import parse_backend
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
 from xpulaunch.llamacpp.binary import resolve_binary, which_build
-from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
+from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.health import free_port
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, effective_model, make_llama_plan
 from xpulaunch.model import Inventory
@@ -66,17 +66,22 @@ def choose_ports(request: LlamaRequest) -> list[int]:
     return ports
 
 
-def plan_llama(
-    request: LlamaRequest,
-    inventory: Inventory,
-    parent_env: Mapping[str, str],
-    *,
-    dry_run: bool = False,
-    unavailable: Mapping[str, str] | None = None,
-) -> LlamaPlan:
-    """Resolve the binary and its build (asking it with ``--list-devices`` when needed), the
-    model, the ports and the devices of every replica. A dry run tolerates a missing binary
-    or model (with a note) when the build is given."""
+@dataclass(frozen=True, slots=True)
+class LlamaBuild:
+    """What the binary is, asked once (:func:`ask_binary`) before any device is leased."""
+
+    request: LlamaRequest  # with the binary's resolved path
+    build: LlamaBackend
+    listing: DeviceList | None
+    notes: tuple[str, ...]
+
+
+def ask_binary(
+    request: LlamaRequest, parent_env: Mapping[str, str], *, dry_run: bool = False
+) -> LlamaBuild:
+    """Resolve the binary and its build (asking it with ``--list-devices`` when needed) and
+    check the model: the slow part of planning (a SYCL or ROCm runtime can take many seconds
+    to list its devices), done before the lock directory's lock is taken, never under it."""
     binary, missing = resolve_binary(request.binary, parent_env, must_exist=not dry_run)
     notes = [missing] if missing else []
     model = effective_model(request, parent_env)
@@ -88,10 +93,38 @@ def plan_llama(
     build, listing, build_notes = which_build(
         binary, found, request.llama_backend, wanted, parent_env
     )
+    return LlamaBuild(replace(request, binary=binary), build, listing, (*build_notes, *notes))
+
+
+def plan_for_build(
+    asked: LlamaBuild,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    *,
+    unavailable: Mapping[str, str] | None = None,
+) -> LlamaPlan:
+    """The ports and the devices of every replica, for a binary already asked: quick, so it
+    may run under the lock directory's lock."""
     return make_llama_plan(
-        replace(request, binary=binary), inventory, parent_env, build=build, listing=listing,
-        ports=choose_ports(request), build_notes=[*build_notes, *notes], unavailable=unavailable,
+        asked.request, inventory, parent_env, build=asked.build, listing=asked.listing,
+        ports=choose_ports(asked.request), build_notes=list(asked.notes),
+        unavailable=unavailable,
     )  # fmt: skip
+
+
+def plan_llama(
+    request: LlamaRequest,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    *,
+    dry_run: bool = False,
+    unavailable: Mapping[str, str] | None = None,
+) -> LlamaPlan:
+    """Resolve the binary and its build (asking it with ``--list-devices`` when needed), the
+    model, the ports and the devices of every replica. A dry run tolerates a missing binary
+    or model (with a note) when the build is given."""
+    asked = ask_binary(request, parent_env, dry_run=dry_run)
+    return plan_for_build(asked, inventory, parent_env, unavailable=unavailable)
 
 
 def cuda_settle(plan: LlamaPlan) -> Any | None:
@@ -133,7 +166,7 @@ def serve_llama(
     )  # fmt: skip
     from xpulaunch.llamacpp.server import LlamaServer
 
-    plan = plan_llama(request, inventory, env)
+    plan = plan_llama(request, inventory, env)  # leases nothing: no lock to keep it short
     server_options.setdefault("settle", cuda_settle(plan))
     server = LlamaServer(plan, env, **server_options)
     server.start()

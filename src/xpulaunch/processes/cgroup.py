@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xpulaunch.errors import XpulaunchError
+from xpulaunch.errors import UsageError, XpulaunchError
 
 _CGROUP2_FSTYPE = "cgroup2"
 _KILL_TRIES = 100
@@ -116,13 +116,13 @@ class JobCgroup:
         return True
 
     def _try_remove(self) -> bool:
+        """Remove the tree bottom-up: a worker may have made cgroups of its own below its
+        leaf (a container runtime, ``systemd-run`` in a delegated tree, a program that sets
+        limits for its children), and a cgroup with children cannot be removed (EBUSY)."""
         try:
-            for entry in os.scandir(self.path):
-                if entry.is_dir(follow_symlinks=False):
-                    os.rmdir(entry.path)
-            os.rmdir(self.path)
-        except FileNotFoundError:
-            return True
+            for directory, _, _ in os.walk(self.path, topdown=False):
+                with contextlib.suppress(FileNotFoundError):  # removed by the guardian too
+                    os.rmdir(directory)
         except OSError:
             return False
         return True
@@ -131,13 +131,25 @@ class JobCgroup:
 def job_cgroup(job_id: str, env: Mapping[str, str]) -> tuple[JobCgroup | None, str]:
     """The job's cgroup unless ``XPULAUNCH_CGROUP=0`` (then None and why). Unset: one if the
     host allows it; ``1``: one is required, an error where there is none."""
-    setting = env.get("XPULAUNCH_CGROUP", "")
+    setting = check_cgroup_setting(env)
     if setting == "0":
         return None, "XPULAUNCH_CGROUP=0"
     cgroup, why = JobCgroup.create(job_id)
     if cgroup is None and setting == "1":
         raise XpulaunchError(f"XPULAUNCH_CGROUP=1, but the job cannot have a cgroup: {why}")
     return cgroup, why
+
+
+def check_cgroup_setting(env: Mapping[str, str]) -> str:
+    """``XPULAUNCH_CGROUP``: ``0``, ``1`` or unset (``""``); anything else is a one-line
+    UsageError (it used to be taken as unset, silently)."""
+    setting = env.get("XPULAUNCH_CGROUP", "")
+    if setting not in ("", "0", "1"):
+        raise UsageError(
+            f"XPULAUNCH_CGROUP={setting[:40]!r}: expected 0 (no job cgroup) or 1 (require "
+            "one), or leave it unset (one where the host allows it)"
+        )
+    return setting
 
 
 def _read_pids(path: str) -> list[int]:

@@ -3,23 +3,30 @@
 Why it exists: ``PR_SET_PDEATHSIG`` only reaches a supervisor's direct children (prctl(2)),
 and a worker's own children (DataLoader workers, a ``setsid`` daemon) survive it. So the
 supervisor starts this process first (:func:`start_guardian`), with the read end of a pipe as
-its stdin, and keeps the write end in a :class:`GuardianHandle`. The supervisor writes the
-identity of every worker it starts and ``done`` when it has stopped everything itself. EOF
-without ``done`` means the supervisor died: the guardian then SIGKILLs every process of the
-job, found by :func:`xpulaunch.processes.procfs.find_job` (session id and the
+its stdin, and keeps the write end in a :class:`GuardianHandle`. The supervisor writes only
+``done``, when it has stopped everything itself. EOF without ``done`` means the supervisor
+died: the guardian then SIGKILLs every process of the job, found by
+:func:`xpulaunch.processes.procfs.find_job` (the workers' sessions, read from the job's record
+file (:mod:`xpulaunch.processes.records`), which the supervisor writes anyway, and the
 ``XPULAUNCH_JOB_ID`` marker every descendant inherits), until none is left, and only then
 exits. It also holds the job's device-lease file descriptors, so the devices stay leased until
 the job is really gone. (On a normal end the supervisor unlocks the leases itself once it has
 seen the job gone, and does not wait for the guardian to exit.)
 
+Nothing is written to the pipe per worker: a list kept by the shell grows with every restart
+(a long crash loop made it quadratic), and a blocking write from the supervisor's loop to a
+stopped guardian would freeze the loop. The supervisor watches the guardian instead, and
+starts a new one if it dies (:class:`~xpulaunch.supervisor.engine.Engine`).
+
 It runs in two stages (:func:`command`), because all it does in a job that ends normally is
 wait, and it should neither compete with the workers' start nor hold an interpreter's memory
 for the life of the job:
 
-1. ``/bin/sh`` (:data:`SHELL_STAGE`) reads the pipe and keeps the worker lines. ``done``:
-   it exits. EOF: it execs stage 2 with those lines as stdin.
+1. ``/bin/sh`` (:data:`SHELL_STAGE`) waits on the pipe. ``done``: it exits. EOF: it execs
+   stage 2.
 2. This file, run by path with ``python -S -E -s`` (no site-packages, no PYTHON* variables:
-   nothing installed or set in the environment since can break it), kills the job.
+   nothing installed or set in the environment since can break it), kills the job and
+   removes what it left in the runtime directory (its record and private run directory).
 
 The lease descriptors and the process id stay the same through the exec.
 """
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +52,7 @@ if __name__ == "__main__" and not __package__:
 # After the path fix above: stage 2 finds the package only through it.
 from xpulaunch.processes.cgroup import JobCgroup
 from xpulaunch.processes.procfs import find_job
+from xpulaunch.processes.records import recorded_workers, run_dir_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -57,16 +66,17 @@ class GuardianHandle:
     def __init__(self, proc: subprocess.Popen[bytes], write_fd: int) -> None:
         self.proc, self.pid = proc, proc.pid
         self._fd: int | None = write_fd
-
-    def add_worker(self, pid: int, start_ticks: int) -> None:
-        """A worker was started: its session belongs to the job (what stage 1 keeps)."""
-        self._send(f"s {pid} {start_ticks}")
+        # Never block the supervisor's loop on a stopped guardian: the one line written
+        # ("done") fits an empty pipe, and anything else is dropped, not waited for.
+        os.set_blocking(write_fd, False)
 
     def _send(self, line: str) -> None:
         if self._fd is None:
             return
         try:
             os.write(self._fd, line.encode() + b"\n")
+        except BlockingIOError:  # cannot happen to an empty pipe; never wait for it
+            return
         except BrokenPipeError:  # the guardian died: pdeathsig still covers direct workers
             self.close()
 
@@ -117,22 +127,15 @@ def start_guardian(
     return GuardianHandle(proc, write_fd)
 
 
-# Stage 1: sh -c SHELL_STAGE NAME STAGE_2_ARGV... Only the "s PID TICKS" lines are kept. The
-# terminal's Ctrl-C and hang-up are for the supervisor (and signals ignored here stay ignored
-# through the exec).
+# Stage 1: sh -c SHELL_STAGE NAME STAGE_2_ARGV... It keeps nothing (stage 2 reads the job's
+# record). The terminal's Ctrl-C and hang-up are for the supervisor (and signals ignored here
+# stay ignored through the exec).
 SHELL_STAGE = r"""
 trap '' INT HUP
-workers=
 while IFS= read -r line; do
-  case $line in
-    done) exit 0 ;;
-    "s "*) workers="$workers$line
-" ;;
-  esac
+  [ "$line" = done ] && exit 0
 done
-exec "$@" <<EOF
-$workers
-EOF
+exec "$@"
 """
 
 
@@ -203,13 +206,18 @@ def main(argv: list[str]) -> int:
     job_id, since_ticks = argv[0], int(argv[1])
     record = argv[2] if len(argv) > 2 else None
     cgroup = argv[3] if len(argv) > 3 else None
-    workers = read_workers(sys.stdin.buffer)
+    workers = read_workers(sys.stdin.buffer)  # at EOF after stage 1; what a test may write
     if workers is None:
         if cgroup is not None:
             JobCgroup(cgroup).remove()  # the supervisor removes it too; whoever is last
         return 0
+    if record:
+        workers.update(recorded_workers(record))
     kill_job(job_id, workers, since_ticks, cgroup)
     if record:
+        # What the job left in the runtime directory: the record and the workers' private
+        # run directory (their error files), which the supervisor would have removed.
+        shutil.rmtree(run_dir_of(record), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):  # a sweep removed it, or none was written
             os.unlink(record)
     return 0

@@ -12,22 +12,25 @@ workers inherit the limit they would have had without xpulaunch (a program using
 
 from __future__ import annotations
 
+import errno
 import resource
 
 from xpulaunch.errors import XpulaunchError
 
 FDS_PER_WORKER = 3  # stdout and stderr pipes, pidfd
-FDS_RESERVE = 64  # the interpreter, leases, the guardian's pipe, log files, a health check
+FDS_RESERVE = 64  # the interpreter, leases, the guardian's pipe, a spawn's pipes, a health check
 
 
-def needed_open_files(workers: int) -> int:
-    return FDS_PER_WORKER * workers + FDS_RESERVE
+def needed_open_files(workers: int, log_files_per_worker: int = 0) -> int:
+    """``log_files_per_worker``: files each worker's log keeps open (``--log-dir``: 1 in
+    our layout, stdout and stderr in torchrun's)."""
+    return (FDS_PER_WORKER + log_files_per_worker) * workers + FDS_RESERVE
 
 
-def ensure_open_files(workers: int) -> None:
+def ensure_open_files(workers: int, log_files_per_worker: int = 0) -> None:
     """Raise the soft ``RLIMIT_NOFILE`` to what ``workers`` need; an error if the hard limit
     is too low."""
-    needed = needed_open_files(workers)
+    needed = needed_open_files(workers, log_files_per_worker)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return
@@ -38,3 +41,17 @@ def ensure_open_files(workers: int) -> None:
             f"LimitNOFILE=) or start fewer workers"
         )
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def out_of_files_message(exc: OSError) -> str | None:
+    """For EMFILE/ENFILE (this process, or the whole system, out of file descriptors): what
+    to say instead of blaming the program being started; None for any other error."""
+    if exc.errno == errno.EMFILE:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"xpulaunch itself ran out of open files ('ulimit -n' is {soft}); raise it, or "
+            "start fewer workers"
+        )
+    if exc.errno == errno.ENFILE:
+        return "the system ran out of open files (fs.file-max); close some, or raise it"
+    return None

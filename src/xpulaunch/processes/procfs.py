@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.model import JOB_ID_VAR, WORKER_VAR
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Collection, Iterator, Mapping
 
 # /proc/PID/stat is 52 numbers and a command name of at most 64 bytes (TASK_COMM_LEN 16,
 # escaped): well under 1 KiB.
@@ -193,3 +193,69 @@ def _cgroup_members(cgroup: str, skip: set[int] | frozenset[int]) -> list[JobPro
 def _session_is_ours(sid: int, leader_ticks: int) -> bool:
     leader = process_info(sid)
     return leader is None or leader.start_ticks == leader_ticks
+
+
+def flock_sharers(
+    inodes: Collection[tuple[int, int]],
+    *,
+    exclude: frozenset[int] = frozenset(),
+    since_ticks: int = 0,
+) -> dict[int, set[tuple[int, int]]]:
+    """Processes holding a descriptor that shares a flock'd open file description on one of
+    ``inodes`` (``(st_dev, st_ino)``): pid -> those inodes. Processes in ``exclude``, those
+    started before ``since_ticks`` (a job's descriptors reach only processes forked after it
+    started) and other users' (their descriptors are not ours to read, and a lease's are
+    inherited only by our own descendants) are skipped.
+
+    A descriptor of the same file that another process opened itself is a different open
+    file description and holds no part of our lock: ``/proc/PID/fdinfo/FD`` lists a lock only
+    for the description that owns it (proc(5), "lock:" lines), so only those count.
+    """
+    wanted = set(inodes)
+    found: dict[int, set[tuple[int, int]]] = {}
+    if not wanted:
+        return found
+    for info in iter_processes(os.getuid(), since_ticks):
+        if info.pid in exclude or info.pid <= 1:
+            continue
+        held = _flocked_inodes(info.pid, wanted)
+        if held:
+            found[info.pid] = held
+    return found
+
+
+def _flocked_inodes(pid: int, wanted: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:  # gone, or not ours to read
+        return set()
+    held = set()
+    for name in names:
+        try:
+            st = os.stat(os.path.join(fd_dir, name))  # follows the link to the open file
+        except OSError:
+            continue
+        inode = (st.st_dev, st.st_ino)
+        if inode in wanted and _fd_holds_lock(pid, name):
+            held.add(inode)
+    return held
+
+
+def _fd_holds_lock(pid: int, fd: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as handle:
+            return any(line.startswith(b"lock:") for line in handle.read(65536).splitlines())
+    except OSError:
+        return False
+
+
+def command_line(pid: int, width: int = 80) -> str:
+    """``sleep 300``: a process's command line for a message ("?" when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read(4096).split(b"\0")
+    except OSError:
+        return "?"
+    text = " ".join(a.decode(errors="replace") for a in argv if a)
+    return (text[: width - 3] + "...") if len(text) > width else text or "?"

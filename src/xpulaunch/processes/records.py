@@ -49,7 +49,9 @@ def _prepare(directory: str | os.PathLike[str]) -> bool:
 def _alive(identity: object) -> bool:
     if not isinstance(identity, list) or len(identity) != 2:
         return False
-    return is_running(int(identity[0]), int(identity[1]))
+    if not all(isinstance(i, int) for i in identity):
+        return False
+    return is_running(identity[0], identity[1])
 
 
 class JobRecord:
@@ -84,6 +86,10 @@ class JobRecord:
     def add_worker(self, pid: int, start_ticks: int) -> None:
         self._write({"pid": pid, "start": start_ticks})
 
+    def add_guardian(self, identity: list[int]) -> None:
+        """A new guardian looks after the job (the first one died)."""
+        self._write({"guardian": identity})
+
     def close(self) -> None:
         """Stop writing; the file stays (for the next start's sweep)."""
         if self._fd is not None:
@@ -97,17 +103,56 @@ class JobRecord:
             self.path = None
 
 
+def run_dir_of(record: str) -> str:
+    """The job's private run directory beside its record (``<job>.run`` for ``<job>.jsonl``)."""
+    return record.removesuffix(".jsonl") + ".run"
+
+
+def read_entries(path: str) -> list[dict[str, object]]:
+    """The record's JSON lines (a line cut short by a death is skipped); [] if unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, ValueError):
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def recorded_workers(path: str) -> dict[int, int]:
+    """Every worker the record names: pid (its session id) -> start ticks."""
+    workers = {}
+    for entry in read_entries(path)[1:]:
+        pid, ticks = entry.get("pid"), entry.get("start")
+        if isinstance(pid, int) and isinstance(ticks, int):
+            workers[pid] = ticks
+    return workers
+
+
 def sweep(directory: str | os.PathLike[str]) -> int:
     """Kill what is left of dead jobs recorded in ``directory``; returns processes killed."""
     killed = 0
     if not _prepare(directory):
         return 0
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
+        names = set(os.listdir(directory))
     except OSError:
         return 0
-    for name in names:
+    for name in sorted(n for n in names if n.endswith(".jsonl")):
         killed += _sweep_one(os.path.join(directory, name))
+    # A private run directory without its record: its job is over (the record is written
+    # before the run directory is made, and removed after it), but the directory was left
+    # (an old version's guardian, a kill -9 of both).
+    for name in names:
+        if name.endswith(".run") and name.removesuffix(".run") + ".jsonl" not in names:
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
     return killed
 
 
@@ -119,18 +164,16 @@ def _unlink(path: str) -> None:
 
 
 def _sweep_one(path: str) -> int:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            entries = [json.loads(line) for line in handle.read().splitlines()]
-    except (OSError, ValueError):  # unreadable or half-written: nothing we can trust
-        return 0
-    if not entries or not isinstance(entries[0], dict):
-        return 0
+    entries = read_entries(path)
+    if not entries or "job" not in entries[0]:
+        return 0  # unreadable, or not a record of ours: nothing we can trust
     head = entries[0]
-    if _alive(head.get("supervisor")) or _alive(head.get("guardian")):
+    guardians = [head.get("guardian"), *(e.get("guardian") for e in entries[1:])]
+    if _alive(head.get("supervisor")) or any(_alive(g) for g in guardians):
         return 0  # the job is still looked after
-    sessions = {int(e["pid"]): int(e["start"]) for e in entries[1:] if "pid" in e}
-    since = int(head.get("since", 0))
+    sessions = recorded_workers(path)
+    recorded_since = head.get("since")
+    since = recorded_since if isinstance(recorded_since, int) else 0
     cgroup = _job_cgroup(head.get("cgroup"), str(head.get("job")))
     found = find_job(str(head.get("job")), sessions, since_ticks=since, cgroup=cgroup)
     killed = sum(signal_pid(p.info.pid, signal.SIGKILL) for p in found)
@@ -140,7 +183,7 @@ def _sweep_one(path: str) -> int:
         JobCgroup(cgroup).kill()
         JobCgroup(cgroup).remove()
     # The job's private run directory (its workers' error files), if it was left behind.
-    shutil.rmtree(path.removesuffix(".jsonl") + ".run", ignore_errors=True)
+    shutil.rmtree(run_dir_of(path), ignore_errors=True)
     _unlink(path)
     return killed
 

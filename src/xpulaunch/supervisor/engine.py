@@ -15,8 +15,9 @@ event) to the engine as its :class:`~xpulaunch.supervisor.worker.WorkerOwner`; t
 what they mean for the worker's :class:`~xpulaunch.supervisor.gang.Gang` (the restart unit, whose
 phase changes only through :data:`~xpulaunch.supervisor.gang.TRANSITIONS`), with the pure
 :func:`~xpulaunch.core.restart.decide`. The processes a job left behind are found with
-:func:`~xpulaunch.processes.procfs.find_job`; the guardian and the record file hear of every
-worker started.
+:func:`~xpulaunch.processes.procfs.find_job`; the record file hears of every worker
+started (the guardian reads it if the supervisor dies), and the guardian's own death is
+noticed and mended (:mod:`~xpulaunch.supervisor.guardian_keeper`).
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ from xpulaunch.events import (
     TimedOut,
     WorkerState,
 )
-from xpulaunch.processes.procfs import find_job
+from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_file
+from xpulaunch.processes.procfs import command_line, find_job, flock_sharers
 from xpulaunch.processes.tree import describe_returncode, signal_name, signal_processes, with_cont
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
+from xpulaunch.supervisor.guardian_keeper import GuardianKeeper
 from xpulaunch.supervisor.loop import Loop
 from xpulaunch.supervisor.status_board import StatusBoard
 from xpulaunch.supervisor.worker import START_FAILED_STATUS, Worker
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from xpulaunch.processes.guardian import GuardianHandle
     from xpulaunch.processes.procfs import JobProcess
     from xpulaunch.processes.records import JobRecord
+    from xpulaunch.supervisor.guardian_keeper import StartGuardian
     from xpulaunch.supervisor.hang import HangWatch
     from xpulaunch.supervisor.spec import SupervisorSettings, Watch, WorkerSpec
 
@@ -82,6 +86,7 @@ class Engine:
         guardian: GuardianHandle | None,
         record: JobRecord,
         watch: Watch,
+        restart_guardian: StartGuardian | None = None,
         cgroup: JobCgroup | None = None,
     ) -> None:
         policy, lease_fds = settings.policy, settings.lease_fds
@@ -90,7 +95,7 @@ class Engine:
         self.cgroup = cgroup
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
-        self.guardian, self.record = guardian, record
+        self.record = record
         self.loop = Loop(clock)
         self.workers = [
             Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id,
@@ -116,11 +121,17 @@ class Engine:
         self._status: int | None = None
         self._crash: BaseException | None = None
         self.board = StatusBoard([w.status() for w in self.workers])  # for other threads
-        # With release_leases: our own descriptors of the leases' open file descriptions, to
-        # unlock them at the end (last: nothing to close if an earlier step failed). Not the
-        # caller's numbers: those may be closed (Lease.release) and reused meanwhile.
+        # Our own descriptors of the leases' open file descriptions: a new guardian gets them,
+        # and with release_leases they are unlocked at the end (last: nothing to close if an
+        # earlier step failed). Not the caller's numbers: those may be closed
+        # (Lease.release) and reused meanwhile.
         self._holds_leases = bool(lease_fds)
-        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds) if settings.release_leases else ()
+        self._lease_fds = tuple(os.dup(fd) for fd in lease_fds)
+        self._release = settings.release_leases
+        self.guardian = GuardianKeeper(
+            guardian, restart_guardian, lease_fds=self._lease_fds, record=record,
+            say=self.sink.message,
+        )  # fmt: skip
 
     # -- called from any thread ----------------------------------------------------------
     def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:
@@ -143,6 +154,7 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         try:
+            self.guardian.watch(self.loop)
             self._initial_start()
             self._check_finished()  # an aborted start may leave nothing that would wake the loop
             while self._status is None:
@@ -168,11 +180,9 @@ class Engine:
             self._on_event(event)
 
     def on_spawned(self, worker: Worker) -> None:
-        """Tell the guardian and the record file: they find the job's processes by it."""
+        """Tell the record file: the guardian and the sweep find the job's processes by it."""
         if worker.pid is None:
             return
-        if self.guardian is not None:
-            self.guardian.add_worker(worker.pid, worker.start_ticks)
         self.record.add_worker(worker.pid, worker.start_ticks)
         if self.hangs is not None:
             self.hangs.started(worker)
@@ -274,7 +284,7 @@ class Engine:
     def _gave_up(self, gang: Gang, reason: str) -> None:
         self._set_states(gang, WorkerState.FAILED)
         failed = gang.first_failure
-        code = failed.exit_code if failed and failed.exit_code is not None else 1
+        code = failed.job_status if failed and failed.job_status is not None else 1
         self.emit(GaveUp(self.clock(), gang.names, code, reason))
 
     @staticmethod
@@ -370,7 +380,7 @@ class Engine:
         if not workers:
             return []
         sessions = {w.pid: w.start_ticks for w in workers if w.pid is not None}
-        exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+        exclude = frozenset({os.getpid(), self.guardian.pid})
         return find_job(
             self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude,
             cgroup=self._cgroup_path,
@@ -423,7 +433,7 @@ class Engine:
         if any(g.phase not in FINAL_PHASES for g in self.gangs):
             return
         if not job_gone:
-            exclude = frozenset({os.getpid(), self.guardian.pid if self.guardian else 0})
+            exclude = frozenset({os.getpid(), self.guardian.pid})
             strays = find_job(
                 self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude,
                 cgroup=self._cgroup_path,
@@ -443,7 +453,7 @@ class Engine:
         failed = [g for g in self.gangs if g.phase is Phase.FAILED]
         if failed:
             first = min(failed, key=lambda g: g.ended_at_s).first_failure
-            code = first.exit_code if first and first.exit_code is not None else 1
+            code = first.job_status if first and first.job_status is not None else 1
             return code, f"worker {first.name if first else '?'} failed"
         if self._timed_out:
             return TIMED_OUT_STATUS, f"ran for --max-runtime {self.watch.max_runtime_s:g} s"
@@ -459,15 +469,43 @@ class Engine:
         flock locks belong to the open file description that the supervisor, the workers
         (and what they started) and the guardian share (flock(2)), so ``LOCK_UN`` frees the
         devices for all of them at once, without waiting for the guardian (the last holder) to
-        exit. False: a descriptor took no unlock (EINVAL, ENOLCK), so the guardian must be
-        waited for after all.
+        exit. But a process the job started may have left it (root may leave the job's
+        cgroup; without one, ``setsid`` and a cleared environment are enough) and still hold
+        the lease descriptor it inherited, and with it the device: such a lease is not
+        unlocked, so it ends when the last holder exits, and the survivor is named. False: a
+        lease stays locked (a survivor, or a descriptor that took no unlock), so the guardian
+        must be waited for after all.
         """
-        try:
-            for fd in self._lease_fds:
+        survivors = self._lease_survivors()
+        unlocked = True
+        for fd in self._lease_fds:
+            if _inode(fd) in survivors:
+                unlocked = False
+                continue
+            try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-        except OSError:
-            return False
-        return True
+            except OSError:
+                unlocked = False
+        return unlocked
+
+    def _lease_survivors(self) -> dict[tuple[int, int], list[int]]:
+        """Lease file (inode) -> the processes outside the supervisor that still hold it."""
+        exclude = frozenset({os.getpid(), self.guardian.pid})
+        inodes = {_inode(fd): fd for fd in self._lease_fds}
+        held: dict[tuple[int, int], list[int]] = {}
+        sharers = flock_sharers(inodes, exclude=exclude, since_ticks=self.since_ticks)
+        for pid, files in sorted(sharers.items()):
+            for inode in files:
+                held.setdefault(inode, []).append(pid)
+        for inode, pids in held.items():
+            first = pids[0]
+            others = f" and {len(pids) - 1} more" if len(pids) > 1 else ""
+            self.sink.message(
+                f"warning: pid {first} ({command_line(first, 60)}){others} left the job but "
+                f"still holds the lease of {_lease_name(inodes[inode])}: it stays leased "
+                f"until that process exits"
+            )
+        return held
 
     def _emergency_kill(self) -> None:
         for worker in self.workers:
@@ -475,7 +513,7 @@ class Engine:
                 worker.kill_group()
         if self.cgroup is not None:
             self.cgroup.kill()
-        if self.guardian is not None:
+        if self.guardian.handle is not None:
             return  # closing its pipe without "done" makes it kill whatever is left
         signal_processes(self.scan(self.workers), signal.SIGKILL)
 
@@ -484,12 +522,11 @@ class Engine:
             worker.close()
         # Finished (not crashed) means _check_finished saw every process of the job gone.
         finished = self._crash is None and self._status is not None
-        unlocked = bool(self._lease_fds) and finished and self.release_leases()
-        if self.guardian is not None:
-            # Leases not unlocked here: wait (bounded) for the guardian, which holds them, so
-            # that the caller's own release frees the devices at once.
-            wait = self._holds_leases and not unlocked
-            self.guardian.close(done=self._crash is None, wait=wait)
+        unlocked = self._release and finished and self.release_leases()
+        # Leases not unlocked here: wait (bounded) for the guardian, which holds them, so
+        # that the caller's own release frees the devices at once.
+        wait = self._holds_leases and not unlocked
+        self.guardian.close(done=self._crash is None, wait=wait)
         for fd in self._lease_fds:
             os.close(fd)
         if self.cgroup is not None and finished:
@@ -504,3 +541,19 @@ class Engine:
             shutil.rmtree(self.watch.run_dir, ignore_errors=True)  # private: ours to remove
         self._publish()
         self.board.mark_done()
+
+
+def _inode(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _lease_name(fd: int) -> str:
+    """The unit key of a lease descriptor (``0000:17:00.0``), from its lock file's name."""
+    try:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return "a device"
+    if name.startswith(UNIT_PREFIX) and name.endswith(LOCK_SUFFIX):
+        return key_of_lock_file(name) or name
+    return name

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from xpulaunch.supervisor.worker import Worker, WorkerOwner
 
 PY_SPY_TIMEOUT_S = 30.0
+# The job's exit status when a hang failed it for good: not the worker's own 143 (the SIGTERM
+# that stopped it), which a script cannot tell from ``kill -TERM`` of xpulaunch, nor 124
+# (``--max-runtime``, as GNU timeout), 126/127 (cannot start) or 128+N (a signal).
+HANG_STATUS = 125
 
 
 class HangWatch:
@@ -80,6 +84,7 @@ class HangWatch:
         reason = (
             f"silent for {silent_s:.0f} s (no {what} within --hang-timeout {self._timeout_s:g} s)"
         )
+        worker.failed_status = HANG_STATUS
         py_spy = shutil.which("py-spy")
         if py_spy is None:
             self._sink.message(f"worker {worker.name}: no stack dump (py-spy is not installed)")

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.events import Event, WorkerState, WorkerStatus
-from xpulaunch.joblog.logs import LogConfig, LogSink, rank_folders
+from xpulaunch.joblog.logs import LogConfig, LogLayout, LogSink, rank_folders
 from xpulaunch.processes import records
-from xpulaunch.processes.cgroup import job_cgroup
-from xpulaunch.processes.guardian import start_guardian
+from xpulaunch.processes.cgroup import check_cgroup_setting, job_cgroup
+from xpulaunch.processes.guardian import GuardianHandle, start_guardian
 from xpulaunch.processes.limits import ensure_open_files
 from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
@@ -106,7 +106,9 @@ class Supervisor:
         except TypeError as exc:
             raise UsageError(f"Supervisor: {exc}") from None
         _validate(workers, settings)
+        check_cgroup_setting(os.environ)
         self.settings = settings
+        self._log_files_per_worker = _log_files_per_worker(settings.logs)
         self._specs = tuple(workers)
         self._sink = LogSink(
             settings.logs,
@@ -133,7 +135,7 @@ class Supervisor:
         with self._lock:
             if self._engine is not None:
                 return
-            ensure_open_files(len(self._specs))
+            ensure_open_files(len(self._specs), self._log_files_per_worker)
             self._engine = self._make_engine()
             self._thread = threading.Thread(
                 target=self._engine.run, name="xpulaunch-supervisor", daemon=True
@@ -153,7 +155,11 @@ class Supervisor:
         cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
         cgroup_path = cgroup.path if cgroup is not None else None
         settings = self.settings
-        watchdog = start_guardian(self.job_id, since, record_file, settings.lease_fds, cgroup_path)
+
+        def new_guardian(lease_fds: tuple[int, ...]) -> GuardianHandle | None:
+            return start_guardian(self.job_id, since, record_file, lease_fds, cgroup_path)
+
+        watchdog = new_guardian(settings.lease_fds)
         header: dict[str, object] = {"since": since, "supervisor": _identity(os.getpid())}
         if watchdog is not None:
             header["guardian"] = _identity(watchdog.pid)
@@ -163,7 +169,7 @@ class Supervisor:
         return Engine(
             self._specs, settings, sink=self._sink, on_event=self._on_event, clock=self._clock,
             job_id=self.job_id, since_ticks=since, settle=self._settle, guardian=watchdog,
-            record=record, watch=self._watch(), cgroup=cgroup,
+            record=record, watch=self._watch(), cgroup=cgroup, restart_guardian=new_guardian,
         )  # fmt: skip
 
     def _watch(self) -> Watch:
@@ -269,6 +275,14 @@ class Supervisor:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _log_files_per_worker(logs: LogConfig) -> int:
+    """Files each worker's log keeps open: none without a log dir, stdout.log and stderr.log
+    in torchrun's layout, one file in ours."""
+    if logs.log_dir is None:
+        return 0
+    return 2 if logs.layout == LogLayout.TORCHRUN else 1
 
 
 def _job_id(given: str | None) -> str:

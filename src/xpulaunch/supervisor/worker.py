@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 from xpulaunch.core.root_cause import RootCause, from_error_file, from_stderr
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
-from xpulaunch.joblog.logs import LineBuffer
+from xpulaunch.joblog.logs import KEEP_ATTEMPTS, LineBuffer
+from xpulaunch.processes.limits import out_of_files_message
 from xpulaunch.processes.procfs import process_info
 from xpulaunch.processes.spawn import open_pidfd, spawn
 from xpulaunch.processes.tree import (
@@ -117,11 +118,18 @@ class Worker:
         self.expected = False  # we asked it to stop
         self.kill_at_s: float | None = None
         self.failure_reason = ""
+        self.failed_status: int | None = None  # the job's status if this failure ends it
         self.run_id = 0  # bumped per start, so late callbacks of an old run are ignored
         self._pidfd: int | None = None
         self._streams: dict[bool, tuple[IO[bytes], LineBuffer]] = {}
         self._health: HealthCheckRun | None = None
         self._first_line = 0  # the sink's line number where this run's output starts
+
+    @property
+    def job_status(self) -> int | None:
+        """The job's exit status when this worker's failure ends it: its exit code, unless
+        the supervisor failed it for a reason of its own (a hang)."""
+        return self.failed_status if self.failed_status is not None else self.exit_code
 
     def status(self) -> WorkerStatus:
         ready = self.alive and self.state is WorkerState.READY
@@ -138,6 +146,7 @@ class Worker:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
             return self._start_failed(f"cannot prepare worker {self.name}: {exc}")
+        self._prune_run_dir(attempt)
         error_file = self._fresh_error_file(attempt)
         self.heartbeat_file = None
         if self._heartbeat and self._run_dir is not None:
@@ -154,6 +163,9 @@ class Worker:
         try:
             proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)
         except (OSError, subprocess.SubprocessError) as exc:
+            ours = out_of_files_message(exc) if isinstance(exc, OSError) else None
+            if ours is not None:  # our limit, not the program's fault: not 126 or 127
+                return self._start_failed(f"cannot start worker {self.name}: {ours}", 1)
             why = describe_start_error(spec.argv[0], exc)
             status = START_FAILED_STATUS
             if not isinstance(exc, FileNotFoundError):
@@ -164,6 +176,21 @@ class Worker:
                 os.close(cgroup_fd)
         self._started(proc, spec, attempt)
         return None
+
+    def _prune_run_dir(self, attempt: int) -> None:
+        """Keep ``attempt_0`` and the last :data:`KEEP_ATTEMPTS` attempts of this worker's
+        files in the run directory, as its logs are kept: a crash loop must not grow it
+        without bound. The older attempt's error file and heartbeat go, and its directory
+        once no worker has anything left there (the log sink removes the log next)."""
+        old = attempt - KEEP_ATTEMPTS
+        if old < 1 or self._run_dir is None:
+            return
+        error_file = self._sink.error_file(self._run_dir, self.name, old)
+        for path in (error_file, heartbeat_path(self._run_dir, old, self.name)):
+            with contextlib.suppress(OSError):  # never written, or removed already
+                path.unlink()
+        with contextlib.suppress(OSError):  # other workers' files (or logs) are still there
+            (self._run_dir / f"attempt_{old}").rmdir()
 
     def _fresh_error_file(self, attempt: int) -> Path | None:
         """This attempt's error file path, with no file left there by an earlier run."""
@@ -211,7 +238,7 @@ class Worker:
         self.start_ticks = info.start_ticks if info else 0
         self.run_id += 1
         self.alive, self.down, self.expected, self.kill_at_s = True, False, False, None
-        self.exit_code, self.failure_reason = None, ""
+        self.exit_code, self.failure_reason, self.failed_status = None, "", None
         self.started_at_s = self.last_output_s = now
         self._owner.on_spawned(self)
         self._watch(proc)
