@@ -135,6 +135,7 @@ def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:
     env = {"PATH": "/usr/bin:/bin"}
     inventory = xpulaunch.load_inventory(inventory_path("2x-h200.json"))
     cpu_plan = xpulaunch.plan(["true"], gpus="none", parent_env=env)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")  # read, but not a model: no estimate
     llama = LlamaRequest(
         model=str(tmp_path / "model.gguf"), gpus="2", binary=str(tmp_path / "llama-server"),
         llama_backend=LlamaBackend.CUDA,

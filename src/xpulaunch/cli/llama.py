@@ -21,7 +21,7 @@ from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.launch.options import parse_backoff
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
-from xpulaunch.llamacpp.serve import cuda_settle, plan_llama
+from xpulaunch.llamacpp.serve import cuda_settle, plan_llama, plan_prepared, prepare_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
 from xpulaunch.processes.signals import forwarding
@@ -147,6 +147,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     xpulaunch llama -m model.gguf --gpus 2                one server split over 2 GPUs
     xpulaunch llama -m model.gguf --gpus 2 --replicas 2   two servers, one GPU each
     xpulaunch llama -m model.gguf -- -c 8192 -ngl 20      llama-server's own options
+    xpulaunch llama serve --config models.toml            several models behind one port
     """
     parent_env = dict(os.environ)
     leases = LeaseSettings.pop_from(options)
@@ -183,9 +184,10 @@ def _lease_and_serve(
 ) -> int:
     """Plan under the lease lock (waiting in line if asked), then serve until stopped."""
     planned: list[LlamaPlan] = []
+    prepared = prepare_llama(request, parent_env)  # asks the binary: not under the lock
 
     def plan_fn(unavailable: Mapping[str, str]) -> Plan:
-        planned[:] = [plan_llama(request, inventory, parent_env, unavailable=unavailable)]
+        planned[:] = [plan_prepared(prepared, inventory, parent_env, unavailable=unavailable)]
         return planned[0].plan
 
     with WaitReporter() as reporter:
