@@ -26,6 +26,7 @@ from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import TextIO
 
     from xpulaunch.events import Event
@@ -77,8 +78,10 @@ class EventStream:
         self._lock, self._stream, self._owned = threading.Lock(), stream, True
         return self
 
-    def write(self, event: Event) -> None:
-        line = json.dumps(event_record(event, time.time()), separators=(",", ":")) + "\n"
+    def write(self, event: Event, extra: Mapping[str, object] | None = None) -> None:
+        """One line; ``extra`` keys go first (the model router names the model)."""
+        record = {**(extra or {}), **event_record(event, time.time())}
+        line = json.dumps(record, separators=(",", ":")) + "\n"
         with self._lock:
             try:
                 self._stream.write(line)

@@ -67,10 +67,17 @@ class Estimate:
 
     def describe(self) -> str:
         ctx = f" for -c {self.context}" if self.context else ""
+        size = self._size
         return (
-            f"model needs about {format_bytes(self.on_devices(1))} (weights "
-            f"{format_bytes(self.weights_bytes)} + KV cache {format_bytes(self.kv_bytes)}{ctx}"
-            f" + compute {format_bytes(self.compute_bytes)}; {self.source})"
+            f"model needs about {size(self.on_devices(1))} (weights {size(self.weights_bytes)}"
+            f" + KV cache {size(self.kv_bytes)}{ctx} + compute {size(self.compute_bytes)}; "
+            f"{self.source})"
+        )
+
+    def _size(self, value: int) -> str:
+        # llama-fit-params counts whole MiB, rounded down.
+        return (
+            "< 1 MiB" if value == 0 and self.source == "llama-fit-params" else format_bytes(value)
         )
 
 

@@ -1,0 +1,428 @@
+"""Loading models on demand and unloading them: the router's side of each model's
+:class:`~xpulaunch.llamacpp.server.LlamaServer`.
+
+All state lives on the router's event loop (one owner); what blocks (asking the binary,
+starting and stopping servers, taking the lease lock) runs on worker threads and is awaited.
+
+A load: prepare the model once (the build, ``--fit``, the estimate), then under the placement
+lock plan it with the devices leased by others excluded; when it does not fit, evict idle
+models of this router (:func:`~.policy.choose_evictions`) and plan again; lease the plan's
+devices like any launch; then start the servers under the Supervisor and wait for
+``/health``. Every request that arrives meanwhile waits for the same load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from xpulaunch.errors import DeviceBusyError, SelectionError, XpulaunchError
+from xpulaunch.events import Event, Exited, GaveUp, Ready, Unhealthy
+from xpulaunch.llamacpp.plan import LlamaRequest
+from xpulaunch.llamacpp.router.events import (
+    ModelLoaded,
+    ModelLoadFailed,
+    ModelLoading,
+    ModelUnloaded,
+)
+from xpulaunch.llamacpp.router.policy import (
+    ModelState,
+    Outcome,
+    choose_evictions,
+    eviction_order,
+    expired,
+    next_expiry,
+)
+from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, Slot, Unavailable
+from xpulaunch.llamacpp.server import error_line
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from xpulaunch.core.restart import RestartPolicy
+    from xpulaunch.leases import Lease
+    from xpulaunch.llamacpp.devices import LlamaBackend
+    from xpulaunch.llamacpp.plan import LlamaPlan, Replica
+    from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
+    from xpulaunch.llamacpp.serve import Prepared
+    from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
+    from xpulaunch.model import Inventory
+
+T = TypeVar("T")
+PLACE_TRIES = 8  # other jobs may take a device between our look and our lock
+ACQUIRE_TRIES = 8  # a model unloaded again while a request waited for it
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What every model of one router shares."""
+
+    inventory: Inventory
+    parent_env: Mapping[str, str]
+    health: HealthOptions
+    policy: RestartPolicy
+    binary: str | None = None
+    llama_backend: LlamaBackend | None = None
+    backend: str | None = None
+    lock_dir: str | None = None
+    grace_s: float = 10.0
+    log_dir: str | None = None
+    record_dir: str | None = None
+
+
+class ModelManager:
+    """The models of one router (call every method on its event loop)."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        setup: Setup,
+        *,
+        on_event: Callable[[Event, str | None], None],
+        on_message: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from xpulaunch.leases import LeaseManager
+
+        self.config, self.setup = config, setup
+        self.slots = {m.id: Slot(m) for m in config.models}
+        self._emit, self._say, self._clock = on_event, on_message, clock
+        self._leases = LeaseManager(setup.lock_dir)
+        self._place_lock = asyncio.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4 + 2 * len(self.slots),
+                                        thread_name_prefix="xpulaunch-router")  # fmt: skip
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closing = False
+
+    def clock(self) -> float:
+        return self._clock()
+
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            if not isinstance(error, LoadFailed | NoRoom | Unavailable):
+                self._say(f"router task failed: {error!r}")
+
+    # -- requests --------------------------------------------------------------------------
+    async def acquire(self, slot: Slot) -> Replica:
+        """A replica of ``slot`` to send one request to, loading the model first when needed.
+        The request counts as in flight from here until :meth:`release`."""
+        slot.in_flight += 1
+        try:
+            for _ in range(ACQUIRE_TRIES):
+                if self.closing:
+                    raise Unavailable("the router is stopping")
+                if slot.state is ModelState.READY:
+                    slot.last_used_s = self._clock()
+                    return slot.pick()
+                if slot.state is ModelState.UNLOADED:
+                    self.start_load(slot)
+                if slot.state is ModelState.LOADING and slot.loading is not None:
+                    await asyncio.shield(slot.loading)
+                elif slot.state is ModelState.UNLOADING:
+                    await slot.unloaded.wait()
+            raise Unavailable(f"model {slot.id} was unloaded again while this request waited")
+        except BaseException:
+            self.release(slot)
+            raise
+
+    def release(self, slot: Slot) -> None:
+        slot.in_flight -= 1
+        slot.last_used_s = self._clock()
+        self._wake.set()
+
+    # -- loading ---------------------------------------------------------------------------
+    def start_load(self, slot: Slot) -> asyncio.Task[Any]:
+        if slot.state is ModelState.UNLOADED:
+            slot.state = ModelState.LOADING
+            slot.unloaded.clear()
+            slot.loading = self._spawn(self._load(slot))
+        if slot.loading is None:
+            raise Unavailable(f"model {slot.id} is {slot.state.value}")
+        return slot.loading
+
+    async def _load(self, slot: Slot) -> None:
+        began = self._clock()
+        try:
+            prepared = await self._prepare(slot)
+            plan, lease, evicted = await self._place(slot, prepared)
+        except (XpulaunchError, NoRoom) as exc:
+            self._failed(slot, exc)
+            raise exc if isinstance(exc, NoRoom) else LoadFailed(self._why(slot, exc)) from exc
+        if self.closing:
+            lease.release()
+            slot.set_unloaded()
+            raise Unavailable("the router is stopping")
+        labels = tuple(u.label() for u in plan.plan.devices)
+        self._emit(ModelLoading(self._clock(), slot.id, labels, evicted), None)
+        where = ", ".join(labels) or "the CPU"
+        self._say(f"loading model {slot.id} on {where}" + (
+            f" (evicted {', '.join(evicted)})" if evicted else ""))  # fmt: skip
+        server = self._server(slot, plan, lease)
+        try:
+            await self._blocking(server.start)
+        except XpulaunchError as exc:
+            await self._blocking(server.stop)
+            lease.release()
+            self._failed(slot, exc)
+            raise LoadFailed(self._why(slot, exc)) from exc
+        if self.closing:
+            await self._unload(slot, "stop")
+            raise Unavailable("the router is stopping")
+        slot.set_loaded(server)
+        took = self._clock() - began
+        slot.counters.loads += 1
+        slot.counters.last_load_s = took
+        slot.last_used_s = self._clock()
+        self._emit(ModelLoaded(self._clock(), slot.id, server.urls, took), None)
+        self._say(f"model {slot.id} ready in {took:.1f} s at {', '.join(server.urls)}")
+        self._wake.set()
+
+    def _why(self, slot: Slot, exc: BaseException) -> str:
+        text = exc.message if isinstance(exc, XpulaunchError) else str(exc)
+        return f"model {slot.id} could not be loaded: {text}"
+
+    def _failed(self, slot: Slot, exc: BaseException) -> None:
+        slot.last_error = self._why(slot, exc) if not isinstance(exc, NoRoom) else str(exc)
+        slot.counters.load_failures += 1
+        slot.set_unloaded()
+        self._emit(ModelLoadFailed(self._clock(), slot.id, slot.last_error), None)
+        self._say(slot.last_error)
+
+    async def _prepare(self, slot: Slot) -> Prepared:
+        """The build, --fit and the estimate: asked once per model."""
+        if slot.prepared is None:
+            from xpulaunch.llamacpp.serve import prepare_llama
+
+            request = model_request(slot.config, self.setup)
+            env = self.setup.parent_env
+            slot.prepared = await self._blocking(lambda: prepare_llama(request, env))
+        return slot.prepared
+
+    async def _place(
+        self, slot: Slot, prepared: Prepared
+    ) -> tuple[LlamaPlan, Lease, tuple[str, ...]]:
+        """Plan and lease, evicting idle models of ours when that makes room."""
+        evicted: list[str] = []
+        async with self._place_lock:
+            for _ in range(PLACE_TRIES):
+                unavailable = await self._blocking(self._leases.unavailable)
+                evict = self._evictions(slot, prepared, unavailable)
+                if evict:
+                    for victim in evict:
+                        self.slots[victim].state = ModelState.UNLOADING
+                    await asyncio.gather(*(self._unload(self.slots[v], "evicted", by=slot.id)
+                                           for v in evict))  # fmt: skip
+                    evicted += evict
+                    continue
+                try:
+                    plan, lease = await self._blocking(lambda: self._lease(slot, prepared))
+                except (SelectionError, DeviceBusyError):
+                    continue  # another job took a device meanwhile: look again
+                return plan, lease, tuple(evicted)
+        raise NoRoom(f"model {slot.id}: devices kept being taken by other jobs; try again")
+
+    def _evictions(
+        self, slot: Slot, prepared: Prepared, unavailable: Mapping[str, str]
+    ) -> tuple[str, ...]:
+        """Which of our idle models to evict now (on the loop: no request changes them while
+        this runs); raises :class:`NoRoom` with the reason when none makes room."""
+        ours = {key: s.id for s in self.slots.values() for key in s.lease_keys}
+        errors: list[str] = []
+
+        def attempt(evicted: frozenset[str]) -> Outcome:
+            left = {k: v for k, v in unavailable.items() if ours.get(k) not in evicted}
+            try:
+                planned = self._plan(prepared, left)
+            except (SelectionError, DeviceBusyError) as exc:
+                errors.append(exc.message)
+                return Outcome.NONE
+            return Outcome.PARTIAL if planned.fits is False else Outcome.FITS
+
+        views = [s.view() for s in self.slots.values()]
+        order = eviction_order(views, self._clock(), exclude=slot.id)
+        chosen = choose_evictions(attempt, order)
+        if chosen is None:
+            raise NoRoom(self._no_room(slot, errors[0] if errors else "no free device"))
+        return chosen
+
+    def _no_room(self, slot: Slot, reason: str) -> str:
+        others = [s for s in self.slots.values() if s.id != slot.id]
+        ready = [s for s in others if s.state is ModelState.READY]
+        groups = (
+            (
+                "busy",
+                [f"{s.id} ({s.in_flight} request(s) in flight)" for s in ready if s.in_flight],
+            ),
+            ("pinned", [s.id for s in ready if s.config.pinned]),
+            ("loading", [s.id for s in others if s.state is ModelState.LOADING]),
+        )
+        parts = [f"{name}: {', '.join(ids)}" for name, ids in groups if ids]
+        held = f"; no loaded model can make room ({'; '.join(parts)})" if parts else ""
+        return f"model {slot.id} cannot be placed: {reason}{held}"
+
+    def _plan(self, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
+        from xpulaunch.llamacpp.serve import plan_prepared
+
+        setup = self.setup
+        return plan_prepared(prepared, setup.inventory, setup.parent_env, unavailable=unavailable)
+
+    def _lease(self, slot: Slot, prepared: Prepared) -> tuple[LlamaPlan, Lease]:
+        planned: list[LlamaPlan] = []
+
+        def plan_fn(unavailable: Mapping[str, str]) -> Any:
+            planned[:] = [self._plan(prepared, unavailable)]
+            return planned[0].plan
+
+        command = ["xpulaunch", "llama", "serve", slot.id]
+        _, lease = self._leases.allocate(plan_fn, command=command)
+        return planned[0], lease
+
+    def _server(self, slot: Slot, plan: LlamaPlan, lease: Lease) -> LlamaServer:
+        from xpulaunch.joblog.logs import LogConfig
+        from xpulaunch.llamacpp.serve import cuda_settle
+        from xpulaunch.llamacpp.server import LlamaServer
+
+        setup, loop = self.setup, asyncio.get_running_loop()
+        slot.generation += 1
+        generation, model = slot.generation, slot.id
+
+        def on_event(event: Event) -> None:  # on the supervisor's thread
+            loop.call_soon_threadsafe(self._replica_event, slot, generation, event)
+
+        log_dir = None if setup.log_dir is None else f"{setup.log_dir}/{model}"
+        slot.settle = cuda_settle(plan)
+        server = LlamaServer(
+            plan, setup.parent_env, health=setup.health, policy=setup.policy,
+            grace_s=setup.grace_s, logs=LogConfig(log_dir=log_dir, console=False),
+            on_message=lambda text: self._say(f"model {model}: {text}"), on_event=on_event,
+            lease_fds=lease.fds, release_leases=True, settle=slot.settle,
+            record_dir=setup.record_dir, job_id=lease.job_id,
+        )  # fmt: skip
+        slot.server, slot.lease, slot.plan = server, lease, plan
+        return server
+
+    # -- replica events (from supervisor threads, run on the loop) -------------------------
+    def _replica_event(self, slot: Slot, generation: int, event: Event) -> None:
+        if generation != slot.generation:
+            return  # a server this slot no longer runs
+        self._emit(event, slot.id)
+        if isinstance(event, Ready):
+            slot.up[event.name] = True
+            slot.down_reason.pop(event.name, None)
+        elif isinstance(event, Exited) and not event.expected:
+            how = f"killed by {event.signal}" if event.signal else f"exit code {event.exit_code}"
+            why = error_line(event.stderr_tail, or_last=event.signal is None)
+            slot.up[event.name] = False
+            slot.down_reason[event.name] = f"llama-server {how}" + (f": {why}" if why else "")
+        elif isinstance(event, Unhealthy):
+            slot.up[event.name] = False
+            slot.down_reason[event.name] = event.reason
+        elif isinstance(event, GaveUp):
+            for name in event.names:
+                slot.up[name] = False
+                slot.down_reason[name] = f"failed for good: {event.reason}"
+            gave_up = all(r.startswith("failed for good") for r in slot.down_reason.values())
+            if slot.state is ModelState.READY and gave_up and len(slot.down_reason) == len(slot.up):
+                slot.last_error = f"model {slot.id}: every replica failed for good"
+                slot.state = ModelState.UNLOADING
+                self._spawn(self._unload(slot, "failed"))
+
+    # -- unloading ---------------------------------------------------------------------------
+    async def _unload(self, slot: Slot, reason: str, by: str | None = None) -> None:
+        """Stop the model's servers and free its devices (the state is UNLOADING already)."""
+        server, lease, plan, settle = slot.server, slot.lease, slot.plan, slot.settle
+        slot.generation += 1  # the stop's own events are not news
+        if server is not None:
+            await self._blocking(server.stop)
+        if settle is not None and plan is not None:
+            names = [w.name for w in plan.plan.workers]
+            await self._blocking(lambda: settle(names))  # the GPU memory is free again
+        if lease is not None:
+            lease.release()
+        slot.set_unloaded()
+        slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
+        self._emit(ModelUnloaded(self._clock(), slot.id, reason, by), None)
+        self._say(f"model {slot.id} unloaded ({reason}{f' for {by}' if by else ''})")
+
+    async def unload(self, slot: Slot, reason: str = "request") -> bool:
+        """Unload an idle model now; False when it has requests in flight."""
+        if slot.state is ModelState.LOADING and slot.loading is not None:
+            await asyncio.shield(slot.loading)
+        if slot.state is ModelState.UNLOADING:
+            await slot.unloaded.wait()
+        if slot.state is not ModelState.READY:
+            return True
+        if slot.in_flight:
+            return False
+        slot.state = ModelState.UNLOADING
+        await self._unload(slot, reason)
+        return True
+
+    async def watch_ttl(self) -> None:
+        """Unload idle models whose ttl has run out, waking when the next one is due."""
+        while not self.closing:
+            views = [s.view() for s in self.slots.values()]
+            for model in expired(views, self._clock()):
+                slot = self.slots[model]
+                slot.state = ModelState.UNLOADING
+                self._spawn(self._unload(slot, "ttl"))
+            due = next_expiry([s.view() for s in self.slots.values()])
+            timeout = None if due is None else max(0.0, due - self._clock())
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):  # a ttl is due: look again
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def close(self) -> None:
+        """Stop every server (loading ones too) and free every lease."""
+        self.closing = True
+        self._wake.set()
+        for slot in self.slots.values():
+            if slot.state is ModelState.LOADING and slot.server is not None:
+                await self._blocking(slot.server.stop)  # its start() returns, failing
+        pending = [t for t in self._tasks if not t.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        ready = [s for s in self.slots.values() if s.state is ModelState.READY]
+        for slot in ready:
+            slot.state = ModelState.UNLOADING
+        await asyncio.gather(*(self._unload(s, "stop") for s in ready))
+        self._pool.shutdown(wait=True)
+
+    def servers(self) -> tuple[LlamaServer, ...]:
+        """The servers running now (for a signal handler: a snapshot, no lock)."""
+        return tuple(s.server for s in list(self.slots.values()) if s.server is not None)
+
+
+def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
+    """What ``xpulaunch llama`` would be asked for this model (free ports, 127.0.0.1)."""
+    return LlamaRequest(
+        model=model.model, replicas=model.replicas, binary=setup.binary or "llama-server",
+        llama_backend=setup.llama_backend, passthrough=_server_args(model), gpus=model.gpus,
+        backend=setup.backend,
+    )  # fmt: skip
+
+
+def _server_args(model: ModelConfig) -> tuple[str, ...]:
+    """The model's args, plus llama-server's own ``/metrics`` (which the router's relabels)
+    and ``--alias ID`` (answers then name the model as the client did), unless given."""
+    args = model.args
+    extra: tuple[str, ...] = () if "--metrics" in args else ("--metrics",)
+    if not {"-a", "--alias"} & set(args):
+        extra += ("--alias", model.id)
+    return (*args, *extra)
