@@ -4,8 +4,9 @@ build's stand-in that really serves.
 ``cuda_shim(dir, llama_server)`` writes a ``llama-server`` that answers ``--list-devices``
 like a CUDA build (``fake_cuda_server.py``, GPUs of ``$FAKE_LLAMA_INVENTORY``) and otherwise
 runs the real CPU llama-server with its ``--device`` turned into ``none``: the router then
-plans, pins and leases GPUs as on a CUDA host while every model really answers. Each server
-it starts appends its ``CUDA_VISIBLE_DEVICES`` and arguments to ``$SHIM_RECORD_DIR/PID``.
+plans, pins and leases GPUs as on a CUDA host while every model really answers. ``--help``
+is the real one (a build with ``--fit``). Each server it starts writes its
+``CUDA_VISIBLE_DEVICES`` and the arguments it was given to ``$SHIM_RECORD_DIR/PID``.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def cuda_shim(folder: Path, llama_server: str) -> str:
         "#!/bin/sh\n"
         f'[ "$1" = "--list-devices" ] && exec {shlex.quote(sys.executable)} '
         f'{shlex.quote(str(FAKE))} "$@"\n'
+        f'[ "$1" = "--help" ] && exec {shlex.quote(llama_server)} --help\n'
         '[ -n "$SHIM_RECORD_DIR" ] && printf "%s\\n%s\\n" "$CUDA_VISIBLE_DEVICES" "$*" '
         '> "$SHIM_RECORD_DIR/$$"\n'
         "prev=\n"
