@@ -129,6 +129,7 @@ if TYPE_CHECKING:
     from xpulaunch.llamacpp import LlamaServer as LlamaServer
     from xpulaunch.llamacpp import plan_llama as plan_llama
     from xpulaunch.llamacpp import serve_llama as serve_llama
+    from xpulaunch.llamacpp.router.serve import serve_models as serve_models
     from xpulaunch.model import (
         Backend as Backend,
     )
@@ -184,6 +185,7 @@ _EXPORTS = {
     ),
     "xpulaunch.in_worker": ("heartbeat",),
     "xpulaunch.llamacpp": ("LlamaServer", "plan_llama", "serve_llama"),
+    "xpulaunch.llamacpp.router.serve": ("serve_models",),
     "xpulaunch.model": (
         "Backend", "Device", "DeviceMap", "Hierarchy", "Inventory", "MigDevice", "NodeGroup",
         "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",

@@ -27,7 +27,8 @@ EXPECTED = {
     "Supervisor", "TimedOut", "Unhealthy", "Unit", "UsageError", "Vendor", "WaitTimeoutError",
     "WorkerFailedError", "WorkerPlan", "WorkerSpec", "WorkerState", "WorkerStatus",
     "XpulaunchError", "heartbeat", "inventory_document", "load_inventory", "make_plan", "plan",
-    "plan_document", "plan_llama", "probe", "run_plan", "serve_llama", "worker_specs",
+    "plan_document", "plan_llama", "probe", "run_plan", "serve_llama", "serve_models",
+    "worker_specs",
 }  # fmt: skip
 
 
@@ -124,8 +125,8 @@ def test_supervisor_runs_a_planned_cpu_job(tmp_path: Path) -> None:
 
 
 # serve_llama starts real llama-server processes: tests/llamacpp/test_server.py runs it with the
-# real binary and a tiny model.
-NOT_CALLED_HERE = {"serve_llama"}
+# real binary and a tiny model; serve_models starts a router: tests/llamacpp/test_router*.py.
+NOT_CALLED_HERE = {"serve_llama", "serve_models"}
 
 
 def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:

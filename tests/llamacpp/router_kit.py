@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import xpulaunch
 from helpers import load_inventory
 from xpulaunch.events import Event
 from xpulaunch.llamacpp.router.router import Router
-from xpulaunch.llamacpp.router.serve import serve_models
 from xpulaunch.llamacpp.server import HealthOptions
 from xpulaunch.model import Inventory
 
@@ -74,7 +74,7 @@ def router(
     import os
 
     seen = Seen()
-    started = serve_models(
+    started = xpulaunch.serve_models(
         config, binary=binary, inventory=inventory or load_inventory("cpu-only.json"),
         lock_dir=tmp_path / "locks", health=options.pop("health", FAST), grace_s=5.0,
         parent_env={**os.environ, **(env or {})}, on_event=seen.on_event,

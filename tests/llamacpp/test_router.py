@@ -265,3 +265,28 @@ def test_a_crashed_server_gets_a_clear_error_and_is_restarted(
             ("xpulaunch_replica_restarts_total", (("model", "m"), ("replica", "0")))
         ]
         assert restarts == 1 and len(servers(tmp_path)) == 1
+
+
+def test_requests_right_after_a_stream_are_answered(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """llama-server closes its connection after a streamed answer (cpp-httplib), though it
+    says keep-alive: the router must not send the next request down that connection."""
+    import asyncio
+
+    import aiohttp
+
+    config = models_in(tmp_path, tiny_model, m={})
+
+    async def alternate(url: str) -> list[int]:
+        statuses = []
+        async with aiohttp.ClientSession() as session:
+            for i in range(20):
+                body = chat("m", stream=i % 2 == 0)
+                async with session.post(url + "/v1/chat/completions", json=body) as answer:
+                    await answer.read()
+                    statuses.append(answer.status)
+        return statuses
+
+    with router(config, llama_server, tmp_path) as (served, _):
+        assert asyncio.run(alternate(served.url)) == [200] * 20

@@ -4,6 +4,7 @@ config, the dry run, ``--status`` without a router, a busy port."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -80,11 +81,12 @@ def test_the_dry_run_plans_each_model_with_its_estimate(
         f'[models.pair]\nmodel = "{model}"\nreplicas = 2\ngpus = "2"\n'
     )
     binary = cuda_shim(tmp_path / "bin", llama_server)
+    inventory = str(inventory_path("2x-h200.json"))
     done = subprocess.run(
         [XPULAUNCH, "llama", "serve", "--config", str(config), "--binary", binary,
-         "--inventory", str(inventory_path("2x-h200.json")), "--dry-run", "--json"],
+         "--inventory", inventory, "--dry-run", "--json"],
         capture_output=True, text=True, timeout=60, check=False,
-        env={**__import__("os").environ, "FAKE_LLAMA_INVENTORY": str(inventory_path("2x-h200.json"))},
+        env={**os.environ, "FAKE_LLAMA_INVENTORY": inventory},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     plans = json.loads(done.stdout)["models"]

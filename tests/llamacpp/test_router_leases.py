@@ -180,7 +180,8 @@ def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     assert len(leased(tmp_path)) == 2
     servers = [p for p in processes_marked((f"{tmp_path}/",)) if "llama-server" in p.name()]
     assert len(servers) == 2
-    status = subprocess.run([XPULAUNCH, "llama", "serve", "--status", "--port", url.rsplit(":")[-1]],
+    port = url.rsplit(":")[-1]
+    status = subprocess.run([XPULAUNCH, "llama", "serve", "--status", "--port", port],
                             capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
     rows = status.stdout.splitlines()
     assert rows[0].split()[:3] == ["MODEL", "STATE", "IN"] and len(rows) == 3, status.stdout

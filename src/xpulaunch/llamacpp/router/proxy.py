@@ -106,8 +106,10 @@ class Proxy:
 
     async def _open(self, app: web.Application) -> None:
         # No pool limit (llama-server queues requests in its slots itself); no total timeout
-        # (a long generation is not a failure); answers pass through undecoded.
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        # (a long generation is not a failure); answers pass through undecoded. An idle
+        # connection is dropped well before llama-server's own keep-alive ends (cpp-httplib's
+        # "Keep-Alive: timeout=5"), so a request never races the server closing it.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=2.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
         self.session = aiohttp.ClientSession(
             connector=connector, timeout=timeout, auto_decompress=False
@@ -130,7 +132,8 @@ class Proxy:
                            + ", ".join(config.ids), "model_not_found")  # fmt: skip
         return self.manager.slots[found.id]
 
-    async def _body_model(self, request: web.Request) -> tuple[bytes, Slot]:
+    async def _body_model(self, request: web.Request) -> tuple[bytes, Slot, bool]:
+        """The body, the model it names, and whether it asks for a streamed answer."""
         body = await request.read()
         try:
             payload = json.loads(body)
@@ -138,12 +141,12 @@ class Proxy:
             raise web.HTTPBadRequest(text=f"the request body is not valid JSON ({exc})") from None
         if not isinstance(payload, dict):
             raise web.HTTPBadRequest(text="the request body must be a JSON object")
-        return body, self._slot(payload.get("model"))
+        return body, self._slot(payload.get("model")), payload.get("stream") is True
 
     # -- forwarding --------------------------------------------------------------------------
     async def forward(self, request: web.Request) -> web.StreamResponse:
         try:
-            body, slot = await self._body_model(request)
+            body, slot, streamed = await self._body_model(request)
         except _Refused as refused:
             return refused.response()
         began = time.monotonic()
@@ -155,7 +158,7 @@ class Proxy:
                                   retry_after_s=exc.retry_after_s)  # fmt: skip
         status = 499  # nginx's "client closed request": what a cancelled handler counts as
         try:
-            response = await self._send(request, slot, replica, body)
+            response = await self._send(request, slot, replica, body, streamed)
             status = response.status
             return response
         except RouteError as exc:
@@ -166,10 +169,16 @@ class Proxy:
             self._on_request(slot, replica.name, status, time.monotonic() - began)
 
     async def _send(
-        self, request: web.Request, slot: Slot, replica: Replica, body: bytes
+        self, request: web.Request, slot: Slot, replica: Replica, body: bytes, streamed: bool
     ) -> web.StreamResponse:
         assert self.session is not None  # opened at startup
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        if streamed:
+            # llama-server closes its connection after a streamed answer although it says
+            # keep-alive (cpp-httplib), and aiohttp would pool it again at the answer's end:
+            # the next request would then meet a closed connection. Asked to close, neither
+            # side keeps it.
+            headers["Connection"] = "close"
         url = replica.url + request.path_qs
         try:
             upstream = await self.session.request(request.method, url, data=body, headers=headers)
@@ -178,15 +187,16 @@ class Proxy:
                 f"model {slot.id}: llama-server replica {replica.name} ({replica.url}) did not "
                 f"answer ({type(exc).__name__}: {exc}); it may be restarting, retry shortly"
             ) from None
-        complete = False
+        whole = False
         try:
             response = await self._relay(request, slot, replica, upstream)
-            complete = True
+            whole = True
             return response
         finally:
-            # A whole answer frees the connection for the next request; anything else (the
-            # client left, the server broke) closes it, which ends llama-server's task.
-            upstream.release() if complete else upstream.close()
+            # A whole answer frees the connection for the next request (unless it was asked to
+            # close); anything else (the client left, the server broke) must close it, which
+            # ends llama-server's task.
+            upstream.release() if whole else upstream.close()
 
     async def _relay(
         self,
@@ -250,7 +260,7 @@ class Proxy:
 
     async def load(self, request: web.Request) -> web.Response:
         try:
-            _, slot = await self._body_model(request)
+            _, slot, _ = await self._body_model(request)
             await self.manager.acquire(slot)
         except _Refused as refused:
             return refused.response()
@@ -261,7 +271,7 @@ class Proxy:
 
     async def unload(self, request: web.Request) -> web.Response:
         try:
-            _, slot = await self._body_model(request)
+            _, slot, _ = await self._body_model(request)
         except _Refused as refused:
             return refused.response()
         if not await self.manager.unload(slot):

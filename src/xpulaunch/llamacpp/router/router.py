@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +91,7 @@ class Router:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            _run_loop(self._main(), _loop_factory())
         except BaseException as exc:  # reported to the thread that called start()  # noqa: BLE001
             self._error = exc if self._error is None else self._error
             self._status = 1 if self._status is None else self._status
@@ -207,6 +207,33 @@ class Router:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (the serve extra has it): it forwards a
+    streamed token in about half the CPU time of asyncio's own loop; else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def _run_loop(
+    main: Coroutine[Any, Any, None], factory: Callable[[], asyncio.AbstractEventLoop] | None
+) -> None:
+    """``asyncio.run`` with the loop of ``factory`` (``asyncio.Runner`` from Python 3.11)."""
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main)
+        return
+    loop = factory() if factory is not None else asyncio.new_event_loop()  # pragma: no cover
+    try:  # pragma: no cover - Python 3.10
+        loop.run_until_complete(main)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:  # pragma: no cover
+        loop.close()
 
 
 def _count(slot: Any, replica: str, status: int, seconds: float) -> None:
