@@ -12,8 +12,9 @@ reached both ways:
    round, so a busy moment of a shared machine slows both alike). Per request: time to the
    first streamed token and to the end. Printed: p50 and p99 of each way, and their
    difference (the router's added latency). A sequential pass (one request at a time) gives
-   the added latency without queueing. Every request must end with ``data: [DONE]``: none
-   may be lost. Goal: at most 1 ms added at p50, 5 ms at p99 on loopback.
+   the added latency without queueing, and the router's CPU time per request. Every request
+   must end with ``data: [DONE]``: none may be lost. Goal: at most 1 ms added at p50, 5 ms at
+   p99 on loopback.
 2. **Clients that leave.** ``--leavers`` clients start long streaming completions through the
    router at once and disconnect after their first bytes (or after 2 s without any: those
    still queued in llama-server). Then llama-server's own ``requests_processing`` and
@@ -45,7 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "llamacpp"))
 from tiny_model import write_tiny_model  # noqa: E402
 
-XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
+# The console script, as users run it; python -m where the checkout is not installed (a lent
+# GPU machine, with PYTHONPATH=src).
+_SCRIPT = Path(sys.executable).parent / "xpulaunch"
+XPULAUNCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "xpulaunch"]
 
 
 def find_llama_server() -> str:
@@ -66,7 +70,7 @@ def start_router(work: Path, binary: str, requests: int) -> tuple[subprocess.Pop
         f'args = ["-c", "{slots * 1024}", "-np", "{slots}", "-t", "2"]\n'
     )
     proc = subprocess.Popen(
-        [XPULAUNCH, "llama", "serve", "--config", str(config), "--port", "0", "--binary", binary,
+        [*XPULAUNCH, "llama", "serve", "--config", str(config), "--port", "0", "--binary", binary,
          "--lock-dir", str(work / "locks")],
         stdout=subprocess.PIPE, stderr=open(work / "router.err", "w"), text=True,  # noqa: SIM115
         env={**os.environ, "XDG_RUNTIME_DIR": str(work)},
@@ -130,7 +134,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-async def latency(router: str, direct: str, rounds: int, count: int) -> dict[str, object]:
+async def latency(
+    router: str, direct: str, rounds: int, count: int, router_pid: int
+) -> dict[str, object]:
     ways = {"direct": direct, "router": router}
     results: dict[str, list[tuple[float, float, bool]]] = {"direct": [], "router": []}
     sequential: dict[str, list[float]] = {"direct": [], "router": []}
@@ -145,9 +151,10 @@ async def latency(router: str, direct: str, rounds: int, count: int) -> dict[str
             for way in order:
                 results[way] += await burst(session, ways[way], count)
             for way in order:
-                for _ in range(10):
+                for _ in range(SEQUENTIAL):
                     sequential[way].append((await one_stream(session, ways[way]))[1])
-    summary: dict[str, object] = {}
+        cpu = await router_cpu(session, router, direct, router_pid)
+    summary: dict[str, object] = {"router_cpu_us_per_request": cpu}
     for way, rows in results.items():
         first = [r[0] * 1e3 for r in rows]
         total = [r[1] * 1e3 for r in rows]
@@ -159,6 +166,28 @@ async def latency(router: str, direct: str, rounds: int, count: int) -> dict[str
             "sequential_p99_ms": pct([x * 1e3 for x in sequential[way]], 99),
         }  # fmt: skip
     return summary
+
+
+SEQUENTIAL = 20  # requests one at a time, each way, each round
+
+
+async def router_cpu(
+    session: aiohttp.ClientSession, router: str, direct: str, pid: int, count: int = 200
+) -> float:
+    """The router process's CPU time per streamed request (user + system), less what it
+    spends meanwhile when the same requests go straight to llama-server (its supervisor and
+    health checks): a figure a busy machine inflates less than latency."""
+    import psutil
+
+    process = psutil.Process(pid)
+
+    async def spent(url: str) -> float:
+        before = sum(process.cpu_times()[:2])
+        for _ in range(count):
+            await one_stream(session, url)
+        return (sum(process.cpu_times()[:2]) - before) / count
+
+    return round((await spent(router) - await spent(direct)) * 1e6)
 
 
 # -- 2. clients that leave ----------------------------------------------------------------------
@@ -226,7 +255,7 @@ def main() -> None:
             status = get_json(router + "/models/status")
             direct = str(status["models"][0]["replicas"][0]["url"])  # type: ignore[index]
             print(f"router {router}, llama-server {direct} ({binary})")
-            summary = asyncio.run(latency(router, direct, args.rounds, args.requests))
+            summary = asyncio.run(latency(router, direct, args.rounds, args.requests, proc.pid))
             report(summary, args.requests)
             gone = asyncio.run(leavers(router, direct, args.leavers))
             print(f"{args.leavers} clients left mid-stream: {json.dumps(gone)}")
@@ -249,6 +278,7 @@ def report(summary: dict[str, object], count: int) -> None:
                 f"  {label:28} {q}: direct {d:7.2f} ms  router {r:7.2f} ms  added {r - d:+6.2f} ms"
             )
     print(f"  lost: direct {direct['lost']}, router {router['lost']}")
+    print(f"  router CPU per streamed request: {summary['router_cpu_us_per_request']} us")
     for line in LOST:
         print(f"  lost: {line}")
     print(json.dumps(summary))

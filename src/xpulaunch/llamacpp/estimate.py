@@ -183,8 +183,9 @@ def _run_fit_params(query: _FitQuery) -> tuple[Estimate | None, str]:
     except OSError as exc:
         return None, f"llama-fit-params: cannot run it ({exc.strerror or exc})"
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"llama-fit-params failed with exit code {done.returncode}: {last}"
+        lines = done.stderr.strip().splitlines() or ["no output"]
+        why = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1])
+        return None, f"llama-fit-params failed with exit code {done.returncode}: {why.strip()}"
     try:
         rows = parse_fit_print(done.stdout)
     except ValueError as exc:
