@@ -129,7 +129,8 @@ def test_ttl_unloads_an_idle_model_and_a_request_loads_it_again(
 
 def test_round_robin_across_replicas(llama_server: str, tiny_model: Path, tmp_path: Path) -> None:
     config = models_in(tmp_path, tiny_model, pair={"replicas": 2})
-    with router(config, llama_server, tmp_path) as (served, _):
+    # reprobe: the host is probed again (in a child) before the load, as the command does.
+    with router(config, llama_server, tmp_path, reprobe=True) as (served, _):
         for _ in range(4):
             assert call(served.url, "/v1/chat/completions", chat("pair"))[0] == 200
         samples = metric_samples(served.url)

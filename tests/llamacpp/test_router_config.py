@@ -141,3 +141,18 @@ def test_round_robin_skips_replicas_that_are_down() -> None:
     assert next_replica([True, True, True], 4) == 1
     assert next_replica([True, False, True], 1) == 2
     assert next_replica([False, False], 0) is None
+
+
+def test_devices_of_our_own_models_are_planned_as_they_were_before_they_loaded() -> None:
+    from dataclasses import replace
+
+    from helpers import load_inventory
+    from xpulaunch.llamacpp.router.policy import with_readings
+
+    before = load_inventory("2x-h200.json")
+    busy = [replace(d, memory_used_bytes=100 * 2**30) for d in before.devices]
+    now = replace(before, devices=tuple(busy))  # a fresh probe sees our model's memory
+    ours = before.devices[0]
+    planned = with_readings(now, {ours.key: ours})
+    assert planned.devices[0] is ours and planned.devices[1] is busy[1]
+    assert with_readings(now, {}) is now

@@ -167,7 +167,8 @@ def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     ))  # fmt: skip
     router_proc = subprocess.Popen(
         [XPULAUNCH, "llama", "serve", "--config", str(config), "--port", "0", "--binary", binary,
-         "--inventory", str(TWO), "--lock-dir", str(tmp_path / "locks")],
+         "--inventory", str(TWO), "--lock-dir", str(tmp_path / "locks"),
+         "--events", str(tmp_path / "events.jsonl")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
     )  # fmt: skip
     started.append(router_proc)
@@ -186,6 +187,12 @@ def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     rows = status.stdout.splitlines()
     assert rows[0].split()[:3] == ["MODEL", "STATE", "IN"] and len(rows) == 3, status.stdout
     assert all(" ready " in row and "nvidia" in row for row in rows[1:]), status.stdout
+
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    loaded = [e for e in events if e["event"] == "model_loaded"]
+    assert sorted(e["model"] for e in loaded) == ["a", "b"], events
+    ready = [e for e in events if e["event"] == "ready"]  # each replica's, with its model
+    assert sorted((e["model"], e["name"]) for e in ready) == [("a", "0"), ("b", "0")]
 
     router_proc.kill()
     router_proc.wait(timeout=10)

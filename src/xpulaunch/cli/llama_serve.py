@@ -121,7 +121,7 @@ def _router(config_path: str, inventory: Inventory, env: dict[str, str], options
         backend=None if options["backend"] == "auto" else options["backend"], parent_env=env,
         health=health, grace_s=options["grace"], log_dir=options["log_dir"],
         max_body_bytes=size_option(options["max_request_size"], "--max-request-size") or 1,
-        **extra,
+        reprobe=not options["inventory"], **extra,
     )  # fmt: skip
 
 

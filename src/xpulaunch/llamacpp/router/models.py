@@ -37,6 +37,7 @@ from xpulaunch.llamacpp.router.policy import (
     eviction_order,
     expired,
     next_expiry,
+    with_readings,
 )
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, Slot, Unavailable
 from xpulaunch.llamacpp.server import error_line
@@ -73,6 +74,9 @@ class Setup:
     grace_s: float = 10.0
     log_dir: str | None = None
     record_dir: str | None = None
+    # Probe the host again before each placement (the inventory is this host's, not a file):
+    # other programs come and go on the GPUs while a router runs for days.
+    reprobe: bool = False
 
 
 class ModelManager:
@@ -93,6 +97,7 @@ class ModelManager:
         self.slots = {m.id: Slot(m) for m in config.models}
         self._emit, self._say, self._clock = on_event, on_message, clock
         self._leases = LeaseManager(setup.lock_dir)
+        self._inventory = setup.inventory
         self._place_lock = asyncio.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4 + 2 * len(self.slots),
                                         thread_name_prefix="xpulaunch-router")  # fmt: skip
@@ -206,14 +211,37 @@ class ModelManager:
         self._say(slot.last_error)
 
     async def _prepare(self, slot: Slot) -> Prepared:
-        """The build, --fit and the estimate: asked once per model."""
-        if slot.prepared is None:
+        """The build, --fit and the estimate: asked once per model (a failure is asked
+        again at the next load)."""
+        if slot.prepared is not None:
+            return slot.prepared
+        if slot.preparing is None:
             from xpulaunch.llamacpp.serve import prepare_llama
 
             request = model_request(slot.config, self.setup)
             env = self.setup.parent_env
-            slot.prepared = await self._blocking(lambda: prepare_llama(request, env))
+            slot.preparing = asyncio.ensure_future(
+                self._blocking(lambda: prepare_llama(request, env))
+            )
+        try:
+            slot.prepared = await asyncio.shield(slot.preparing)
+        finally:
+            if slot.preparing.done() and slot.prepared is None:
+                slot.preparing = None
         return slot.prepared
+
+    def warm_up(self) -> None:
+        """Prepare every model now, in the background: asking a GPU build and measuring a
+        model take seconds, which the first request of each model then does not wait for."""
+
+        async def prepare(slot: Slot) -> None:
+            try:
+                await self._prepare(slot)
+            except XpulaunchError as exc:
+                self._say(f"model {slot.id}: {exc.message} (asked again at its first request)")
+
+        for slot in self.slots.values():
+            self._spawn(prepare(slot))
 
     async def _place(
         self, slot: Slot, prepared: Prepared
@@ -222,6 +250,7 @@ class ModelManager:
         evicted: list[str] = []
         async with self._place_lock:
             for _ in range(PLACE_TRIES):
+                await self._look()
                 unavailable = await self._blocking(self._leases.unavailable)
                 evict = self._evictions(slot, prepared, unavailable)
                 if evict:
@@ -280,8 +309,25 @@ class ModelManager:
     def _plan(self, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
         from xpulaunch.llamacpp.serve import plan_prepared
 
-        setup = self.setup
-        return plan_prepared(prepared, setup.inventory, setup.parent_env, unavailable=unavailable)
+        return plan_prepared(
+            prepared, self._inventory, self.setup.parent_env, unavailable=unavailable
+        )
+
+    async def _look(self) -> None:
+        """A fresh probe (when the router probes), with the devices of our own loaded models
+        as they were before those loaded."""
+        fresh = self.setup.inventory
+        if self.setup.reprobe:
+            from xpulaunch.errors import InventoryError
+            from xpulaunch.probing.isolated import probe_in_child
+
+            try:
+                fresh = await self._blocking(lambda: probe_in_child(self.setup.parent_env))
+            except InventoryError as exc:
+                self._say(f"probing the devices again failed, planning with the last look: {exc}")
+                fresh = self._inventory
+        readings = {k: d for s in self.slots.values() for k, d in s.readings.items()}
+        self._inventory = with_readings(fresh, readings)
 
     def _lease(self, slot: Slot, prepared: Prepared) -> tuple[LlamaPlan, Lease]:
         planned: list[LlamaPlan] = []
@@ -316,6 +362,7 @@ class ModelManager:
             record_dir=setup.record_dir, job_id=lease.job_id,
         )  # fmt: skip
         slot.server, slot.lease, slot.plan = server, lease, plan
+        slot.readings = {u.device.key: u.device for u in plan.plan.devices}
         return server
 
     # -- replica events (from supervisor threads, run on the loop) -------------------------

@@ -9,9 +9,11 @@ another job's lease (a training run) is never taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
+
+from xpulaunch.model import Device, Inventory
 
 
 class ModelState(str, Enum):
@@ -122,3 +124,13 @@ def next_replica(up: Sequence[bool], turn: int) -> int | None:
         if up[index]:
             return index
     return None
+
+
+def with_readings(inventory: Inventory, readings: Mapping[str, Device]) -> Inventory:
+    """``inventory`` with the devices in ``readings`` (by key) as they were then: a device
+    that one of the router's own models holds shows that model's memory in a fresh probe, and
+    would look busy to a plan that considers evicting the model."""
+    if not readings:
+        return inventory
+    devices = tuple(readings.get(d.key, d) for d in inventory.devices)
+    return replace(inventory, devices=devices)

@@ -132,6 +132,7 @@ class Router:
             ) from None  # fmt: skip
         self.port = _bound_port(site, self.port)
         self._bound.set()
+        manager.warm_up()
         watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
         await self._stop.wait()
         await site.stop()  # no new connections; the ones open see their servers go

@@ -61,12 +61,16 @@ def make_router(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     on_event: Callable[[Event, str | None], None] | None = None,
     on_message: Callable[[str], None] | None = None,
+    reprobe: bool = False,
 ) -> Router:
-    """A router, checked but not started (see :func:`serve_models`)."""
+    """A router, checked but not started (see :func:`serve_models`). Without an
+    ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
+    process; a given inventory is another machine's or a test's, and is kept as it is."""
     require_aiohttp()
     checked = load_config(config)
     check_models(checked)
     env = dict(os.environ) if parent_env is None else dict(parent_env)
+    reprobe = inventory is None or reprobe
     if inventory is None:
         from xpulaunch.probing.host import probe_host
 
@@ -79,7 +83,7 @@ def make_router(
         inventory=inventory, parent_env=env, health=health, policy=policy,
         binary=binary or env.get(BINARY_VAR) or None, llama_backend=llama_backend,
         backend=backend, lock_dir=os.fspath(lock_dir) if lock_dir else None, grace_s=grace_s,
-        log_dir=os.fspath(log_dir) if log_dir else None,
+        log_dir=os.fspath(log_dir) if log_dir else None, reprobe=reprobe,
     )  # fmt: skip
     return Router(checked, setup, host=host, port=port, max_body_bytes=max_body_bytes,
                   on_event=on_event, on_message=on_message)  # fmt: skip

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from xpulaunch.llamacpp.router.config import ModelConfig
     from xpulaunch.llamacpp.serve import Prepared
     from xpulaunch.llamacpp.server import LlamaServer
+    from xpulaunch.model import Device
 
 
 class RouteError(Exception):
@@ -72,7 +73,10 @@ class Slot:
         self.lease: Lease | None = None
         self.plan: LlamaPlan | None = None
         self.prepared: Prepared | None = None
+        self.preparing: asyncio.Future[Prepared] | None = None
         self.settle: Callable[[Sequence[str]], None] | None = None
+        # The devices it was placed on, as they were before it loaded (see with_readings).
+        self.readings: dict[str, Device] = {}
         self.generation = 0  # each load's events carry it; older ones are ignored
         self.up: dict[str, bool] = {}
         self.down_reason: dict[str, str] = {}
@@ -118,6 +122,7 @@ class Slot:
     def set_unloaded(self) -> None:
         self.state = ModelState.UNLOADED
         self.server, self.lease, self.plan, self.settle = None, None, None, None
+        self.readings = {}
         self.up, self.down_reason = {}, {}
         self.generation += 1
         self.unloaded.set()
