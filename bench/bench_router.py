@@ -255,12 +255,14 @@ def main() -> None:
             status = get_json(router + "/models/status")
             direct = str(status["models"][0]["replicas"][0]["url"])  # type: ignore[index]
             print(f"router {router}, llama-server {direct} ({binary})")
+            print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
             summary = asyncio.run(latency(router, direct, args.rounds, args.requests, proc.pid))
             report(summary, args.requests)
             gone = asyncio.run(leavers(router, direct, args.leavers))
             print(f"{args.leavers} clients left mid-stream: {json.dumps(gone)}")
             ok = gone["upstream_processing"] == gone["upstream_deferred"] == 0
             print("no upstream request left running" if ok else "UPSTREAM REQUESTS LEFT RUNNING")
+            print(f"load average {os.getloadavg()[0]:.1f} at the end")
         finally:
             proc.terminate()
             proc.wait(timeout=60)

@@ -291,3 +291,21 @@ def test_requests_right_after_a_stream_are_answered(
 
     with router(config, llama_server, tmp_path) as (served, _):
         assert asyncio.run(alternate(served.url)) == [200] * 20
+
+
+def test_a_server_that_cannot_start_is_a_clear_502_and_is_tried_again(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, broken={"args": ["--no-such-option"]}, fine={})
+    with router(config, llama_server, tmp_path) as (served, seen):
+        for _ in range(2):  # each request tries again: the file may have been fixed
+            status, body, _ = call(served.url, "/v1/chat/completions", chat("broken"))
+            assert status == 502, body
+            message = body["error"]["message"]
+            assert message.startswith("model broken could not be loaded: llama-server 0 exited")
+            assert "--no-such-option" in message
+        assert call(served.url, "/v1/chat/completions", chat("fine"))[0] == 200
+        broken = next(m for m in call(served.url, "/models/status")[1]["models"]
+                      if m["id"] == "broken")  # fmt: skip
+        assert broken["state"] == "unloaded" and broken["last_error"] == message
+        assert len(servers(tmp_path)) == 1
