@@ -20,7 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from router_kit import call, chat, models_in, router
 
 from helpers import processes_marked, wait_for
-from xpulaunch.llamacpp.router.events import ModelLoaded, ModelLoading, ModelUnloaded
+from xpulaunch.llamacpp.router.events import (
+    ModelLoaded,
+    ModelLoadFailed,
+    ModelLoading,
+    ModelUnloaded,
+)
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -308,4 +313,6 @@ def test_a_server_that_cannot_start_is_a_clear_502_and_is_tried_again(
         broken = next(m for m in call(served.url, "/models/status")[1]["models"]
                       if m["id"] == "broken")  # fmt: skip
         assert broken["state"] == "unloaded" and broken["last_error"] == message
+        failed = seen.of(ModelLoadFailed)
+        assert [(e.model, e.reason) for e in failed] == [("broken", message)] * 2
         assert len(servers(tmp_path)) == 1

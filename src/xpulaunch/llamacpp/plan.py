@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.core.masks import ODS_VAR
-from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.core.plan import LaunchRequest
 from xpulaunch.core.selection import GpuMode, parse_gpus
-from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.llamacpp import args as llama_args
 from xpulaunch.llamacpp import vulkan
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
-from xpulaunch.llamacpp.fit import FIT_TARGET_MIB, Estimate, fit_target_bytes, holds
+from xpulaunch.llamacpp.fit import FIT_TARGET_MIB, Estimate, fit_target_bytes
+from xpulaunch.llamacpp.placement import plan_replicas, sizing_notes
 from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
@@ -135,7 +135,7 @@ def make_llama_plan(
         llama_args.passthrough_value(request.passthrough, "fit_target")
         or parent_env.get("LLAMA_ARG_FIT_TARGET")
     )
-    placed = _plan_replicas(
+    placed = plan_replicas(
         launch, request.replicas, inventory, parent_env,
         unavailable=unavailable, estimate=sizing.estimate, margin_bytes=margin,
     )  # fmt: skip
@@ -144,7 +144,10 @@ def make_llama_plan(
     model = effective_model(request, parent_env)
     workers: list[WorkerPlan] = []
     replicas: list[Replica] = []
-    notes: list[str] = [*vk[1], *_sizing_notes(sizing, fit_mib, bool(plan.devices))]
+    notes: list[str] = [
+        *vk[1],
+        *sizing_notes(sizing.estimate, sizing.fit, fit_mib, bool(plan.devices)),
+    ]
     notes += placed.notes
     for worker, port in zip(plan.workers, ports, strict=True):
         units = tuple(plan.devices[i] for i in worker.units)
@@ -173,22 +176,6 @@ def _fit_target(request: LlamaRequest, sizing: Sizing, parent_env: Mapping[str, 
     if not sizing.fit or llama_args.fit_is_off(request.passthrough, parent_env):
         return None
     return FIT_TARGET_MIB
-
-
-def _sizing_notes(sizing: Sizing, fit_mib: int | None, on_devices: bool) -> list[str]:
-    notes = [sizing.estimate.describe()] if sizing.estimate else []
-    if not on_devices:
-        return notes
-    if fit_mib is not None:
-        notes.append(
-            "llama-server has --fit: llama.cpp sets the layers it offloads and their split "
-            f"itself when it starts, keeping {fit_mib} MiB free on each device (--fit-target)"
-        )
-    elif sizing.fit is None:
-        notes.append("could not ask llama-server whether it has --fit: -ngl 999 as before")
-    else:
-        notes.append("llama-server without --fit (or --fit off): every layer on the GPUs")
-    return notes
 
 
 def _replica_words(notes: Sequence[str], on_devices: bool) -> list[str]:
@@ -248,89 +235,6 @@ def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest
         min_free_memory_bytes=request.min_free_memory_bytes,
         max_utilization_percent=request.max_utilization_percent, distributed=False,
     )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class _Placed:
-    plan: Plan
-    fits: bool | None
-    notes: tuple[str, ...]
-
-
-def _plan_replicas(
-    launch: LaunchRequest,
-    replicas: int,
-    inventory: Inventory,
-    parent_env: Mapping[str, str],
-    *,
-    unavailable: Mapping[str, str] | None,
-    estimate: Estimate | None,
-    margin_bytes: int,
-) -> _Placed:
-    """Select once, check there is a device per replica, then place one worker each; for
-    ``auto`` with an estimate, on the fewest free devices per replica that hold it."""
-    selected = make_plan(launch, inventory, parent_env, unavailable=unavailable).devices
-    if selected and len(selected) < replicas:
-        raise SelectionError(
-            f"each replica needs its own device, and gpus {launch.gpus} selected "
-            f"{len(selected)} ({', '.join(u.label() for u in selected)}); select {replicas} "
-            "devices or more, use fewer replicas, or none for the CPU",
-            option="replicas",
-            value=replicas,
-        )
-
-    def place(gpus: str) -> Plan:
-        each = replace(launch, gpus=gpus, nproc_per_node=replicas)
-        return make_plan(each, inventory, parent_env, unavailable=unavailable)
-
-    if not selected or estimate is None:
-        return _Placed(place(launch.gpus), None, ())
-    if parse_gpus(launch.gpus).mode is GpuMode.AUTO:
-        for per_replica in range(1, len(selected) // replicas + 1):
-            plan = place(str(per_replica * replicas))
-            if _fits(plan, estimate, margin_bytes) is True:
-                note = _fewest_note(per_replica, replicas, margin_bytes)
-                return _Placed(plan, True, (note,))
-    plan = place(launch.gpus)
-    fits = _fits(plan, estimate, margin_bytes)
-    return _Placed(plan, fits, _misfit_notes(fits, launch.gpus))
-
-
-def _fits(plan: Plan, estimate: Estimate, margin_bytes: int) -> bool | None:
-    """Whether every replica's devices hold the estimate; unknown free memory counts as the
-    device's total (the most it could have free), and None when that is unknown too."""
-    verdicts = [
-        holds([_room(plan.devices[i]) for i in worker.units], estimate, margin_bytes)
-        for worker in plan.workers
-    ]
-    if any(v is False for v in verdicts):
-        return False
-    return None if any(v is None for v in verdicts) else True
-
-
-def _room(unit: Unit) -> int | None:
-    free = unit.memory_free_bytes
-    return free if free is not None else unit.memory_total_bytes
-
-
-def _fewest_note(per_replica: int, replicas: int, margin_bytes: int) -> str:
-    each = " per replica" if replicas > 1 else ""
-    return (
-        f"gpus auto: the fewest free devices that hold the model: {per_replica}{each} "
-        f"(keeping {format_bytes(margin_bytes)} free on each)"
-    )
-
-
-def _misfit_notes(fits: bool | None, gpus: str) -> tuple[str, ...]:
-    if fits is None:
-        return (f"gpus {gpus}: free memory unknown, so whether the model fits is not known",)
-    if fits:
-        return ()
-    return (
-        f"warning: gpus {gpus}: the model does not fit in the free memory of the chosen "
-        "devices; a build with --fit keeps the rest on the CPU, one without may fail "
-        "to load (out of memory)",
-    )
 
 
 def _vulkan_table(

@@ -18,12 +18,10 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xpulaunch.errors import DeviceBusyError, SelectionError, XpulaunchError
-from xpulaunch.events import Event, Exited, GaveUp, Ready, Unhealthy
-from xpulaunch.llamacpp.plan import LlamaRequest
+from xpulaunch.events import Event
 from xpulaunch.llamacpp.router.events import (
     ModelLoaded,
     ModelLoadFailed,
@@ -37,46 +35,24 @@ from xpulaunch.llamacpp.router.policy import (
     eviction_order,
     expired,
     next_expiry,
+    no_room,
     with_readings,
 )
+from xpulaunch.llamacpp.router.setup import Setup, model_request
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, Slot, Unavailable
-from xpulaunch.llamacpp.server import error_line
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from xpulaunch.core.restart import RestartPolicy
     from xpulaunch.leases import Lease
-    from xpulaunch.llamacpp.devices import LlamaBackend
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
-    from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
+    from xpulaunch.llamacpp.router.config import RouterConfig
     from xpulaunch.llamacpp.serve import Prepared
-    from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
-    from xpulaunch.model import Inventory
+    from xpulaunch.llamacpp.server import LlamaServer
 
 T = TypeVar("T")
 PLACE_TRIES = 8  # other jobs may take a device between our look and our lock
 ACQUIRE_TRIES = 8  # a model unloaded again while a request waited for it
-
-
-@dataclass(frozen=True, slots=True)
-class Setup:
-    """What every model of one router shares."""
-
-    inventory: Inventory
-    parent_env: Mapping[str, str]
-    health: HealthOptions
-    policy: RestartPolicy
-    binary: str | None = None
-    llama_backend: LlamaBackend | None = None
-    backend: str | None = None
-    lock_dir: str | None = None
-    grace_s: float = 10.0
-    log_dir: str | None = None
-    record_dir: str | None = None
-    # Probe the host again before each placement (the inventory is this host's, not a file):
-    # other programs come and go on the GPUs while a router runs for days.
-    reprobe: bool = False
 
 
 class ModelManager:
@@ -288,23 +264,9 @@ class ModelManager:
         order = eviction_order(views, self._clock(), exclude=slot.id)
         chosen = choose_evictions(attempt, order)
         if chosen is None:
-            raise NoRoom(self._no_room(slot, errors[0] if errors else "no free device"))
+            reason = errors[0] if errors else "no free device"
+            raise NoRoom(no_room(slot.id, reason, views))
         return chosen
-
-    def _no_room(self, slot: Slot, reason: str) -> str:
-        others = [s for s in self.slots.values() if s.id != slot.id]
-        ready = [s for s in others if s.state is ModelState.READY]
-        groups = (
-            (
-                "busy",
-                [f"{s.id} ({s.in_flight} request(s) in flight)" for s in ready if s.in_flight],
-            ),
-            ("pinned", [s.id for s in ready if s.config.pinned]),
-            ("loading", [s.id for s in others if s.state is ModelState.LOADING]),
-        )
-        parts = [f"{name}: {', '.join(ids)}" for name, ids in groups if ids]
-        held = f"; no loaded model can make room ({'; '.join(parts)})" if parts else ""
-        return f"model {slot.id} cannot be placed: {reason}{held}"
 
     def _plan(self, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
         from xpulaunch.llamacpp.serve import plan_prepared
@@ -370,26 +332,10 @@ class ModelManager:
         if generation != slot.generation:
             return  # a server this slot no longer runs
         self._emit(event, slot.id)
-        if isinstance(event, Ready):
-            slot.up[event.name] = True
-            slot.down_reason.pop(event.name, None)
-        elif isinstance(event, Exited) and not event.expected:
-            how = f"killed by {event.signal}" if event.signal else f"exit code {event.exit_code}"
-            why = error_line(event.stderr_tail, or_last=event.signal is None)
-            slot.up[event.name] = False
-            slot.down_reason[event.name] = f"llama-server {how}" + (f": {why}" if why else "")
-        elif isinstance(event, Unhealthy):
-            slot.up[event.name] = False
-            slot.down_reason[event.name] = event.reason
-        elif isinstance(event, GaveUp):
-            for name in event.names:
-                slot.up[name] = False
-                slot.down_reason[name] = f"failed for good: {event.reason}"
-            gave_up = all(r.startswith("failed for good") for r in slot.down_reason.values())
-            if slot.state is ModelState.READY and gave_up and len(slot.down_reason) == len(slot.up):
-                slot.last_error = f"model {slot.id}: every replica failed for good"
-                slot.state = ModelState.UNLOADING
-                self._spawn(self._unload(slot, "failed"))
+        if slot.replica_event(event) and slot.state is ModelState.READY:
+            slot.last_error = f"model {slot.id}: every replica failed for good"
+            slot.state = ModelState.UNLOADING
+            self._spawn(self._unload(slot, "failed"))
 
     # -- unloading ---------------------------------------------------------------------------
     async def _unload(self, slot: Slot, reason: str, by: str | None = None) -> None:
@@ -454,22 +400,3 @@ class ModelManager:
     def servers(self) -> tuple[LlamaServer, ...]:
         """The servers running now (for a signal handler: a snapshot, no lock)."""
         return tuple(s.server for s in list(self.slots.values()) if s.server is not None)
-
-
-def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
-    """What ``xpulaunch llama`` would be asked for this model (free ports, 127.0.0.1)."""
-    return LlamaRequest(
-        model=model.model, replicas=model.replicas, binary=setup.binary or "llama-server",
-        llama_backend=setup.llama_backend, passthrough=_server_args(model), gpus=model.gpus,
-        backend=setup.backend,
-    )  # fmt: skip
-
-
-def _server_args(model: ModelConfig) -> tuple[str, ...]:
-    """The model's args, plus llama-server's own ``/metrics`` (which the router's relabels)
-    and ``--alias ID`` (answers then name the model as the client did), unless given."""
-    args = model.args
-    extra: tuple[str, ...] = () if "--metrics" in args else ("--metrics",)
-    if not {"-a", "--alias"} & set(args):
-        extra += ("--alias", model.id)
-    return (*args, *extra)

@@ -134,3 +134,18 @@ def with_readings(inventory: Inventory, readings: Mapping[str, Device]) -> Inven
         return inventory
     devices = tuple(readings.get(d.key, d) for d in inventory.devices)
     return replace(inventory, devices=devices)
+
+
+def no_room(model: str, reason: str, views: Sequence[ModelView]) -> str:
+    """Why ``model`` cannot be placed: the planner's ``reason``, and the loaded models that
+    could not make room (busy, pinned, loading)."""
+    others = [v for v in views if v.id != model]
+    ready = [v for v in others if v.state is ModelState.READY]
+    groups = (
+        ("busy", [f"{v.id} ({v.in_flight} request(s) in flight)" for v in ready if v.in_flight]),
+        ("pinned", [v.id for v in ready if v.pinned]),
+        ("loading", [v.id for v in others if v.state is ModelState.LOADING]),
+    )
+    parts = [f"{name}: {', '.join(ids)}" for name, ids in groups if ids]
+    held = f"; no loaded model can make room ({'; '.join(parts)})" if parts else ""
+    return f"model {model} cannot be placed: {reason}{held}"

@@ -34,7 +34,8 @@ from xpulaunch.processes.signals import wait_answering
 
 if TYPE_CHECKING:
     from xpulaunch.events import Event
-    from xpulaunch.llamacpp.router.models import ModelManager, Setup
+    from xpulaunch.llamacpp.router.models import ModelManager
+    from xpulaunch.llamacpp.router.setup import Setup
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # a few images in a chat request, base64-encoded
 

@@ -17,13 +17,13 @@ from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.router.config import RouterConfig
-from xpulaunch.llamacpp.router.models import Setup, model_request
 from xpulaunch.llamacpp.router.router import (
     DEFAULT_MAX_BODY_BYTES,
     Router,
     check_models,
     load_config,
 )
+from xpulaunch.llamacpp.router.setup import Setup, model_request
 from xpulaunch.llamacpp.serve import BINARY_VAR
 from xpulaunch.llamacpp.server import DEFAULT_POLICY, HealthOptions
 

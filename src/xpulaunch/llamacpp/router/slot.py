@@ -8,7 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xpulaunch.events import Event, Exited, GaveUp, Ready, Unhealthy
 from xpulaunch.llamacpp.router.policy import ModelState, ModelView, next_replica
+from xpulaunch.llamacpp.server import error_line
+
+_GAVE_UP = "failed for good"
 
 if TYPE_CHECKING:
     from xpulaunch.leases import Lease
@@ -113,6 +117,27 @@ class Slot:
             )
         self.turn = index + 1
         return replicas[index]
+
+    def replica_event(self, event: Event) -> bool:
+        """Note what a replica's supervisor says; True when every replica failed for good."""
+        if isinstance(event, Ready):
+            self.up[event.name] = True
+            self.down_reason.pop(event.name, None)
+        elif isinstance(event, Exited) and not event.expected:
+            how = f"killed by {event.signal}" if event.signal else f"exit code {event.exit_code}"
+            why = error_line(event.stderr_tail, or_last=event.signal is None)
+            self.up[event.name] = False
+            self.down_reason[event.name] = f"llama-server {how}" + (f": {why}" if why else "")
+        elif isinstance(event, Unhealthy):
+            self.up[event.name] = False
+            self.down_reason[event.name] = event.reason
+        elif isinstance(event, GaveUp):
+            for name in event.names:
+                self.up[name] = False
+                self.down_reason[name] = f"{_GAVE_UP}: {event.reason}"
+            failed = [r for r in self.down_reason.values() if r.startswith(_GAVE_UP)]
+            return len(failed) == len(self.up)
+        return False
 
     def set_loaded(self, server: LlamaServer) -> None:
         self.state = ModelState.READY
