@@ -146,6 +146,9 @@ class ModelManager:
         except (XpulaunchError, NoRoom) as exc:
             self._failed(slot, exc)
             raise exc if isinstance(exc, NoRoom) else LoadFailed(self._why(slot, exc)) from exc
+        except BaseException:
+            slot.set_unloaded()  # nothing was leased: only the state is to undo
+            raise
         if self.closing:
             lease.release()
             slot.set_unloaded()
@@ -163,6 +166,13 @@ class ModelManager:
             lease.release()
             self._failed(slot, exc)
             raise LoadFailed(self._why(slot, exc)) from exc
+        except BaseException:
+            # Anything else (a bug, a cancelled task): no server, no lease, no model stuck
+            # loading; the error goes on to whoever waits.
+            server.stop(0)
+            lease.release()
+            slot.set_unloaded()
+            raise
         if self.closing:
             await self._unload(slot, "stop")
             raise Unavailable("the router is stopping")
