@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         plan_llama as plan_llama,
         serve_llama as serve_llama,
     )
+    from xpulaunch.llamacpp.router.serve import serve_models as serve_models
     from xpulaunch.model import (
         Backend as Backend,
         Device as Device,
@@ -128,6 +129,7 @@ _EXPORTS = {
     "xpulaunch.llamacpp": (
         "LlamaServer", "plan_llama", "serve_llama",
     ),
+    "xpulaunch.llamacpp.router.serve": ("serve_models",),
     "xpulaunch.model": (
         "Backend", "Device", "DeviceMap", "DeviceShare", "Hierarchy", "Inventory", "MigDevice",
         "NodeGroup", "Plan", "Problem", "Unit", "Vendor", "WorkerPlan",

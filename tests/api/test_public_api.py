@@ -27,6 +27,7 @@ EXPECTED = {
     "UsageError", "Vendor", "WaitTimeoutError", "WorkerFailedError", "WorkerPlan", "WorkerSpec",
     "WorkerState", "WorkerStatus", "XpulaunchError", "heartbeat", "inventory_document",
     "load_inventory", "plan", "plan_document", "plan_llama", "probe", "run", "serve_llama",
+    "serve_models",
     "worker_specs",
 }  # fmt: skip
 
@@ -124,8 +125,8 @@ def test_supervisor_runs_a_planned_cpu_job(tmp_path: Path) -> None:
 
 
 # serve_llama starts real llama-server processes: tests/llamacpp/test_server.py runs it with the
-# real binary and a tiny model.
-NOT_CALLED_HERE = {"serve_llama"}
+# real binary and a tiny model; serve_models starts a router: tests/llamacpp/test_router*.py.
+NOT_CALLED_HERE = {"serve_llama", "serve_models"}
 
 
 def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:
@@ -135,6 +136,7 @@ def _calls(tmp_path: Path) -> dict[str, Callable[[], object]]:
     env = {"PATH": "/usr/bin:/bin"}
     inventory = xpulaunch.load_inventory(inventory_path("2x-h200.json"))
     cpu_plan = xpulaunch.plan(["true"], gpus="none", parent_env=env)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")  # read, but not a model: no estimate
     llama = LlamaRequest(
         model=str(tmp_path / "model.gguf"), gpus="2", binary=str(tmp_path / "llama-server"),
         llama_backend=LlamaBackend.CUDA,

@@ -35,6 +35,7 @@ CONSOLE = str(Path(sys.executable).parent / "xpulaunch")
 PYTHON_NOT_RUN = {
     "from transformers import AutoModelForCausalLM": "needs transformers and a model",
     "from accelerate import Accelerator": "a training script, run by the commands around it",
+    "from openai import OpenAI": "needs models; tests/llamacpp/test_router.py runs the router",
 }
 # The commands whose inventory is not the README's own 2x H200 host.
 INVENTORY_FOR = (
@@ -121,6 +122,9 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             if block.startswith("# ") and "/" not in name:
                 (tmp_path / name).write_text(block)
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    for block in _fences("toml"):  # the models a models.toml names
+        for name in re.findall(r'^model = "([^"/]+\.gguf)"', block, re.MULTILINE):
+            (tmp_path / name).write_bytes(b"GGUF")
     shutil.copy(inventory_path("2x-h200.json"), tmp_path / "host.json")
     for rank in ("0", "1"):  # a finished run's --log-dir, for `xpulaunch logs`
         log = tmp_path / "logs" / "attempt_0" / f"{rank}.log"

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import inventory_path, wait_for
 from run_kit import read_events, xpulaunch
-from xpulaunch.core.prometheus import relabel, render
+from xpulaunch.core.prometheus import relabel, render, render_relabelled
 from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.events import Event
 from xpulaunch.joblog.event_stream import SCHEMA, EventStream, event_name
@@ -142,15 +142,41 @@ def test_rendered_and_relabelled_text_parses() -> None:
     labels = (("worker", 'a "quoted"\nname'),)
     text = render([("x_up", "gauge", "help text", [(labels, 1.0), ((), 2.5)]),
                    ("x_empty", "counter", "left out", [])])  # fmt: skip
-    theirs = '# HELP llamacpp:tokens a\n# TYPE llamacpp:tokens counter\nllamacpp:tokens 7\n' \
-             'llamacpp:slots{id="1"} 2\n'  # fmt: skip
-    text += "".join(line + "\n" for line in relabel(theirs, (("replica", "0"), ("model", "m"))))
+    theirs = (
+        "# HELP llamacpp:tokens a\n# TYPE llamacpp:tokens counter\nllamacpp:tokens 7\n"
+        '# HELP llamacpp:slots b\n# TYPE llamacpp:slots gauge\nllamacpp:slots{id="1"} 2\n'
+    )
+    sources = [relabel(theirs, (("model", "m"), ("replica", r))) for r in ("0", "1")]
+    text += render_relabelled(sources)
     samples = _samples(text)
     assert samples[("x_up", (("worker", 'a "quoted"\nname'),))] == 1
     assert samples[("x_up", ())] == 2.5
-    assert samples[("llamacpp:tokens", (("model", "m"), ("replica", "0")))] == 7
-    assert samples[("llamacpp:slots", (("id", "1"), ("model", "m"), ("replica", "0")))] == 2
+    # prometheus_client names a counter as OpenMetrics does: ..._total.
+    assert samples[("llamacpp:tokens_total", (("model", "m"), ("replica", "0")))] == 7
+    assert samples[("llamacpp:slots", (("id", "1"), ("model", "m"), ("replica", "1")))] == 2
     assert "x_empty" not in text
+    # Each family is declared once for both replicas, with its type and help kept.
+    assert text.count("# TYPE llamacpp:slots gauge") == 1
+    assert text.count("# HELP llamacpp:tokens_total a") == 1
+    assert text.count("# TYPE llamacpp:tokens_total counter") == 1
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["llamacpp:slots"].type == "gauge"
+    assert len(families["llamacpp:slots"].samples) == 2
+
+
+def test_a_label_of_ours_that_the_exporter_has_too_is_kept_as_exported() -> None:
+    """The old line relabelling wrote model="m",model="x": an invalid scrape."""
+    theirs = '# TYPE x gauge\nx{model="their-name",slot="0"} 1\nuntyped_one 5\n'
+    text = render_relabelled([relabel(theirs, (("model", "m"),))])
+    samples = _samples(text)
+    assert samples[("x", (("exported_model", "their-name"), ("model", "m"), ("slot", "0")))] == 1
+    assert samples[("untyped_one", (("model", "m"),))] == 5
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            names = [part.split("=")[0] for part in line.split("{")[1].split("}")[0].split(",")]
+            assert len(names) == len(set(names)), line
+    with pytest.raises(ValueError):
+        relabel("this is { not metrics\n", (("model", "m"),))
 
 
 @pytest.mark.parametrize(

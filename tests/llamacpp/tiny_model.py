@@ -12,15 +12,16 @@ import sys
 from pathlib import Path
 
 
-def write_tiny_model(path: Path) -> Path:
-    """Write the model to ``path`` (same bytes every time: the weights use a fixed seed)."""
+def write_tiny_model(path: Path, context_length: int = 256) -> Path:
+    """Write the model to ``path`` (same bytes every time: the weights use a fixed seed).
+    ``context_length``: its training context, which caps what one request may generate."""
     import gguf
     import numpy as np
 
     n_vocab, n_embd, n_head, n_ff, n_layer = 259, 64, 4, 128, 2
     rng = np.random.default_rng(0)
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(256)
+    writer.add_context_length(context_length)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(n_ff)

@@ -51,6 +51,17 @@ class DefaultRunGroup(click.Group):
             raise TypeError(f"{COMMANDS[cmd_name]} is not a click command")
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """``llama serve ...`` is the model router, a command of its own; ``llama`` with
+        anything else is ``xpulaunch llama``."""
+        if args[:2] == ["llama", "serve"]:
+            from xpulaunch.cli.llama_serve import serve
+
+            return "llama serve", serve, args[2:]
+        return super().resolve_command(ctx, args)
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args:  # the whole help, as `--help` shows it, rather than a usage error
             click.echo(ctx.get_help())

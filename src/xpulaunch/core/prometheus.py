@@ -3,11 +3,13 @@ exporter's samples. Pure: no sockets, no clocks.
 
 https://prometheus.io/docs/instrumenting/exposition_formats/ : ``# HELP`` and ``# TYPE`` once
 per family, then ``name{label="value",...} number`` lines; label values escape ``\\``, ``"``
-and newlines.
+and newlines. Another exporter's text is read with ``prometheus_client``'s parser (imported
+only when a scrape relabels one).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -37,23 +39,58 @@ def _labels(labels: Labels) -> str:
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
-def relabel(text: str, extra: Labels) -> list[str]:
-    """Another exporter's sample lines with ``extra`` labels added (comments dropped: the
-    same family from several replicas must be declared once, and we do not know its type)."""
-    out = []
-    added = _labels(extra)[1:-1]
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        head, sep, rest = line.partition("{")
-        if sep:
-            inner = rest.partition("}")
-            out.append(f"{head}{{{added},{inner[0]}}}{inner[2]}" if inner[0] else
-                       f"{head}{{{added}}}{inner[2]}")  # fmt: skip
-        else:
-            name, _, value = line.partition(" ")
-            out.append(f"{name}{{{added}}} {value}")
+# The text format 0.0.4 knows these types; OpenMetrics-only ones are written as untyped.
+_TEXT_TYPES = frozenset({"counter", "gauge", "histogram", "summary"})
+
+
+# One family of another exporter, relabelled: declared name, type, help, samples (name,
+# labels, value).
+Relabelled = tuple[str, str, str, list[tuple[str, Labels, float]]]
+
+
+def relabel(text: str, extra: Labels) -> list[Relabelled]:
+    """Another exporter's families, each sample with ``extra`` labels added first. Parsed
+    with ``prometheus_client``'s parser (which names counters ``..._total``, as the
+    OpenMetrics convention does); a label a sample already has under one of our names keeps
+    its value as ``exported_NAME`` (Prometheus's own rule for ``honor_labels: false``).
+    Raises ``ValueError`` for text that is not the exposition format."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ours = dict(extra)
+    out: list[Relabelled] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            kind = family.type if family.type in _TEXT_TYPES else "untyped"
+            declared = family.name + "_total" if kind == "counter" else family.name
+            samples = [
+                (s.name, (*extra, *((f"exported_{k}" if k in ours else k, v)
+                                    for k, v in s.labels.items())), float(s.value))
+                for s in family.samples
+            ]  # fmt: skip
+            out.append((declared, kind, family.documentation, samples))
+    except (IndexError, KeyError) as exc:  # the parser's own errors on odd lines
+        raise ValueError(f"not the Prometheus text format: {exc!r}") from exc
     return out
+
+
+def render_relabelled(sources: Iterable[list[Relabelled]]) -> str:
+    """Relabelled families of several sources as one valid exposition: each family declared
+    once (``# HELP``, ``# TYPE``), then the samples of every source."""
+    merged: dict[str, tuple[str, str, list[tuple[str, Labels, float]]]] = {}
+    for families in sources:
+        for declared, kind, help_text, samples in families:
+            merged.setdefault(declared, (kind, help_text, []))[2].extend(samples)
+    lines: list[str] = []
+    for declared, (kind, help_text, samples) in merged.items():
+        escaped = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+        lines += [f"# HELP {declared} {escaped}", f"# TYPE {declared} {kind}"]
+        lines += [f"{name}{_labels(labels)} {_number(value)}" for name, labels, value in samples]
+    return "\n".join(lines) + "\n" if lines else ""

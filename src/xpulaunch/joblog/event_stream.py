@@ -38,7 +38,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.joblog.console import BUFFER_LIMIT_BYTES, CLOSE_WAIT_S, append_whole, warn_on_stderr
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import TextIO
 
     from xpulaunch.events import Event
@@ -116,8 +116,11 @@ class EventStream:
         self.failed = 0  # events whose write failed (a full disk)
         self._thread: threading.Thread | None = None
 
-    def write(self, event: Event) -> None:
-        line = json.dumps(event_record(event, time.time()), separators=(",", ":")) + "\n"
+    def write(self, event: Event, extra: Mapping[str, object] | None = None) -> None:
+        """One whole line, queued for the writer thread; ``extra`` keys go first (the model
+        router names the model)."""
+        record = {**(extra or {}), **event_record(event, time.time())}
+        line = json.dumps(record, separators=(",", ":")) + "\n"
         data = line.encode()
         with self._idle:
             if self._broken or self._closed:

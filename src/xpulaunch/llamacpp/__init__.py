@@ -1,9 +1,11 @@
 """llama.cpp's llama-server: pinned per build, health-checked, supervised (``xpulaunch llama``).
 
 Pure parts: :mod:`.devices` (``--list-devices``), :mod:`.vulkan` (Vulkan names),
-:mod:`.args` (command lines) and :mod:`.plan`. Side effects: :mod:`.binary` (asks the
-binary), :mod:`.health` (HTTP, ports), :mod:`.server` (the supervised replicas) and
-:mod:`.serve` (the two calls most users want).
+:mod:`.args` (command lines), :mod:`.fit` (a model's need, llama.cpp's ``--fit``),
+:mod:`.placement` and :mod:`.plan`. Side effects: :mod:`.binary` (asks the binary),
+:mod:`.estimate` (``llama-fit-params``, the GGUF header), :mod:`.health` (HTTP, ports),
+:mod:`.server` (the supervised replicas), :mod:`.serve` (the two calls most users want) and
+:mod:`.router` (several models behind one port, ``xpulaunch llama serve``).
 """
 
 from __future__ import annotations

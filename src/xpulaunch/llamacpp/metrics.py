@@ -1,10 +1,10 @@
 """``xpulaunch llama --metrics-port``: the supervisor's metrics plus every replica's own.
 
 Each replica runs with llama-server's ``--metrics`` and its ``/metrics`` text is fetched at
-scrape time and relabelled with ``model`` and ``replica``, so one scrape target covers every
-replica (llama-swap users ask for this: mostlygeek/llama-swap#262). A replica that does not
-answer (loading, restarting) is left out of that scrape and counted in
-``xpulaunch_replica_scrape_ok``.
+scrape time, parsed and relabelled with ``model`` and ``replica`` (each family declared once
+for every replica), so one scrape target covers every replica (llama-swap users ask for
+this: mostlygeek/llama-swap#262). A replica that does not answer (loading, restarting) is
+left out of that scrape and counted in ``xpulaunch_replica_scrape_ok``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-from xpulaunch.core.prometheus import Sample, relabel, render
+from xpulaunch.core.prometheus import Relabelled, Sample, relabel, render, render_relabelled
 from xpulaunch.joblog.metrics import JobCounters, MetricsServer
 from xpulaunch.llamacpp.health import fetch_metrics
 from xpulaunch.llamacpp.plan import LlamaPlan
@@ -26,20 +26,19 @@ SCRAPE_TIMEOUT_S = 2.0
 
 def replica_metrics(server: LlamaServer, model: str) -> Callable[[], list[str]]:
     def scrape() -> list[str]:
-        lines: list[str] = []
+        sources: list[list[Relabelled]] = []
         ok: list[Sample] = []
         for replica in server.replicas:
             labels = (("model", model), ("replica", replica.name))
             try:
-                text = fetch_metrics(replica.url, SCRAPE_TIMEOUT_S)
-            except OSError:
+                sources.append(relabel(fetch_metrics(replica.url, SCRAPE_TIMEOUT_S), labels))
+            except (OSError, ValueError):
                 ok.append(((("replica", replica.name),), 0.0))
                 continue
             ok.append(((("replica", replica.name),), 1.0))
-            lines += relabel(text, labels)
         help_text = "1 when the replica's own /metrics answered this scrape"
         family = ("xpulaunch_replica_scrape_ok", "gauge", help_text, ok)
-        return [*render([family]).splitlines(), *lines]
+        return [*render([family]).splitlines(), *render_relabelled(sources).splitlines()]
 
     return scrape
 

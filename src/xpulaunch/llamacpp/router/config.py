@@ -1,0 +1,209 @@
+"""``models.toml`` of ``xpulaunch llama serve``: one ``[models.ID]`` table per model, named by
+the id clients send. Pure: :func:`parse_config` takes the parsed TOML document.
+
+::
+
+    [models.qwen-7b]
+    model = "/models/qwen-7b-q4.gguf"
+    gpus = "auto"          # what --gpus takes
+    replicas = 1
+    ttl = 600              # seconds idle before it is unloaded; 0: never
+    pinned = false         # never evicted
+    aliases = ["qwen"]
+    args = ["-c", "8192"]  # llama-server's own options, as after `--`
+
+Every error names the file, the table and the key, and says what would be valid.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from xpulaunch.core.selection import parse_gpus
+from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp import args as llama_args
+
+KEYS = ("model", "gpus", "replicas", "ttl", "pinned", "aliases", "args")
+# The router chooses where each server listens and what it serves: these would break routing.
+_RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
+MAX_REPLICAS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """One ``[models.ID]`` table. ``model`` None: the args fetch it (``-hf``)."""
+
+    id: str
+    model: str | None
+    gpus: str = "auto"
+    replicas: int = 1
+    ttl_s: float = 0.0
+    pinned: bool = False
+    aliases: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id, "model": self.model, "gpus": self.gpus, "replicas": self.replicas,
+            "ttl": self.ttl_s, "pinned": self.pinned, "aliases": list(self.aliases),
+            "args": list(self.args),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    models: tuple[ModelConfig, ...]
+    source: str = "models.toml"
+    names: Mapping[str, str] = field(default_factory=dict)  # id or alias -> id
+
+    def resolve(self, name: str) -> ModelConfig | None:
+        """The model a client names by id or alias (None: no such model)."""
+        found = self.names.get(name)
+        return None if found is None else self.by_id(found)
+
+    def by_id(self, model_id: str) -> ModelConfig:
+        return next(m for m in self.models if m.id == model_id)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(m.id for m in self.models)
+
+
+def parse_config(
+    document: Mapping[str, Any], *, source: str = "models.toml", base_dir: str | None = None
+) -> RouterConfig:
+    """Check a parsed ``models.toml``; relative model paths are relative to ``base_dir``
+    (the file's folder)."""
+    unknown = sorted(set(document) - {"models"})
+    if unknown:
+        raise UsageError(
+            f"{source}: unknown top-level key {unknown[0]!r}; expected [models.ID] tables"
+        )
+    tables = document.get("models")
+    if not isinstance(tables, Mapping) or not tables:
+        raise UsageError(
+            f"{source}: no [models.ID] table; add one per model, e.g. "
+            '[models.qwen] with model = "/models/qwen.gguf"'
+        )
+    models = tuple(_model(str(name), table, source, base_dir) for name, table in tables.items())
+    return RouterConfig(models, source, _names(models, source))
+
+
+def _model(name: str, table: object, source: str, base_dir: str | None) -> ModelConfig:
+    where = f"{source}: [models.{name}]"
+    if not isinstance(table, Mapping):
+        raise UsageError(f"{where}: expected a table of {', '.join(KEYS)}")
+    _check_id(name, where)
+    unknown = sorted(set(table) - set(KEYS))
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}; expected {', '.join(KEYS)}")
+    args = _strings(table.get("args", []), f"{where} args")
+    model = _model_path(table.get("model"), args, where, base_dir)
+    return ModelConfig(
+        id=name, model=model, gpus=_gpus(table.get("gpus", "auto"), where),
+        replicas=_replicas(table.get("replicas", 1), where), ttl_s=_ttl(table.get("ttl", 0), where),
+        pinned=_bool(table.get("pinned", False), f"{where} pinned"),
+        aliases=_strings(table.get("aliases", []), f"{where} aliases"), args=args,
+    )  # fmt: skip
+
+
+def _check_id(name: str, where: str) -> None:
+    if not name.strip() or any(c.isspace() or not c.isprintable() for c in name):
+        raise UsageError(f"{where}: a model id must be non-empty printable text without spaces")
+
+
+def _model_path(value: object, args: Sequence[str], where: str, base_dir: str | None) -> str | None:
+    given = llama_args.user_options(args, {})
+    for key, owner in _RESERVED.items():
+        if key in given:
+            flags = "/".join(llama_args.OPTIONS[key].names)
+            raise UsageError(f"{where} args: {flags} is set by {owner}; remove it from args")
+    if value is None:
+        if llama_args.has_remote_model(args):
+            return None
+        raise UsageError(f'{where}: no model; add model = "/path/to/model.gguf"')
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{where} model: expected the path of a .gguf file, got {value!r}")
+    path = os.path.expanduser(value)
+    return path if os.path.isabs(path) or base_dir is None else os.path.join(base_dir, path)
+
+
+def _gpus(value: object, where: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise UsageError(f'{where} gpus: expected text such as "auto", "1" or "0,2"')
+    try:
+        parse_gpus(value)
+    except UsageError as exc:
+        raise UsageError(f"{where} gpus {value!r}: {exc.detail}") from None
+    return value
+
+
+def _replicas(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPLICAS:
+        raise UsageError(
+            f"{where} replicas: expected a whole number from 1 to {MAX_REPLICAS}, got {value!r}"
+        )
+    return value
+
+
+def _ttl(value: object, where: str) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or float(value) < 0:  # type: ignore[arg-type]
+        raise UsageError(f"{where} ttl: expected seconds >= 0 (0: never unloaded), got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _bool(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _names(models: Sequence[ModelConfig], source: str) -> dict[str, str]:
+    """Ids and aliases -> id; a name used twice is an error."""
+    names: dict[str, str] = {}
+    for model in models:
+        for name in (model.id, *model.aliases):
+            other = names.get(name)
+            if other is not None and not (other == model.id and name == model.id):
+                raise UsageError(
+                    f"{source}: {name!r} names both [models.{other}] and [models.{model.id}]; "
+                    "ids and aliases must be unique"
+                )
+            names[name] = model.id
+    return names
+
+
+def read_config(path: str | os.PathLike[str]) -> RouterConfig:
+    """Read and check a ``models.toml`` file (one-line :class:`UsageError` on any problem)."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    shown = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read it ({exc.strerror})", option="config", value=shown) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not valid TOML: {exc}", option="config", value=shown) from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"not UTF-8 text ({exc.reason})", option="config", value=shown) from exc
+    base = os.path.dirname(os.path.abspath(shown))
+    return parse_config(document, source=shown, base_dir=base)

@@ -1,0 +1,412 @@
+"""Loading models on demand and unloading them: the router's side of each model's
+:class:`~xpulaunch.llamacpp.server.LlamaServer`.
+
+All state lives on the router's event loop (one owner); what blocks (asking the binary,
+starting and stopping servers, taking the lease lock) runs on worker threads and is awaited.
+
+A load: prepare the model once (the build, ``--fit``, the estimate), then under the placement
+lock plan it with the devices leased by others excluded; when it does not fit, evict idle
+models of this router (:func:`~.policy.choose_evictions`) and plan again; lease the plan's
+devices like any launch; then start the servers under the Supervisor and wait for
+``/health``. Every request that arrives meanwhile waits for the same load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from xpulaunch.errors import DeviceBusyError, SelectionError, XpulaunchError
+from xpulaunch.events import Event
+from xpulaunch.llamacpp.router.events import (
+    ModelLoaded,
+    ModelLoadFailed,
+    ModelLoading,
+    ModelUnloaded,
+)
+from xpulaunch.llamacpp.router.policy import (
+    ModelState,
+    Outcome,
+    choose_evictions,
+    eviction_order,
+    expired,
+    next_expiry,
+    no_room,
+    with_readings,
+)
+from xpulaunch.llamacpp.router.setup import Setup, model_request
+from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, Slot, Unavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from xpulaunch.leases import Lease
+    from xpulaunch.llamacpp.plan import LlamaPlan, Replica
+    from xpulaunch.llamacpp.router.config import RouterConfig
+    from xpulaunch.llamacpp.serve import Prepared
+    from xpulaunch.llamacpp.server import LlamaServer
+
+T = TypeVar("T")
+PLACE_TRIES = 8  # other jobs may take a device between our look and our lock
+ACQUIRE_TRIES = 8  # a model unloaded again while a request waited for it
+
+
+class ModelManager:
+    """The models of one router (call every method on its event loop)."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        setup: Setup,
+        *,
+        on_event: Callable[[Event, str | None], None],
+        on_message: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from xpulaunch.leases import LeaseManager
+
+        self.config, self.setup = config, setup
+        self.slots = {m.id: Slot(m) for m in config.models}
+        self._emit, self._say, self._clock = on_event, on_message, clock
+        self._leases = LeaseManager(setup.lock_dir)
+        self._inventory = setup.inventory
+        self._place_lock = asyncio.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4 + 2 * len(self.slots),
+                                        thread_name_prefix="xpulaunch-router")  # fmt: skip
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closing = False
+
+    def clock(self) -> float:
+        return self._clock()
+
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            if not isinstance(error, LoadFailed | NoRoom | Unavailable):
+                self._say(f"router task failed: {error!r}")
+
+    # -- requests --------------------------------------------------------------------------
+    async def acquire(self, slot: Slot) -> Replica:
+        """A replica of ``slot`` to send one request to, loading the model first when needed.
+        The request counts as in flight from here until :meth:`release`."""
+        slot.in_flight += 1
+        try:
+            for _ in range(ACQUIRE_TRIES):
+                if self.closing:
+                    raise Unavailable("the router is stopping")
+                if slot.state is ModelState.READY:
+                    slot.last_used_s = self._clock()
+                    return slot.pick()
+                if slot.state is ModelState.UNLOADED:
+                    self.start_load(slot)
+                if slot.state is ModelState.LOADING and slot.loading is not None:
+                    await asyncio.shield(slot.loading)
+                elif slot.state is ModelState.UNLOADING:
+                    await slot.unloaded.wait()
+            raise Unavailable(f"model {slot.id} was unloaded again while this request waited")
+        except BaseException:
+            self.release(slot)
+            raise
+
+    def release(self, slot: Slot) -> None:
+        slot.in_flight -= 1
+        slot.last_used_s = self._clock()
+        self._wake.set()
+
+    # -- loading ---------------------------------------------------------------------------
+    def start_load(self, slot: Slot) -> asyncio.Task[Any]:
+        if slot.state is ModelState.UNLOADED:
+            slot.state = ModelState.LOADING
+            slot.unloaded.clear()
+            slot.loading = self._spawn(self._load(slot))
+        if slot.loading is None:
+            raise Unavailable(f"model {slot.id} is {slot.state.value}")
+        return slot.loading
+
+    async def _load(self, slot: Slot) -> None:
+        began = self._clock()
+        try:
+            prepared = await self._prepare(slot)
+            plan, lease, evicted = await self._place(slot, prepared)
+        except (XpulaunchError, NoRoom) as exc:
+            self._failed(slot, exc)
+            raise exc if isinstance(exc, NoRoom) else LoadFailed(self._why(slot, exc)) from exc
+        except BaseException:
+            slot.set_unloaded()  # nothing was leased: only the state is to undo
+            raise
+        if self.closing:
+            lease.release()
+            slot.set_unloaded()
+            raise Unavailable("the router is stopping")
+        labels = tuple(u.label() for u in plan.plan.devices)
+        self._emit(ModelLoading(self._clock(), slot.id, labels, evicted), None)
+        where = ", ".join(labels) or "the CPU"
+        self._say(f"loading model {slot.id} on {where}" + (
+            f" (evicted {', '.join(evicted)})" if evicted else ""))  # fmt: skip
+        server = self._server(slot, plan, lease)
+        try:
+            await self._blocking(server.start)
+        except XpulaunchError as exc:
+            await self._blocking(server.stop)
+            lease.release()
+            self._failed(slot, exc)
+            raise LoadFailed(self._why(slot, exc)) from exc
+        except BaseException:
+            # Anything else (a bug, a cancelled task): no server, no lease, no model stuck
+            # loading; the error goes on to whoever waits.
+            server.stop(0)
+            lease.release()
+            slot.set_unloaded()
+            raise
+        if self.closing:
+            await self._unload(slot, "stop")
+            raise Unavailable("the router is stopping")
+        slot.set_loaded(server)
+        took = self._clock() - began
+        slot.counters.loads += 1
+        slot.counters.last_load_s = took
+        slot.last_used_s = self._clock()
+        self._emit(ModelLoaded(self._clock(), slot.id, server.urls, took), None)
+        self._say(f"model {slot.id} ready in {took:.1f} s at {', '.join(server.urls)}")
+        self._wake.set()
+
+    def _why(self, slot: Slot, exc: BaseException) -> str:
+        text = exc.message if isinstance(exc, XpulaunchError) else str(exc)
+        return f"model {slot.id} could not be loaded: {text}"
+
+    def _failed(self, slot: Slot, exc: BaseException) -> None:
+        slot.last_error = self._why(slot, exc) if not isinstance(exc, NoRoom) else str(exc)
+        slot.counters.load_failures += 1
+        slot.set_unloaded()
+        self._emit(ModelLoadFailed(self._clock(), slot.id, slot.last_error), None)
+        self._say(slot.last_error)
+
+    async def _prepare(self, slot: Slot) -> Prepared:
+        """The build, --fit and the estimate: asked once per model (a failure is asked
+        again at the next load)."""
+        if slot.prepared is not None:
+            return slot.prepared
+        if slot.preparing is None:
+            from xpulaunch.llamacpp.serve import prepare_llama
+
+            request = model_request(slot.config, self.setup)
+            env = self.setup.parent_env
+            slot.preparing = asyncio.ensure_future(
+                self._blocking(lambda: prepare_llama(request, env))
+            )
+        try:
+            slot.prepared = await asyncio.shield(slot.preparing)
+        finally:
+            if slot.preparing.done() and slot.prepared is None:
+                slot.preparing = None
+        return slot.prepared
+
+    def warm_up(self) -> None:
+        """Prepare every model now, in the background: asking a GPU build and measuring a
+        model take seconds, which the first request of each model then does not wait for."""
+
+        async def prepare(slot: Slot) -> None:
+            try:
+                await self._prepare(slot)
+            except XpulaunchError as exc:
+                self._say(f"model {slot.id}: {exc.message} (asked again at its first request)")
+
+        for slot in self.slots.values():
+            self._spawn(prepare(slot))
+
+    async def _place(
+        self, slot: Slot, prepared: Prepared
+    ) -> tuple[LlamaPlan, Lease, tuple[str, ...]]:
+        """Plan and lease, evicting idle models of ours when that makes room."""
+        evicted: list[str] = []
+        async with self._place_lock:
+            for _ in range(PLACE_TRIES):
+                await self._look()
+                unavailable = await self._blocking(self._leases.unavailable)
+                evict = self._evictions(slot, prepared, unavailable)
+                if evict:
+                    for victim in evict:
+                        self.slots[victim].state = ModelState.UNLOADING
+                    await asyncio.gather(*(self._unload(self.slots[v], "evicted", by=slot.id)
+                                           for v in evict))  # fmt: skip
+                    evicted += evict
+                    continue
+                try:
+                    plan, lease = await self._blocking(lambda: self._lease(slot, prepared))
+                except (SelectionError, DeviceBusyError):
+                    continue  # another job took a device meanwhile: look again
+                return plan, lease, tuple(evicted)
+        raise NoRoom(f"model {slot.id}: devices kept being taken by other jobs; try again")
+
+    def _evictions(
+        self, slot: Slot, prepared: Prepared, unavailable: Mapping[str, str]
+    ) -> tuple[str, ...]:
+        """Which of our idle models to evict now (on the loop: no request changes them while
+        this runs); raises :class:`NoRoom` with the reason when none makes room."""
+        ours = {key: s.id for s in self.slots.values() for key in s.lease_keys}
+        errors: list[str] = []
+
+        def attempt(evicted: frozenset[str]) -> Outcome:
+            left = {k: v for k, v in unavailable.items() if ours.get(k) not in evicted}
+            try:
+                planned = self._plan(prepared, left)
+            except (SelectionError, DeviceBusyError) as exc:
+                errors.append(exc.message)
+                return Outcome.NONE
+            return Outcome.PARTIAL if planned.fits is False else Outcome.FITS
+
+        views = [s.view() for s in self.slots.values()]
+        order = eviction_order(views, self._clock(), exclude=slot.id)
+        chosen = choose_evictions(attempt, order)
+        if chosen is None:
+            reason = errors[0] if errors else "no free device"
+            raise NoRoom(no_room(slot.id, reason, views))
+        return chosen
+
+    def _plan(self, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
+        from xpulaunch.llamacpp.serve import plan_prepared
+
+        return plan_prepared(
+            prepared, self._inventory, self.setup.parent_env, unavailable=unavailable
+        )
+
+    async def _look(self) -> None:
+        """A fresh probe (when the router probes), with the devices of our own loaded models
+        as they were before those loaded."""
+        fresh = self.setup.inventory
+        if self.setup.reprobe:
+            from xpulaunch.errors import InventoryError
+            from xpulaunch.probing.isolated import probe_in_child
+
+            try:
+                fresh = await self._blocking(lambda: probe_in_child(self.setup.parent_env))
+            except InventoryError as exc:
+                self._say(f"probing the devices again failed, planning with the last look: {exc}")
+                fresh = self._inventory
+        readings = {k: d for s in self.slots.values() for k, d in s.readings.items()}
+        self._inventory = with_readings(fresh, readings)
+
+    def _lease(self, slot: Slot, prepared: Prepared) -> tuple[LlamaPlan, Lease]:
+        planned: list[LlamaPlan] = []
+
+        def plan_fn(unavailable: Mapping[str, str]) -> Any:
+            planned[:] = [self._plan(prepared, unavailable)]
+            return planned[0].plan
+
+        command = ["xpulaunch", "llama", "serve", slot.id]
+        _, lease = self._leases.allocate(plan_fn, command=command)
+        return planned[0], lease
+
+    def _server(self, slot: Slot, plan: LlamaPlan, lease: Lease) -> LlamaServer:
+        from xpulaunch.joblog.logs import LogConfig
+        from xpulaunch.llamacpp.serve import cuda_settle
+        from xpulaunch.llamacpp.server import LlamaServer
+
+        setup, loop = self.setup, asyncio.get_running_loop()
+        slot.generation += 1
+        generation, model = slot.generation, slot.id
+
+        def on_event(event: Event) -> None:  # on the supervisor's thread
+            loop.call_soon_threadsafe(self._replica_event, slot, generation, event)
+
+        log_dir = None if setup.log_dir is None else f"{setup.log_dir}/{model}"
+        slot.settle = cuda_settle(plan)
+        server = LlamaServer(
+            plan, setup.parent_env, health=setup.health, policy=setup.policy,
+            grace_s=setup.grace_s, logs=LogConfig(log_dir=log_dir, console=False),
+            on_message=lambda text: self._say(f"model {model}: {text}"), on_event=on_event,
+            lease_fds=lease.fds, release_leases=True, settle=slot.settle,
+            record_dir=setup.record_dir, job_id=lease.job_id,
+        )  # fmt: skip
+        slot.server, slot.lease, slot.plan = server, lease, plan
+        slot.readings = {u.device.key: u.device for u in plan.plan.devices}
+        return server
+
+    # -- replica events (from supervisor threads, run on the loop) -------------------------
+    def _replica_event(self, slot: Slot, generation: int, event: Event) -> None:
+        if generation != slot.generation:
+            return  # a server this slot no longer runs
+        self._emit(event, slot.id)
+        if slot.replica_event(event) and slot.state is ModelState.READY:
+            slot.last_error = f"model {slot.id}: every replica failed for good"
+            slot.state = ModelState.UNLOADING
+            self._spawn(self._unload(slot, "failed"))
+
+    # -- unloading ---------------------------------------------------------------------------
+    async def _unload(self, slot: Slot, reason: str, by: str | None = None) -> None:
+        """Stop the model's servers and free its devices (the state is UNLOADING already)."""
+        server, lease, plan, settle = slot.server, slot.lease, slot.plan, slot.settle
+        slot.generation += 1  # the stop's own events are not news
+        if server is not None:
+            await self._blocking(server.stop)
+        if settle is not None and plan is not None:
+            names = [w.name for w in plan.plan.workers]
+            await self._blocking(lambda: settle(names))  # the GPU memory is free again
+        if lease is not None:
+            lease.release()
+        slot.set_unloaded()
+        slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
+        self._emit(ModelUnloaded(self._clock(), slot.id, reason, by), None)
+        self._say(f"model {slot.id} unloaded ({reason}{f' for {by}' if by else ''})")
+
+    async def unload(self, slot: Slot, reason: str = "request") -> bool:
+        """Unload an idle model now; False when it has requests in flight."""
+        if slot.state is ModelState.LOADING and slot.loading is not None:
+            await asyncio.shield(slot.loading)
+        if slot.state is ModelState.UNLOADING:
+            await slot.unloaded.wait()
+        if slot.state is not ModelState.READY:
+            return True
+        if slot.in_flight:
+            return False
+        slot.state = ModelState.UNLOADING
+        await self._unload(slot, reason)
+        return True
+
+    async def watch_ttl(self) -> None:
+        """Unload idle models whose ttl has run out, waking when the next one is due."""
+        while not self.closing:
+            views = [s.view() for s in self.slots.values()]
+            for model in expired(views, self._clock()):
+                slot = self.slots[model]
+                slot.state = ModelState.UNLOADING
+                self._spawn(self._unload(slot, "ttl"))
+            due = next_expiry([s.view() for s in self.slots.values()])
+            timeout = None if due is None else max(0.0, due - self._clock())
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):  # a ttl is due: look again
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def close(self) -> None:
+        """Stop every server (loading ones too) and free every lease."""
+        self.closing = True
+        self._wake.set()
+        for slot in self.slots.values():
+            if slot.state is ModelState.LOADING and slot.server is not None:
+                await self._blocking(slot.server.stop)  # its start() returns, failing
+        pending = [t for t in self._tasks if not t.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        ready = [s for s in self.slots.values() if s.state is ModelState.READY]
+        for slot in ready:
+            slot.state = ModelState.UNLOADING
+        await asyncio.gather(*(self._unload(s, "stop") for s in ready))
+        self._pool.shutdown(wait=True)
+
+    def servers(self) -> tuple[LlamaServer, ...]:
+        """The servers running now (for a signal handler: a snapshot, no lock)."""
+        return tuple(s.server for s in list(self.slots.values()) if s.server is not None)

@@ -1,0 +1,318 @@
+"""The router's HTTP front: OpenAI-compatible routes, forwarded by the request's ``model``.
+
+aiohttp serves and forwards (no hand-made HTTP): the body is read once (at most
+``max_body_bytes``), its ``model`` names the model (an id or an alias), and the request goes
+as it came to one of that model's replicas. Answers stream back as they come, chunk by chunk,
+so server-sent events (``"stream": true``) reach the client token by token. A client that goes
+away cancels its handler (aiohttp's ``handler_cancellation``), which closes the upstream
+connection; llama-server notices the closed connection and stops generating.
+
+Every error is JSON in the shape llama-server and OpenAI use:
+``{"error": {"message": ..., "type": ..., "code": STATUS}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError
+
+if TYPE_CHECKING:
+    from xpulaunch.llamacpp.plan import Replica
+    from xpulaunch.llamacpp.router.models import ModelManager
+    from xpulaunch.llamacpp.router.slot import Slot
+
+# POST routes of llama-server (tools/server/README.md) whose JSON body names the model.
+PROXIED = (
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank", "/v1/messages",
+    "/v1/messages/count_tokens", "/v1/responses", "/completion", "/completions", "/embedding",
+    "/embeddings", "/rerank", "/reranking", "/infill", "/tokenize", "/detokenize",
+    "/apply-template",
+)  # fmt: skip
+# RFC 9110 7.6.1 hop-by-hop fields, and those aiohttp sets itself.
+_NOT_FORWARDED = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "server", "date"}
+)  # fmt: skip
+_EVENT_STREAM = "text/event-stream"
+_KINDS = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+          409: "conflict_error", 413: "invalid_request_error"}  # fmt: skip
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(
+    status: int, message: str, kind: str | None = None, *, retry_after_s: float | None = None
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind or _KINDS.get(status, "server_error"),
+                      "code": status}}  # fmt: skip
+    headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own errors (unknown path, wrong method, body too large) as JSON too."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.text or exc.reason
+        if exc.status == 404:
+            message = f"no route {request.method} {request.path}; see GET /v1/models"
+        elif exc.status == 405:
+            message = f"{request.method} is not allowed on {request.path}"
+        return error_response(exc.status, message)
+
+
+class Proxy:
+    """The aiohttp application of one router."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        *,
+        max_body_bytes: int,
+        metrics: Callable[[], Awaitable[str]],
+        on_request: Callable[[Slot, str, int, float], None],
+    ) -> None:
+        self.manager = manager
+        self._metrics, self._on_request = metrics, on_request
+        self._max_body_bytes = max_body_bytes
+        self.session: aiohttp.ClientSession | None = None
+        self.started_s = int(time.time())
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[json_errors])
+        routes = [web.post(path, self.forward) for path in PROXIED]
+        routes += [
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/v1/models/{model}", self.one_model), web.get("/metrics", self.metrics),
+            web.get("/models/status", self.status), web.post("/models/load", self.load),
+            web.post("/models/unload", self.unload),
+        ]  # fmt: skip
+        app.add_routes(routes)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, app: web.Application) -> None:
+        # No pool limit (llama-server queues requests in its slots itself); no total timeout
+        # (a long generation is not a failure); answers pass through undecoded. An idle
+        # connection is dropped well before llama-server's own keep-alive ends (cpp-httplib's
+        # "Keep-Alive: timeout=5"), so a request never races the server closing it.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=2.0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=False
+        )
+
+    async def _close(self, app: web.Application) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # -- the model a request names -----------------------------------------------------------
+    def _slot(self, name: object) -> Slot:
+        config = self.manager.config
+        if not isinstance(name, str) or not name:
+            raise web.HTTPBadRequest(
+                text='the request needs a "model" field naming one of: ' + ", ".join(config.ids)
+            )
+        found = config.resolve(name)
+        if found is None:
+            raise _Refused(404, f"model {name!r} is not served here; models: "
+                           + ", ".join(config.ids), "model_not_found")  # fmt: skip
+        return self.manager.slots[found.id]
+
+    async def _body_model(self, request: web.Request) -> tuple[bytes, Slot, bool]:
+        """The body, the model it names, and whether it asks for a streamed answer."""
+        body = await request.read()
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise web.HTTPBadRequest(text=f"the request body is not valid JSON ({exc})") from None
+        if not isinstance(payload, dict):
+            raise web.HTTPBadRequest(text="the request body must be a JSON object")
+        return body, self._slot(payload.get("model")), payload.get("stream") is True
+
+    # -- forwarding --------------------------------------------------------------------------
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body, slot, streamed = await self._body_model(request)
+        except _Refused as refused:
+            return refused.response()
+        began = time.monotonic()
+        try:
+            replica = await self.manager.acquire(slot)
+        except RouteError as exc:
+            self._on_request(slot, "", exc.status, time.monotonic() - began)
+            return error_response(exc.status, exc.message, exc.kind,
+                                  retry_after_s=exc.retry_after_s)  # fmt: skip
+        status = 499  # nginx's "client closed request": what a cancelled handler counts as
+        try:
+            response = await self._send(request, slot, replica, body, streamed)
+            status = response.status
+            return response
+        except RouteError as exc:
+            status = exc.status
+            return error_response(exc.status, exc.message, exc.kind)
+        finally:
+            self.manager.release(slot)
+            self._on_request(slot, replica.name, status, time.monotonic() - began)
+
+    async def _send(
+        self, request: web.Request, slot: Slot, replica: Replica, body: bytes, streamed: bool
+    ) -> web.StreamResponse:
+        assert self.session is not None  # opened at startup
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        if streamed:
+            # llama-server closes its connection after a streamed answer although it says
+            # keep-alive (cpp-httplib), and aiohttp would pool it again at the answer's end:
+            # the next request would then meet a closed connection. Asked to close, neither
+            # side keeps it.
+            headers["Connection"] = "close"
+        url = replica.url + request.path_qs
+        try:
+            upstream = await self.session.request(request.method, url, data=body, headers=headers)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise LoadFailed(
+                f"model {slot.id}: llama-server replica {replica.name} ({replica.url}) did not "
+                f"answer ({type(exc).__name__}: {exc}); it may be restarting, retry shortly"
+            ) from None
+        whole = False
+        try:
+            response = await self._relay(request, slot, replica, upstream)
+            whole = True
+            return response
+        finally:
+            # A whole answer frees the connection for the next request (unless it was asked to
+            # close); anything else (the client left, the server broke) must close it, which
+            # ends llama-server's task.
+            upstream.release() if whole else upstream.close()
+
+    async def _relay(
+        self,
+        request: web.Request,
+        slot: Slot,
+        replica: Replica,
+        upstream: aiohttp.ClientResponse,
+    ) -> web.StreamResponse:
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_FORWARDED}
+        streamed = upstream.content_type == _EVENT_STREAM or upstream.content_length is None
+        if not streamed:
+            try:
+                data = await upstream.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raise _broken(slot, replica, exc) from None
+            return web.Response(status=upstream.status, body=data, headers=headers)
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        await response.prepare(request)
+        while True:
+            try:
+                chunk = await upstream.content.readany()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                await _tell_stream(request, response, upstream, _broken(slot, replica, exc))
+                return response
+            if not chunk:
+                break
+            await response.write(chunk)  # the client gone: ConnectionResetError, then cancel
+        await response.write_eof()
+        return response
+
+    # -- the router's own routes -------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    def _model_object(self, slot: Slot) -> dict[str, Any]:
+        return {
+            "id": slot.id, "object": "model", "created": self.started_s, "owned_by": "xpulaunch",
+            "aliases": list(slot.config.aliases), "status": {"value": slot.state.value},
+        }  # fmt: skip
+
+    async def models(self, request: web.Request) -> web.Response:
+        data = [self._model_object(s) for s in self.manager.slots.values()]
+        return web.json_response({"object": "list", "data": data})
+
+    async def one_model(self, request: web.Request) -> web.Response:
+        try:
+            slot = self._slot(request.match_info["model"])
+        except _Refused as refused:
+            return refused.response()
+        return web.json_response(self._model_object(slot))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = await self._metrics()
+        return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})  # fmt: skip
+
+    async def status(self, request: web.Request) -> web.Response:
+        now = self.manager.clock()
+        models = [s.status(now) for s in self.manager.slots.values()]
+        return web.json_response({"models": models})
+
+    async def load(self, request: web.Request) -> web.Response:
+        try:
+            _, slot, _ = await self._body_model(request)
+            await self.manager.acquire(slot)
+        except _Refused as refused:
+            return refused.response()
+        except RouteError as exc:
+            return error_response(exc.status, exc.message, exc.kind)
+        self.manager.release(slot)
+        return web.json_response(slot.status(self.manager.clock()))
+
+    async def unload(self, request: web.Request) -> web.Response:
+        try:
+            _, slot, _ = await self._body_model(request)
+        except _Refused as refused:
+            return refused.response()
+        if not await self.manager.unload(slot):
+            return error_response(
+                409, f"model {slot.id} has {slot.in_flight} request(s) in flight; unload it "
+                "once they are answered", "conflict_error",
+            )  # fmt: skip
+        return web.json_response({"id": slot.id, "state": slot.state.value})
+
+
+class _Refused(Exception):
+    """A request refused before any model is touched (unknown model)."""
+
+    def __init__(self, status: int, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.message, self.kind)
+
+
+def _broken(slot: Slot, replica: Replica, exc: BaseException) -> RouteError:
+    return LoadFailed(
+        f"model {slot.id}: llama-server replica {replica.name} closed the connection while "
+        f"answering ({type(exc).__name__}); it crashed or was stopped"
+    )
+
+
+async def _tell_stream(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    error: RouteError,
+) -> None:
+    """The server broke mid-answer: the status is sent already, so an event stream gets an
+    error event, and the answer ends without its proper end (the connection is closed)."""
+    if upstream.content_type == _EVENT_STREAM:
+        event = {"error": {"message": error.message, "type": error.kind, "code": error.status}}
+        try:
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        except ConnectionResetError:
+            return  # the client is gone too
+    if request.transport is not None:
+        request.transport.close()

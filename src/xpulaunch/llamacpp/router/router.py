@@ -1,0 +1,279 @@
+"""The model router: one OpenAI-compatible port in front of several llama.cpp models, each
+loaded on demand onto devices chosen and leased like any launch (``xpulaunch llama serve``,
+:func:`serve_models`).
+
+::
+
+    import xpulaunch
+    with xpulaunch.serve_models("models.toml", port=8080) as router:
+        print(router.url)      # http://127.0.0.1:8080; loads a model at its first request
+        router.wait()          # until stopped (Ctrl-C in the CLI)
+
+The router runs its own event loop on a thread of its own; the caller's thread only starts,
+waits and stops it. Each loaded model is a :class:`~xpulaunch.llamacpp.server.LlamaServer`
+under its own Supervisor, whose guardian kills its servers (and so frees its devices) if
+this process dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from xpulaunch.errors import UsageError, XpulaunchError
+from xpulaunch.llamacpp.plan import url_host
+from xpulaunch.llamacpp.router.config import RouterConfig, parse_config, read_config
+from xpulaunch.processes.signals import wait_answering
+
+if TYPE_CHECKING:
+    from xpulaunch.events import Event
+    from xpulaunch.llamacpp.router.models import ModelManager
+    from xpulaunch.llamacpp.router.setup import Setup
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # a few images in a chat request, base64-encoded
+
+
+class Router:
+    """A running (after :meth:`start`) router; a context manager."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        setup: Setup,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        on_event: Callable[[Event, str | None], None] | None = None,
+        on_message: Callable[[str], None] | None = None,
+    ) -> None:
+        """``port`` 0: a free port (see :attr:`url`). ``on_event(event, model)`` gets the
+        router's model events (``model`` None) and each replica's supervisor events (with
+        its model's id); ``on_message`` one line at a time of what happens (default:
+        ``xpulaunch: ...`` lines on stderr). Both run on the router's thread."""
+        self.config, self.setup = config, setup
+        self.host, self.port = host, port
+        self._max_body_bytes = max_body_bytes
+        self._on_event = on_event
+        self._on_message = on_message or _to_stderr
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._bound = threading.Event()
+        self._error: BaseException | None = None
+        self._status: int | None = None
+        self._signals = 0
+        self._signum: int | None = None
+        self.manager: ModelManager | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.host)}:{self.port}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> str:
+        """Listen, and return the URL once the port is bound (models load on demand)."""
+        if self._thread is not None:
+            return self.url
+        self._thread = threading.Thread(target=self._run, name="xpulaunch-router", daemon=True)
+        self._thread.start()
+        self._bound.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+        return self.url
+
+    def _run(self) -> None:
+        try:
+            _run_loop(self._main(), _loop_factory())
+        except BaseException as exc:  # reported to the thread that called start()  # noqa: BLE001
+            self._error = exc if self._error is None else self._error
+            self._status = 1 if self._status is None else self._status
+        finally:
+            self._bound.set()
+
+    async def _main(self) -> None:
+        from aiohttp import web
+
+        from xpulaunch.llamacpp.router.metrics import scrape
+        from xpulaunch.llamacpp.router.models import ModelManager
+        from xpulaunch.llamacpp.router.proxy import Proxy
+
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        manager = ModelManager(self.config, self.setup, on_event=self._event,
+                               on_message=self._on_message)  # fmt: skip
+        self.manager = manager
+
+        async def metrics() -> str:
+            assert proxy.session is not None
+            return await scrape(proxy.session, manager.slots.values())
+
+        proxy = Proxy(manager, max_body_bytes=self._max_body_bytes, metrics=metrics,
+                      on_request=_count)  # fmt: skip
+        # handler_cancellation: a client that disconnects cancels its handler, which closes
+        # the upstream request (aiohttp >= 3.9 leaves handlers running unless asked).
+        runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None,
+                               shutdown_timeout=self.setup.grace_s)  # fmt: skip
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise UsageError(
+                f"cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); choose "
+                "another --port", option="port", value=self.port,
+            ) from None  # fmt: skip
+        self.port = _bound_port(site, self.port)
+        self._bound.set()
+        manager.warm_up()
+        watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
+        await self._stop.wait()
+        await site.stop()  # no new connections; the ones open see their servers go
+        await manager.close()
+        watcher.cancel()
+        await runner.cleanup()
+        self._status = 128 + self._signum if self._signum is not None else 0
+
+    def _event(self, event: Event, model: str | None) -> None:
+        if self._on_event is not None:
+            self._on_event(event, model)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the router has stopped; its exit status (None: timeout): 0 after
+        :meth:`stop`, 128 + N after signal N."""
+        thread = self._thread
+        if thread is None:
+            raise UsageError("the router was not started: call start() first")
+
+        def joined(slice_s: float | None) -> int | None:
+            thread.join(slice_s)
+            return None if thread.is_alive() else (self._status or 0)
+
+        return wait_answering(joined, timeout)
+
+    def stop(self) -> int:
+        """Stop every model's servers, free their devices, close the port."""
+        self._post_stop()
+        status = self.wait()
+        return 0 if status is None else status
+
+    def _post_stop(self) -> None:
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop has just finished: nothing left
+                loop.call_soon_threadsafe(stop.set)
+
+    def send_stop_signal(self, signum: int) -> None:
+        """For a signal handler: stop gracefully; a second call kills every server at once.
+        Only posts (no lock), as :meth:`LlamaServer.send_stop_signal` does."""
+        self._signals += 1
+        self._signum = self._signum or signum
+        self._post_stop()
+        if self._signals > 1 and self.manager is not None:
+            for server in self.manager.servers():
+                server.send_stop_signal(signal.SIGKILL)
+                server.send_stop_signal(signal.SIGKILL)
+
+    # -- while it runs -------------------------------------------------------------------------
+    def _call(self, coro: Callable[[ModelManager], Any]) -> Any:
+        loop, manager = self._loop, self.manager
+        if loop is None or manager is None:
+            raise UsageError("the router is not running")
+        return asyncio.run_coroutine_threadsafe(coro(manager), loop).result()
+
+    def status(self) -> list[dict[str, object]]:
+        """Every model's state (what ``GET /models/status`` answers)."""
+
+        async def read(manager: ModelManager) -> list[dict[str, object]]:
+            return [s.status(manager.clock()) for s in manager.slots.values()]
+
+        result: list[dict[str, object]] = self._call(read)
+        return result
+
+    def __enter__(self) -> Router:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (the serve extra has it): it forwards a
+    streamed token in about half the CPU time of asyncio's own loop; else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def _run_loop(
+    main: Coroutine[Any, Any, None], factory: Callable[[], asyncio.AbstractEventLoop] | None
+) -> None:
+    """``asyncio.run`` with the loop of ``factory`` (``asyncio.Runner`` from Python 3.11)."""
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main)
+        return
+    loop = factory() if factory is not None else asyncio.new_event_loop()  # pragma: no cover
+    try:  # pragma: no cover - Python 3.10
+        loop.run_until_complete(main)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:  # pragma: no cover
+        loop.close()
+
+
+def _count(slot: Any, replica: str, status: int, seconds: float) -> None:
+    counters = slot.counters
+    key = (replica, status)
+    counters.requests[key] = counters.requests.get(key, 0) + 1
+    counters.request_seconds += seconds
+
+
+def _bound_port(site: Any, asked: int) -> int:
+    server = getattr(site, "_server", None)
+    sockets = getattr(server, "sockets", None) or ()
+    return int(sockets[0].getsockname()[1]) if sockets else asked
+
+
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(f"xpulaunch: {text}\n")
+    sys.stderr.flush()
+
+
+def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfig) -> RouterConfig:
+    """A ``models.toml`` path, its parsed document, or a :class:`RouterConfig`."""
+    if isinstance(config, RouterConfig):
+        return config
+    if isinstance(config, Mapping):
+        return parse_config(config, source="config")
+    return read_config(config)
+
+
+def check_models(config: RouterConfig) -> None:
+    """Every model file is there and readable: a typo is an error at start, not at the
+    first request."""
+    from xpulaunch.llamacpp.serve import check_model
+
+    for model in config.models:
+        if model.model is not None:
+            try:
+                check_model(model.model)
+            except XpulaunchError as exc:
+                where = f"{config.source}: [models.{model.id}] model {model.model}"
+                raise UsageError(f"{where}: {exc.detail}") from None

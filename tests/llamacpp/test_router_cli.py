@@ -1,0 +1,122 @@
+"""``xpulaunch llama serve`` through the installed entry point: one line for every bad
+config, the dry run, ``--status`` without a router, a busy port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from router_kit import cuda_shim
+
+from helpers import inventory_path, one_line_error
+
+XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
+
+
+def xpulaunch(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([XPULAUNCH, *args], capture_output=True, text=True,
+                          timeout=timeout_s, check=False)  # fmt: skip
+
+
+@pytest.fixture
+def model(tmp_path: Path, tiny_model: Path) -> Path:
+    path = tmp_path / "m.gguf"
+    path.symlink_to(tiny_model)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[models.a\n", "models.toml: not valid TOML: "),
+        ('[models.a]\nmodel = "m.gguf"\nreplica = 2\n', "[models.a]: unknown key 'replica'"),
+        ('[models.a]\nmodel = "nope.gguf"\n', "[models.a] model {dir}/nope.gguf: no such file"),
+        ('[models.a]\nmodel = "m.gguf"\nttl = "10m"\n', "[models.a] ttl: expected seconds"),
+        ("[other]\n", "unknown top-level key 'other'; expected [models.ID] tables"),
+    ],
+)
+def test_a_bad_config_is_one_line(model: Path, tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text(text)
+    done = xpulaunch("llama", "serve", "--config", str(config), "--inventory",
+                     str(inventory_path("cpu-only.json")))  # fmt: skip
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert message.format(dir=tmp_path) in line, line
+
+
+def test_config_is_needed_and_json_goes_with_dry_run(model: Path, tmp_path: Path) -> None:
+    done = xpulaunch("llama", "serve")
+    assert done.returncode == 2 and "--config FILE is needed" in one_line_error(done.stderr)
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.a]\nmodel = "{model}"\n')
+    done = xpulaunch("llama", "serve", "--config", str(config), "--json", "--inventory",
+                     str(inventory_path("cpu-only.json")))  # fmt: skip
+    assert done.returncode == 2 and "--json goes with --dry-run" in one_line_error(done.stderr)
+
+
+def test_status_without_a_router_is_one_line() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there
+    done = xpulaunch("llama", "serve", "--status", "--port", str(port))
+    assert done.returncode == 2
+    assert f"no model router answers at http://127.0.0.1:{port}/models/status" in one_line_error(
+        done.stderr
+    )
+
+
+@pytest.mark.llama
+def test_the_dry_run_plans_each_model_with_its_estimate(
+    model: Path, tmp_path: Path, llama_server: str
+) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'[models.small]\nmodel = "{model}"\nargs = ["-c", "4096"]\n'
+        f'[models.pair]\nmodel = "{model}"\nreplicas = 2\ngpus = "2"\n'
+    )
+    binary = cuda_shim(tmp_path / "bin", llama_server)
+    inventory = str(inventory_path("2x-h200.json"))
+    done = subprocess.run(
+        [XPULAUNCH, "llama", "serve", "--config", str(config), "--binary", binary,
+         "--inventory", inventory, "--dry-run", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "FAKE_LLAMA_INVENTORY": inventory},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plans = json.loads(done.stdout)["models"]
+    assert len(plans["small"]["devices"]) == 1 and len(plans["pair"]["workers"]) == 2
+    small = plans["small"]["workers"][0]["argv"]
+    assert small[small.index("--alias") + 1] == "small" and "--metrics" in small
+    assert any(
+        n.startswith("model needs about ") and "-c 4096" in n for n in plans["small"]["notes"]
+    )
+    assert any("the fewest free devices that hold the model: 1" in n
+               for n in plans["small"]["notes"])  # fmt: skip
+
+
+@pytest.mark.llama
+def test_a_busy_port_is_one_line(model: Path, tmp_path: Path, llama_server: str) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.a]\nmodel = "{model}"\n')
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = xpulaunch("llama", "serve", "--config", str(config), "--port", str(port),
+                         "--binary", llama_server, "--inventory",
+                         str(inventory_path("cpu-only.json")))  # fmt: skip
+    assert done.returncode == 2
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in one_line_error(done.stderr)
+
+
+def test_llama_still_takes_its_own_arguments_and_names_serve() -> None:
+    done = xpulaunch("llama", "--help")
+    assert done.returncode == 0 and "xpulaunch llama serve --config models.toml" in done.stdout
+    done = xpulaunch("llama", "serve", "--help")
+    assert done.returncode == 0 and "Usage: xpulaunch llama serve [OPTIONS]" in done.stdout

@@ -1,0 +1,201 @@
+"""The model router places models on GPUs with leases: it evicts its least recently used
+idle model when a new one has no room, never takes a training job's lease, and answers 503
+with the reason when nothing may be evicted. No GPU can exist here, so the binary is a CUDA
+build's stand-in (``router_kit.cuda_shim``): it lists the GPUs of a fixture inventory, and
+serves with the real CPU llama-server, so every model placed on a "GPU" really answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from router_kit import call, chat, cuda_shim, models_in, router, shim_records
+
+from helpers import (
+    inventory_path,
+    load_inventory,
+    process_gone,
+    processes_marked,
+    wait_for,
+    write_inventory,
+)
+from xpulaunch.api import load_inventory as load_inventory_file
+from xpulaunch.leases import LeaseManager
+from xpulaunch.llamacpp.router.events import ModelLoading, ModelUnloaded
+
+pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
+
+XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
+TWO = inventory_path("2x-h200.json")
+GPU = {d["index"]: d for d in json.loads(TWO.read_text())["devices"]}
+
+
+@pytest.fixture
+def shim(tmp_path: Path, llama_server: str) -> tuple[str, dict[str, str]]:
+    """The stand-in binary and the environment it needs (its GPUs, where it records)."""
+    (tmp_path / "records").mkdir()
+    env = {"FAKE_LLAMA_INVENTORY": str(TWO), "SHIM_RECORD_DIR": str(tmp_path / "records")}
+    return cuda_shim(tmp_path / "bin", llama_server), env
+
+
+def one_gpu(tmp_path: Path) -> Path:
+    return write_inventory(tmp_path / "one-gpu.json", [GPU[0]])
+
+
+def leased(tmp_path: Path) -> dict[str, str]:
+    """Device -> the holder's command, from ``xpulaunch status``'s own source."""
+    report = LeaseManager(tmp_path / "locks").status()
+    return {r.key: " ".join(r.holder.argv) if r.holder else "?" for r in report.leases}
+
+
+def test_the_least_recently_used_model_makes_room(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    binary, env = shim
+    config = models_in(tmp_path, tiny_model, a={}, b={}, c={})
+    two = load_inventory("2x-h200.json")
+    with router(config, binary, tmp_path, inventory=two, env=env) as (served, seen):
+        for model in ("a", "b", "a"):  # a and b on one GPU each; a used last
+            assert call(served.url, "/v1/chat/completions", chat(model))[0] == 200
+        assert sorted(leased(tmp_path).values()) == [
+            "xpulaunch llama serve a", "xpulaunch llama serve b"]  # fmt: skip
+        b_gpu = next(key for key, who in leased(tmp_path).items() if who.endswith(" b"))
+        assert call(served.url, "/v1/chat/completions", chat("c"))[0] == 200
+        [unloaded] = seen.of(ModelUnloaded)
+        assert (unloaded.model, unloaded.reason, unloaded.by) == ("b", "evicted", "c")
+        assert seen.of(ModelLoading)[-1].evicted == ("b",)
+        assert leased(tmp_path)[b_gpu] == "xpulaunch llama serve c"  # c took b's GPU
+        masks = [mask for mask, _ in shim_records(tmp_path / "records")]
+        uuid = {d.pci_bus_id: d.uuid for d in two.devices}
+        assert masks[-1] == uuid[b_gpu]  # and its server saw exactly that GPU
+        for _, args in shim_records(tmp_path / "records"):  # pinned, sized by llama.cpp's fit
+            assert "--device CUDA0 -sm none --fit-target 1024" in args and "-ngl" not in args
+        # b comes back when asked, evicting a (now the least recently used).
+        assert call(served.url, "/v1/chat/completions", chat("b"))[0] == 200
+        assert [(e.model, e.by) for e in seen.of(ModelUnloaded)] == [("b", "c"), ("a", "b")]
+    assert leased(tmp_path) == {}
+
+
+def test_a_training_jobs_lease_is_never_taken(
+    shim: tuple[str, dict[str, str]], long_model: Path, tmp_path: Path
+) -> None:
+    """GPU 1 is held by another job: the two models take turns on GPU 0; while one answers
+    a request, the other gets 503 naming the training job and the busy model."""
+    binary, env = shim
+    training = subprocess.Popen(
+        [XPULAUNCH, "run", "--inventory", str(TWO), "--gpus", f"device={GPU[1]['pci_bus_id']}",
+         "--lock-dir", str(tmp_path / "locks"), "--", "sleep", "600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: GPU[1]["pci_bus_id"] in leased(tmp_path), "the training job's lease")
+        args = {"args": ["-c", "65536", "-t", "1"]}
+        config = models_in(tmp_path, long_model, a=args, b=args)
+        two = load_inventory("2x-h200.json")
+        with router(config, binary, tmp_path, inventory=two, env=env) as (served, seen):
+            for model in ("a", "b", "a"):
+                assert call(served.url, "/v1/chat/completions", chat(model))[0] == 200
+                assert leased(tmp_path)[GPU[0]["pci_bus_id"]] == f"xpulaunch llama serve {model}"
+                assert leased(tmp_path)[GPU[1]["pci_bus_id"]].endswith("sleep 600")
+            with long_stream_of(served.url, "a"):
+                status, body, _ = call(served.url, "/v1/chat/completions", chat("b"))
+                assert status == 503, body
+                message = body["error"]["message"]
+                assert message.startswith("model b cannot be placed: gpus='auto': ")
+                assert f"leased by pid {training.pid}" in message
+                assert message.endswith("(busy: a (1 request(s) in flight))")
+            assert [e.model for e in seen.of(ModelUnloaded)] == ["a", "b"]
+        assert training.poll() is None  # the training job ran on, undisturbed
+    finally:
+        training.send_signal(signal.SIGINT)
+        training.wait(timeout=30)
+
+
+def long_stream_of(url: str, model: str) -> Any:
+    from test_router import long_stream
+
+    return long_stream(url, model)
+
+
+def test_a_pinned_model_is_never_evicted(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    binary, env = shim
+    config = models_in(tmp_path, tiny_model, keep={"pinned": True}, other={})
+    inventory = load_inventory_file(one_gpu(tmp_path))
+    with router(config, binary, tmp_path, inventory=inventory, env=env) as (served, seen):
+        assert call(served.url, "/v1/chat/completions", chat("keep"))[0] == 200
+        status, body, _ = call(served.url, "/v1/chat/completions", chat("other"))
+        assert status == 503 and body["error"]["message"].endswith("(pinned: keep)"), body
+        assert seen.of(ModelUnloaded) == []
+        status, body, _ = call(served.url, "/models/status")
+        other = next(m for m in body["models"] if m["id"] == "other")
+        assert other["state"] == "unloaded" and "cannot be placed" in other["last_error"]
+
+
+# -- the command -----------------------------------------------------------------------------
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+    left = [p for p in processes_marked((f"{tmp_path}/",)) if "llama-server" in p.name()]
+    for proc in left:  # only when the test failed: do not leave its servers running
+        proc.kill()
+
+
+def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path,
+    started: list[subprocess.Popen[str]],
+) -> None:  # fmt: skip
+    binary, env = shim
+    config = tmp_path / "models.toml"
+    models = models_in(tmp_path, tiny_model, a={}, b={})["models"]
+    config.write_text("".join(
+        f'[models.{name}]\nmodel = "{table["model"]}"\nargs = {json.dumps(table["args"])}\n'
+        for name, table in models.items()
+    ))  # fmt: skip
+    router_proc = subprocess.Popen(
+        [XPULAUNCH, "llama", "serve", "--config", str(config), "--port", "0", "--binary", binary,
+         "--inventory", str(TWO), "--lock-dir", str(tmp_path / "locks"),
+         "--events", str(tmp_path / "events.jsonl")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+    )  # fmt: skip
+    started.append(router_proc)
+    assert router_proc.stdout is not None
+    line = router_proc.stdout.readline()
+    assert line.startswith("xpulaunch: serving a, b at http://127.0.0.1:"), line
+    url = line.split(" at ")[1].split("/v1")[0]
+    for model in ("a", "b"):
+        assert call(url, "/v1/chat/completions", chat(model))[0] == 200
+    assert len(leased(tmp_path)) == 2
+    servers = [p for p in processes_marked((f"{tmp_path}/",)) if "llama-server" in p.name()]
+    assert len(servers) == 2
+    port = url.rsplit(":")[-1]
+    status = subprocess.run([XPULAUNCH, "llama", "serve", "--status", "--port", port],
+                            capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    rows = status.stdout.splitlines()
+    assert rows[0].split()[:3] == ["MODEL", "STATE", "IN"] and len(rows) == 3, status.stdout
+    assert all(" ready " in row and "nvidia" in row for row in rows[1:]), status.stdout
+
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    loaded = [e for e in events if e["event"] == "model_loaded"]
+    assert sorted(e["model"] for e in loaded) == ["a", "b"], events
+    ready = [e for e in events if e["event"] == "ready"]  # each replica's, with its model
+    assert sorted((e["model"], e["name"]) for e in ready) == [("a", "0"), ("b", "0")]
+
+    router_proc.kill()
+    router_proc.wait(timeout=10)
+    wait_for(lambda: all(process_gone(p) for p in servers), "the guardians to kill the servers",
+             timeout_s=20)  # fmt: skip
+    wait_for(lambda: leased(tmp_path) == {}, "the leases to end", timeout_s=20)
