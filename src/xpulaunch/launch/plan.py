@@ -87,6 +87,7 @@ def plan(
     extra_env: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     nodes: NodeGroup | None = None,
+    run_id: str = "none",
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -96,7 +97,8 @@ def plan(
     ``nodes``: this machine's place in a job of several nodes; there ``master_port`` defaults
     to torchrun's 29500, since every node must name the same. ``unavailable`` maps a unit's
     lease key to who holds it; ``must_exist`` False: a program missing here is a note (a
-    plan for another machine).
+    plan for another machine). ``run_id``: the workers' ``TORCHELASTIC_RUN_ID`` (torchrun's
+    ``--rdzv-id``).
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -119,6 +121,7 @@ def plan(
         max_restarts=max_restarts,
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
+        run_id=run_id,
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)
