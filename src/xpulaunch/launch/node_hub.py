@@ -142,10 +142,12 @@ class Hub(NodeLink):
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for stranger in [p for p in self._strangers if p.deadline_s <= now]:
-            self._refuse(stranger, f"no hello within {self._hello_s():g} s")
+        # The meeting first: a stranger due at the same time may be a slow node, and the
+        # meeting's end tells it more than that it was slow.
         if self._round is not None and self._round.deadline_s <= now:
             self._finish(error=self._timed_out())
+        for stranger in [p for p in self._strangers if p.deadline_s <= now]:
+            self._refuse(stranger, f"no hello within {self._hello_s():g} s")
 
     def _hello_s(self) -> float:
         return min(_HELLO_S, self._meeting.timeout_s)
