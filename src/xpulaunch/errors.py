@@ -11,6 +11,8 @@ single line on stderr and its ``exit_code``; nothing else escapes as a traceback
     +-- SelectionError              a device request that cannot be met (names candidates)
     +-- ProbeError                  a probe that could not run at all
     +-- LaunchError                 a program that cannot be started (missing, not executable)
+    |   +-- NodesError              exit 125: the nodes of a job could not meet, or another
+    |                               node failed or left (this node's workers did not fail)
     +-- WorkerFailedError           a worker failed for good; carries its exit code
     +-- LeaseError                  the lock directory cannot be used
     |   +-- DeviceBusyError         an explicit device is leased by another live job
@@ -108,6 +110,19 @@ class LaunchError(XpulaunchError):
     """A program that cannot be started."""
 
     exit_code = 127
+
+
+# The exit status of a node whose job could not go on because of the other nodes: they did
+# not meet, or one failed, gave up or left. 125 is what coreutils' env, nice and timeout and
+# docker run exit with when they themselves fail rather than the command they run; 126 and
+# 127 are the shell's "cannot execute" and "not found" for the program.
+NODES_FAILED_STATUS = 125
+
+
+class NodesError(LaunchError):
+    """The nodes of a multi-node job could not meet (a node missing, refused or gone)."""
+
+    exit_code = NODES_FAILED_STATUS
 
 
 class WorkerFailedError(XpulaunchError):

@@ -125,6 +125,15 @@ class Stopping(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class SignalForwarded(Event):
+    """A signal that does not stop the job (SIGUSR1, SIGUSR2: Slurm's warning before it
+    preempts, ``sbatch --signal``) was sent on to the process groups of ``names``."""
+
+    signal: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseWaited(Event):
     """``xpulaunch run`` waits in line for devices (``--wait``); sent when its place or its
     reason changes."""

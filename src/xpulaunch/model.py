@@ -229,12 +229,25 @@ class NodeGroup:
 
     ``source`` says who told us: None for the command line, else the cluster environment
     (``slurm``, ``kubeflow``, ``openmpi``, ``pmi``). ``hosts``: every node's name, in node
-    rank order, where the environment lists them (Slurm's node list)."""
+    rank order, where the environment lists them (Slurm's node list). ``counts``: every
+    node's worker count, in node rank order, once the nodes have met (empty before: then
+    every node is assumed to run as many workers as this one)."""
 
     nnodes: int = 1
     node_rank: int = 0
     source: str | None = None
     hosts: tuple[str, ...] = ()
+    counts: tuple[int, ...] = ()
+
+    def rank_offset(self, nproc: int) -> int:
+        """The global rank of this node's first worker: the workers of the nodes before it
+        (torchrun's elastic agent assigns global ranks in node order the same way)."""
+        if self.counts:
+            return sum(self.counts[: self.node_rank])
+        return self.node_rank * nproc
+
+    def world_size(self, nproc: int) -> int:
+        return sum(self.counts) if self.counts else self.nnodes * nproc
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,3 +250,22 @@ def test_a_real_run_says_where_it_runs_and_why_on_the_cpu(tmp_path: Path) -> Non
     gpu = xpulaunch("--inventory", str(inventory_path("2x-h200.json")), "--gpus", "1", "--",
                     sys.executable, "-c", "pass")  # fmt: skip
     assert "xpulaunch: cuda on nvidia 0 (0000:00:06.0); 1 worker" in gpu.stderr
+
+
+def test_a_count_is_handed_out_in_index_order_whatever_the_free_memory(tmp_path: Path) -> None:
+    """GPU 3 has the most free memory, then GPU 1: ``--gpus 2`` chooses those two, and rank 0
+    gets GPU 1, the lower index, run after run."""
+    used = {0: 6, 1: 2, 2: 7, 3: 0}
+    inv = write_inventory(
+        tmp_path / "inv.json",
+        [{"vendor": "nvidia", "index": i, "pci_bus_id": f"0000:{i + 1:02x}:00.0",
+          "uuid": f"GPU-{i}", "memory_total_bytes": 80 * 2**30,
+          "memory_used_bytes": gib * 2**30} for i, gib in used.items()],
+    )  # fmt: skip
+    done = xpulaunch("run", "--dry-run", "--json", "--inventory", str(inv), "--gpus", "2",
+                     "--nproc-per-node", "auto", "--isolate", "--", "python", "x.py")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert [d["index"] for d in plan["devices"]] == [1, 3]
+    assert [w["env"]["CUDA_VISIBLE_DEVICES"] for w in plan["workers"]] == ["GPU-1", "GPU-3"]
+    assert any("handed out in index order" in note for note in plan["notes"])

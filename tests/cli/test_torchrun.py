@@ -106,7 +106,7 @@ def test_each_unsupported_option_is_refused_by_name(name: str) -> None:
     [
         (["--nnodes", "2", "--rdzv-backend", "etcd", "t.py"], "--rdzv-backend etcd"),
         (["--role", "trainer", "t.py"], "--role"),
-        (["--signals-to-handle", "SIGTERM,SIGUSR1", "t.py"], "--signals-to-handle SIGUSR1"),
+        (["--signals-to-handle", "SIGTERM,SIGALRM", "t.py"], "--signals-to-handle SIGALRM"),
         (["--rdzv-conf", "read_timout=5", "t.py"], "--rdzv-conf read_timout=5: unknown key"),
         (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1",
           "--rdzv-conf", "last_call_timeout=soon", "t.py"],
@@ -229,7 +229,7 @@ def _envvars(param: object) -> list[str]:
         ({"PET_NPROC_PER_NODE": "two"}, [], "PET_NPROC_PER_NODE"),
         ({"PET_ROLE": "trainer"}, [], "PET_ROLE"),
         ({"PET_RDZV_CONF": "join_timeout=9,bogus=5"}, [], "unknown key 'bogus'"),
-        ({"PET_SIGNALS_TO_HANDLE": "SIGUSR1"}, [], "PET_SIGNALS_TO_HANDLE=SIGUSR1: not supp"),
+        ({"PET_SIGNALS_TO_HANDLE": "SIGALRM"}, [], "PET_SIGNALS_TO_HANDLE=SIGALRM: not supp"),
         ({"PET_STANDALONE": "1"}, ["--nnodes", "2"],
          "a standalone job has one node; drop --nnodes 2"),
         ({"PET_NNODES": "2"}, ["--standalone"], "drop PET_NNODES=2"),

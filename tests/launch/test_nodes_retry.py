@@ -36,10 +36,13 @@ def test_a_node_ahead_of_node_0_meets_it_soon_after_it_listens() -> None:
             if line.startswith("waiting for"):
                 listening.append(time.monotonic())
 
+        link = nodes.open_link(meeting, say, None)
         try:
-            nodes.meet(meeting, say)
+            link.meet()
         except BaseException as exc:  # reported below, not lost in the thread
             errors.append(exc)
+        finally:
+            link.close(0)
         if rank == 1:
             met.append(time.monotonic())
 
@@ -58,7 +61,7 @@ def test_a_node_ahead_of_node_0_meets_it_soon_after_it_listens() -> None:
 
 def test_a_listener_that_is_not_node_0_is_asked_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
     """Refused connections are retried quickly; a port that answers but is not node 0's
-    pre-flight (the old round's TCPStore) is asked with growing waits, so that its logs do
+    meeting (the old round's TCPStore) is asked with growing waits, so that its logs do
     not fill with our hellos."""
     waits: list[float] = []
     outcomes = iter(["refused"] * 3 + ["stranger"] * 3 + ["ok"])
@@ -70,11 +73,13 @@ def test_a_listener_that_is_not_node_0_is_asked_less_often(monkeypatch: pytest.M
         b.close()
         return a
 
-    answers = iter([None, None, None, "ok"])
+    answers = iter([None, None, None, "here"])
     monkeypatch.setattr(nodes.socket, "create_connection", connect)
-    monkeypatch.setattr(nodes, "_hello", lambda *args: next(answers))
+    monkeypatch.setattr(nodes.Member, "_hello", staticmethod(lambda *args: next(answers)))
     monkeypatch.setattr(nodes.time, "sleep", waits.append)
     meeting = Meeting(nnodes=2, node_rank=1, master_addr="127.0.0.1", master_port=1,
                       timeout_s=30)  # fmt: skip
-    nodes.meet(meeting, lambda line: None)
+    member = nodes.Member(meeting, lambda line: None, None)
+    monkeypatch.setattr(member, "_keep", lambda reader: reader.sock.close())
+    member._join(time.monotonic() + 30)
     assert waits == [0.0, 0.01, 0.01, 0.01, 0.02, 0.05, 0.1]

@@ -29,17 +29,18 @@ def stopped(signum: int, frame: object) -> None:  # a gang stop: this run ends h
 signal.signal(signal.SIGTERM, stopped)
 
 
-def node_started() -> bool:
-    """Every worker of this node has started this attempt (and so handles SIGTERM): a gang
-    stop can then not kill one before it logs its end."""
+def all_started() -> bool:
+    """Every worker of every node has started this attempt (and so handles SIGTERM): a gang
+    stop, this node's or one another node's failure brings, can then not kill one before it
+    logs its end."""
     with open(args.log) as lines:
-        mine = [line.split() for line in lines if line.startswith(f"start {attempt} {node} ")]
-    return len(mine) == int(os.environ["LOCAL_WORLD_SIZE"])
+        started = [line for line in lines if line.startswith(f"start {attempt} ")]
+    return len(started) == int(os.environ["WORLD_SIZE"])
 
 
 log("start")
 if attempt == 0:
-    while not node_started():
+    while not all_started():
         time.sleep(0.01)
     time.sleep(args.slow if node == "0" else 0.0)
     log("end")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -144,3 +145,20 @@ def test_a_rendezvous_setting_reaches_torch(nodes: Nodes, tmp_path: Path) -> Non
     assert time.monotonic() - started < 20, "the round waited out torch's default last call"
     assert "ELASTIC rank 0 done in a world of 1" in out
     assert "xpulaunch: c10d round 1: 1 node, this node is group rank 0, 1 worker, " in err
+
+
+def test_a_foreign_program_on_the_endpoint_fails_in_one_line_in_time(nodes: Nodes) -> None:
+    """A program that accepts connections on the endpoint but is no c10d store keeps torch's
+    store client (and torchrun) waiting for ever: the agent is given --join-timeout plus a
+    margin for its first round, then the node fails naming the endpoint."""
+    pytest.importorskip("torch")
+    port = free_port()
+    with socket.create_server(("127.0.0.1", port)):  # accepts, never answers
+        node = nodes.start(*c10d(port, "1:2", "--join-timeout", "1", WORKER, "--until-world", "1"))
+        status, out, err = nodes.finish(node)
+    assert status == 125
+    assert (
+        f"xpulaunch: error: c10d: no rendezvous round within 16 s: 127.0.0.1:{port} answers, "
+        "but not as torch's c10d store (is another program holding that port?)"
+    ) in err
+    assert "ELASTIC" not in out

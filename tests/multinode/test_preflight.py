@@ -64,7 +64,7 @@ def test_wrong_address_is_a_one_line_error_and_nothing_starts(nodes: Nodes) -> N
 def test_node_0_alone_says_who_is_missing(nodes: Nodes) -> None:
     node0 = nodes.start(*node_args(free_port(), 3, 0, "--join-timeout", "2"))
     status, out, err = nodes.finish(node0)
-    assert status != 0
+    assert status == 125  # the nodes' own status: not 126/127, which are the program's
     assert "waiting for 2 of 3 nodes" in err
     assert "node(s) 1, 2 did not reach node 0" in err
     assert err.strip().splitlines()[-1].startswith("xpulaunch: error:")
@@ -76,10 +76,11 @@ def test_a_node_that_disagrees_on_the_size_is_refused(nodes: Nodes) -> None:
     node0 = nodes.start(*node_args(port, 2, 0, "--join-timeout", "20"))
     stray = nodes.start(*node_args(port, 3, 1, "--join-timeout", "20"))
     status, _, err = nodes.finish(stray)
-    assert status != 0
+    assert status == 125
     assert "refused: node 0 runs --nnodes 2, this node --nnodes 3" in err
     node0.kill()
-    nodes.finish(node0)
+    _, _, err0 = nodes.finish(node0)
+    assert "refused a connection from 127.0.0.1: node 0 runs --nnodes 2" in err0
 
 
 SLURM_STEP = {
@@ -121,7 +122,7 @@ def test_slurm_hosts_cross_checked_with_scontrol(
     plan, err = dry_run_plan({**SLURM_STEP, "PATH": path})
     assert calls.read_text().split() == ["show", "hostnames", "gpu-a[1-2]"]
     assert plan["nodes"] == {"nnodes": 2, "node_rank": 1, "source": "slurm",
-                             "hosts": printed.split()}  # fmt: skip
+                             "hosts": printed.split(), "workers_per_node": []}  # fmt: skip
     assert plan["workers"][0]["env"]["MASTER_ADDR"] == master
     assert plan["workers"][0]["env"]["MASTER_PORT"] == "28213"
     assert plan["workers"][0]["rank"] == 1
@@ -144,16 +145,18 @@ def round_args(port: int, rank: int, log: Path, *extra: str) -> list[str]:
 
 
 def test_nodes_meet_again_before_a_restart(nodes: Nodes, tmp_path: Path) -> None:
-    """Node 1's workers fail at once, node 0's only 3 s later: node 1 must not start its new
-    workers before node 0's old ones are gone (it would join the old round's store)."""
+    """Node 1's workers fail at once, node 0's only 3 s later (node 0 hears of node 1's
+    failure and stops them first): node 1 must not start its new workers before node 0's old
+    ones are gone (it would join the old round's store)."""
     port, log = free_port(), tmp_path / "rounds.log"
     node0 = nodes.start(*round_args(port, 0, log, "--max-restarts", "1"))
     node1 = nodes.start(*round_args(port, 1, log, "--max-restarts", "1"))
     status0, out0, err0 = nodes.finish(node0)
     status1, out1, err1 = nodes.finish(node1)
     assert (status0, status1) == (0, 0), err0 + err1
-    assert err0.count("waiting for 1 of 2 nodes") == 2
-    assert err1.count("reaching node 0 at") == 2
+    assert err0.count("all 2 nodes are here") == err1.count("all 2 nodes are here") == 2
+    assert err1.count("reaching node 0 at") == 1  # the restart's meeting: on the kept connection
+    assert err1.count("ready to start again") == 1
     assert sorted(re.findall(r"REPORT rank (\d) attempt 1", out0 + out1)) == ["0", "1", "2", "3"]
     events = [line.split() for line in log.read_text().splitlines()]
     first_ended = [float(e[4]) for e in events if e[:2] == ["end", "0"]]
@@ -163,24 +166,30 @@ def test_nodes_meet_again_before_a_restart(nodes: Nodes, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("quitter", "complaint"),
-    [(1, "node(s) 1 did not reach node 0 on port"), (0, "cannot reach node 0 at 127.0.0.1:")],
+    ("quitter", "statuses", "complaint"),
+    [
+        # Node 1's workers fail first; node 0's are stopped for it: node 0's own status, 125.
+        (1, (3, 125), "node 1 ended (exit status 3); the job cannot start again without it"),
+        (0, (125, 3), "node 0 ended (exit status 125); the job cannot start again without it"),
+    ],
 )
 def test_a_node_that_does_not_come_back_fails_the_other(
-    nodes: Nodes, tmp_path: Path, quitter: int, complaint: str
+    nodes: Nodes, tmp_path: Path, quitter: int, statuses: tuple[int, int], complaint: str
 ) -> None:
-    """The node that gives up (no restarts left) never meets again; the other one waits
-    --join-timeout for it, then fails with one line instead of restarting alone."""
+    """The node that gives up (no restarts left) says so as it ends; the other one, meeting
+    for its restart, fails at once with one line naming it, instead of waiting
+    --join-timeout for it (200 s here: the complaint can only come from the node's bye) or
+    restarting alone."""
     port, log = free_port(), tmp_path / "rounds.log"
     stayer = 1 - quitter
     started = {
         quitter: nodes.start(*round_args(port, quitter, log, "--max-restarts", "0")),
         stayer: nodes.start(*round_args(port, stayer, log, "--max-restarts", "1",
-                                        "--join-timeout", "5")),
+                                        "--join-timeout", "200")),
     }  # fmt: skip
-    assert nodes.finish(started[quitter])[0] == 3
+    assert nodes.finish(started[quitter])[0] == statuses[0]
     status, out, err = nodes.finish(started[stayer])
-    assert status == 3
+    assert status == statuses[1]
     assert complaint in err
     assert "gave up" in err and "Traceback" not in err
     assert "REPORT" not in out
@@ -198,7 +207,7 @@ def test_a_port_that_answers_but_not_as_node_0_is_tried_again(nodes: Nodes) -> N
         conn, _ = store.accept()
         with conn:
             conn.settimeout(120)
-            assert conn.recv(64).startswith(b"xpulaunch-preflight/")
+            assert conn.recv(64).startswith(b"xpulaunch-nodes/2 hello 1 2 2")
     node0 = nodes.start(*node_args(port, 2, 0))
     status1, out1, err1 = nodes.finish(node1)
     status0, out0, err0 = nodes.finish(node0)

@@ -53,3 +53,27 @@ def test_two_nodes_train_like_one_node_of_the_same_world_size(nodes: Nodes, tmp_
     assert got["world_size"] == 4
     digests = set(re.findall(r"done at step 12 weights (\w+)", out0 + out1))
     assert digests == {reference["weights"]}  # every rank of both nodes ended the same
+
+
+def test_nodes_of_different_sizes_train_like_one_node_of_their_sum(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    """2 + 1 workers: one gloo job of world size 3 (ranks in node order), ending with the
+    weights of one node of 3 workers."""
+    pytest.importorskip("torch")
+    one = nodes.start(*train_args(tmp_path / "one", 3, "--master-port", str(free_port())))
+    status, _, err = nodes.finish(one)
+    assert status == 0, err
+    port, both = str(free_port()), tmp_path / "two"
+    node0 = nodes.start(*train_args(both, 2, "--nnodes", "2", "--node-rank", "0",
+                                    "--master-port", port))  # fmt: skip
+    node1 = nodes.start(*train_args(both, 1, "--nnodes", "2", "--node-rank", "1",
+                                    "--master-port", port))  # fmt: skip
+    status0, out0, err0 = nodes.finish(node0)
+    status1, out1, err1 = nodes.finish(node1)
+    assert (status0, status1) == (0, 0), err0 + err1
+    assert sorted(set(re.findall(r"rank (\d)/3 local_rank (\d)", out0))) == [("0", "0"), ("1", "1")]
+    assert sorted(set(re.findall(r"rank (\d)/3 local_rank (\d)", out1))) == [("2", "0")]
+    got = json.loads((both / "result.json").read_text())
+    assert got == json.loads((tmp_path / "one" / "result.json").read_text())
+    assert got["world_size"] == 3

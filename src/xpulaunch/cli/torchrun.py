@@ -28,7 +28,10 @@ from xpulaunch.cli.run_options import Spec, run_parameters
 from xpulaunch.core.elastic import parse_rdzv_conf
 from xpulaunch.errors import UsageError
 
-HANDLED_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"})
+# torchrun's default --signals-to-handle, and the two its help suggests for Slurm: xpulaunch
+# stops the job on the first four and sends USR1 and USR2 on to the workers, whichever are
+# listed (torch's agent would stop the workers on those too).
+HANDLED_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"})
 REFUSED = {
     "local_addr": "xpulaunch binds no agent address of its own",
     "logs_specs": "log destinations are --log-dir",
@@ -68,7 +71,8 @@ TORCHRUN_ONLY = (
               help="Only default (every worker has ROLE_NAME=default)."),
     _torchrun("-r", "--redirects", help="Accepted; the console and --log-dir keep both streams."),
     _torchrun("-t", "--tee", help="Accepted; the console and --log-dir keep both streams."),
-    _torchrun("--signals-to-handle", help="Signals forwarded to workers (TERM, INT, HUP, QUIT)."),
+    _torchrun("--signals-to-handle",
+              help="Accepted: TERM, INT, HUP, QUIT stop the job; USR1, USR2 reach the workers."),
     _torchrun("--shutdown-timeout", type=Integer(0), help="--grace, in whole seconds."),
     _torchrun("--local-addr"),
     _torchrun("--logs-specs"),
@@ -101,7 +105,8 @@ def torchrun_command(args: tuple[str, ...], dry_run: bool, as_json: bool, **valu
               --local-ranks-filter --shutdown-timeout (as --grace) -m/--module --no-python
               --run-path --rdzv-conf --rdzv-backend static|c10d --rdzv-id
     Accepted: --monitor-interval --start-method --tee --redirects
-              --event-log-handler --role default --signals-to-handle (TERM, INT, HUP, QUIT)
+              --event-log-handler --role default
+              --signals-to-handle (TERM, INT, HUP, QUIT, USR1, USR2)
     As --cpu-bind: --numa-binding node|socket (numa), exclusive|core-complex (exclusive)
     Refused:  --local-addr --logs-specs --virtual-local-rank
               --duplicate-stdout-filters --duplicate-stderr-filters --rdzv-backend etcd
@@ -172,8 +177,9 @@ def _refuse(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str
     other = [s.strip() for s in signals if s.strip() and s.strip() not in HANDLED_SIGNALS]
     if other:
         raise UsageError(
-            f"{_given('signals_to_handle', ','.join(other))}: not supported (xpulaunch forwards "
-            "SIGINT, SIGTERM, SIGHUP and SIGQUIT)"
+            f"{_given('signals_to_handle', ','.join(other))}: not supported (xpulaunch stops "
+            "the job on SIGINT, SIGTERM, SIGHUP and SIGQUIT, and sends SIGUSR1 and SIGUSR2 on "
+            "to every worker without stopping it)"
         )
 
 

@@ -25,6 +25,7 @@ AGENT_NAME = "agent"
 AGENT_VARS = frozenset({
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", MAX_RESTARTS_VAR,
+    "TORCHELASTIC_RUN_ID",
 })  # fmt: skip
 # torch's switch (dynamic_rendezvous.py) from the agent's store to one per round.
 DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"

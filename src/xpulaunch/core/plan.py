@@ -8,15 +8,24 @@ plan document (``xpulaunch.plan/1``, docs/CONTRACT.md, section 4) is produced by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap, masks
+from xpulaunch.core.allocation import allocated_by
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.runtime_ids import runtime_request
-from xpulaunch.core.selection import Filters, GpuMode, GpuRequest, parse_gpus, select
+from xpulaunch.core.selection import (
+    Filters,
+    GpuMode,
+    GpuRequest,
+    busy_reason,
+    holder_of,
+    parse_gpus,
+    select,
+)
 from xpulaunch.core.slots import describe_share
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
@@ -79,6 +88,8 @@ class LaunchRequest:
     cpu_bind: str = "none"
     # Share each device with other small jobs (--slots-per-gpu, --gpu-memory); None: alone.
     share: DeviceShare | None = None
+    # torchrun's TORCHELASTIC_RUN_ID: its --rdzv-id, "none" when not given.
+    run_id: str = "none"
 
 
 def make_plan(
@@ -170,6 +181,9 @@ def _select_units(
     if vendor is None:
         return (), ()
     request = job.request
+    allocated = _allocation(job, gpus, visible[vendor], unavailable)
+    if allocated is not None:  # auto: every GPU the scheduler gave the job
+        return allocated
     filters = Filters(
         request.min_free_memory_bytes, request.max_utilization_percent, share=request.share
     )
@@ -190,6 +204,38 @@ def _select_units(
             value="auto",
         )
     return selection.units, selection.notes
+
+
+def _filtered(request: LaunchRequest) -> bool:
+    """The user set a bar of their own (free memory, utilisation): ``auto`` keeps it."""
+    return request.min_free_memory_bytes is not None or request.max_utilization_percent is not None
+
+
+def _allocation(
+    job: _Job, gpus: GpuRequest, units: tuple[Unit, ...], unavailable: Mapping[str, str] | None
+) -> tuple[tuple[Unit, ...], tuple[str, ...]] | None:
+    """``--gpus auto`` under a scheduler's allocation (:mod:`xpulaunch.core.allocation`):
+    every allocated unit that no other job of ours leases, a busy one too, with a warning.
+    None where no scheduler allocated the GPUs, the user set a bar of their own (free memory,
+    utilisation), or every unit is leased (auto's own refusal then names the holders)."""
+    who = allocated_by(job.parent_env) if gpus.mode is GpuMode.AUTO else None
+    if who is None or _filtered(job.request):
+        return None
+    held = unavailable or {}
+    free = tuple(u for u in units if holder_of(u, held) is None and not u.device.integrated)
+    if not free:
+        return None
+    scheduler = who.partition(" ")[0]
+    notes = [
+        f"--gpus auto: {who} allocated this job its GPUs, so every one is used (a busy one "
+        "with a warning) instead of fewer workers on this node",
+        *(f"{u.label()}: skipped, leased by {holder_of(u, held)}" for u in units
+          if holder_of(u, held) is not None),
+        *(f"{u.label()}: allocated to the job" for u in free),
+        *(f"warning: {u.label()} is {busy}; used anyway, as {scheduler} allocated it"
+          for u in free if (busy := busy_reason(u)) is not None),
+    ]  # fmt: skip
+    return free, tuple(notes)
 
 
 def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
@@ -216,13 +262,7 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
             "--nnodes auto: no Slurm, Kubeflow or MPI variables here, so one node (this one)"
         )
     if nodes.nnodes > 1:
-        first, last = nodes.node_rank * count, nodes.node_rank * count + count - 1
-        ranks = f"global rank {first}" if count == 1 else f"global ranks {first}-{last}"
-        told = f" (from {nodes.source})" if nodes.source else ""
-        notes.append(
-            f"node {nodes.node_rank} of {nodes.nnodes}{told}: {ranks} of {nodes.nnodes * count}, "
-            f"rendezvous at {job.request.master_addr}:{job.request.master_port}"
-        )
+        notes.append(node_note(nodes, count, job.request.master_addr, job.request.master_port))
     if units and job.request.isolate:
         notes.append("visibility: each worker sees only its own devices (--isolate)")
     elif units:
@@ -232,6 +272,48 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
     )
     notes += hiding_notes(workers[0].child_env(env), job.backend.vendor) if workers else []
     return workers, (*notes, *bind_notes)
+
+
+def node_note(nodes: NodeGroup, count: int, master_addr: str, master_port: int) -> str:
+    """``node 1 of 2: global rank 2 of 3 (2 + 1 workers), rendezvous at HOST:PORT``. Before
+    the nodes meet, every node is assumed to run ``count`` workers, and the note says so."""
+    first = nodes.rank_offset(count)
+    ranks = f"global rank {first}" if count == 1 else f"global ranks {first}-{first + count - 1}"
+    told = f" (from {nodes.source})" if nodes.source else ""
+    if nodes.counts:
+        counted = f" ({' + '.join(str(n) for n in nodes.counts)} workers)"
+    else:
+        counted = (
+            f" if every node runs {count} (the nodes tell each other their counts when they "
+            "meet; global ranks follow node order)"
+        )
+    return (
+        f"node {nodes.node_rank} of {nodes.nnodes}{told}: {ranks} of "
+        f"{nodes.world_size(count)}{counted}, rendezvous at {master_addr}:{master_port}"
+    )
+
+
+def skipped_text(notes: tuple[str, ...] | list[str]) -> str:
+    """The devices a plan skipped, in a few words (``nvidia 3 busy, nvidia 1 leased``), from
+    its ``"<device> (<PCI address>): skipped, <reason>"`` notes; integrated GPUs (never chosen
+    unless named) are left out."""
+    words = []
+    for note in notes:
+        label, sep, reason = note.partition(": skipped, ")
+        if not sep or reason.startswith("integrated"):
+            continue
+        words.append(f"{label.partition(' (')[0]} {_short_reason(reason)}")
+    return ", ".join(words)
+
+
+def _short_reason(reason: str) -> str:
+    if reason.startswith("leased"):
+        return "leased"
+    if "minimum" in reason:
+        return "short of memory"
+    if "busy" in reason:
+        return "busy"
+    return reason.partition(",")[0]
 
 
 def _bindings(
@@ -269,6 +351,7 @@ def _worker(
     if request.distributed:
         env.update(rank_env(rank, count, request.master_addr, request.master_port, request.nodes))
         env[MAX_RESTARTS_VAR] = "-1" if request.max_restarts is None else str(request.max_restarts)
+        env.update(elastic_env(request.run_id, parent_env))
         if count > 1 and "OMP_NUM_THREADS" not in parent_env:
             env["OMP_NUM_THREADS"] = "1"
     if binding is not None and "OMP_NUM_THREADS" not in parent_env:
@@ -287,7 +370,7 @@ def _worker(
     env["XPULAUNCH_MAX_MEMORY"] = budget
     return WorkerPlan(
         name=str(rank),
-        rank=request.nodes.node_rank * count + rank,
+        rank=request.nodes.rank_offset(count) + rank,
         local_rank=rank,
         argv=request.argv,
         env=env_diff(env, parent_env),
@@ -304,9 +387,11 @@ def rank_env(
 ) -> dict[str, str]:
     """torchrun's per-worker variables, as its local elastic agent writes them for one role
     (``default``) under a static rendezvous: node ``node_rank`` of ``nnodes`` runs ``nproc``
-    workers, and a worker's global rank is ``node_rank * nproc + local_rank``."""
-    rank = nodes.node_rank * nproc + local_rank
-    world = nodes.nnodes * nproc
+    workers, and a worker's global rank is the count of the workers of the nodes before it
+    plus its ``local_rank`` (``node_rank * nproc + local_rank`` while every node is assumed
+    to run ``nproc``, before the nodes have met)."""
+    rank = nodes.rank_offset(nproc) + local_rank
+    world = nodes.world_size(nproc)
     return {
         "RANK": str(rank),
         "LOCAL_RANK": str(local_rank),
@@ -320,6 +405,51 @@ def rank_env(
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
     }
+
+
+# torchrun's agent sets these for every worker (LocalElasticAgent._start_workers); a value
+# already in the parent's environment wins. Lightning's is_torchelastic_launched() looks for
+# the run id; torch's NCCL process group reads the other to tear down a failed collective.
+RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
+NCCL_ASYNC_VAR = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
+def elastic_env(run_id: str, parent_env: Mapping[str, str]) -> dict[str, str]:
+    """``TORCHELASTIC_RUN_ID`` (torchrun's ``--rdzv-id``, "none" by default) and
+    ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``, each unless the parent has it."""
+    wanted = {RUN_ID_VAR: run_id, NCCL_ASYNC_VAR: "1"}
+    return {name: value for name, value in wanted.items() if name not in parent_env}
+
+
+def with_layout(plan: Plan, counts: tuple[int, ...], parent_env: Mapping[str, str]) -> Plan:
+    """``plan`` once the nodes have met: every node's worker count known, the global ranks
+    and world size of this node's workers follow them, and so does the plan's node note."""
+    nodes = replace(plan.nodes, counts=counts)
+    count = len(plan.workers)
+    workers = []
+    for worker in plan.workers:
+        env = {**worker.env, **layout_env(nodes, count, worker.local_rank)}
+        rank = nodes.rank_offset(count) + worker.local_rank
+        workers.append(replace(worker, rank=rank, env=env_diff(env, parent_env)))
+    mark = f"node {nodes.node_rank} of {nodes.nnodes}"
+    notes = tuple(
+        _relaid(note, nodes, count) if note.startswith(mark) else note for note in plan.notes
+    )
+    return replace(plan, nodes=nodes, workers=tuple(workers), notes=notes)
+
+
+def layout_env(nodes: NodeGroup, nproc: int, local_rank: int) -> dict[str, str]:
+    """The rank variables that depend on the other nodes' worker counts."""
+    rank = nodes.rank_offset(nproc) + local_rank
+    world = str(nodes.world_size(nproc))
+    return {"RANK": str(rank), "ROLE_RANK": str(rank), "WORLD_SIZE": world,
+            "ROLE_WORLD_SIZE": world}  # fmt: skip
+
+
+def _relaid(note: str, nodes: NodeGroup, count: int) -> str:
+    _, _, rendezvous = note.rpartition(", rendezvous at ")
+    host, _, port = rendezvous.rpartition(":")
+    return node_note(nodes, count, host, int(port)) if port.isdigit() else note
 
 
 def env_diff(
@@ -377,6 +507,8 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             "node_rank": plan.nodes.node_rank,
             "source": plan.nodes.source,
             "hosts": list(plan.nodes.hosts),
+            # Every node's worker count, once the nodes have met (empty in a dry run).
+            "workers_per_node": list(plan.nodes.counts),
         },
         "share": _share_dict(plan),
         "notes": list(plan.notes),

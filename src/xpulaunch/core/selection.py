@@ -30,6 +30,7 @@ __all__ = [
     "GpuMode",
     "GpuRequest",
     "Selection",
+    "busy_reason",
     "holder_of",
     "parse_gpus",
     "resolve_ids",
@@ -214,7 +215,25 @@ def _select_free(
         notes.append(f"{unit.label()}: chosen, {_describe_free(unit)}")
     if any(u.memory_free_bytes is None for u in eligible):
         notes.append(UNKNOWN_FREE_POLICY)
-    return Selection(tuple(eligible), tuple(notes))
+    chosen = physical_order(eligible)
+    if len(chosen) > 1 and chosen != tuple(eligible):
+        notes.append(PHYSICAL_ORDER_NOTE)
+    return Selection(chosen, tuple(notes))
+
+
+# Chosen by free memory, handed out by index: in free-memory order rank 0 landed on another
+# GPU from run to run, which changes NCCL's ring (and so the bits of a result) and breaks a
+# user's CPU/NUMA pinning by LOCAL_RANK.
+PHYSICAL_ORDER_NOTE = (
+    "the chosen devices are handed out in index order (LOCAL_RANK 0 gets the lowest), as "
+    "--gpus all does, whatever order they were chosen in"
+)
+
+
+def physical_order(units: Sequence[Unit]) -> tuple[Unit, ...]:
+    """``units`` in the inventory's index order (tiles of a card, and a card's MIG
+    instances, keep their order)."""
+    return tuple(sorted(units, key=lambda u: (u.device.index, u.tile or 0)))
 
 
 def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | None:
@@ -242,6 +261,11 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
     if busy is not None and filters.min_free_memory_bytes is None:
         return busy
     return None
+
+
+def busy_reason(unit: Unit) -> str | None:
+    """Why ``unit`` counts as busy (``busy, 40.0 GiB of 80.0 GiB in use``), or None."""
+    return _busy(unit)
 
 
 def _busy(unit: Unit) -> str | None:

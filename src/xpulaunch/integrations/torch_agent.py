@@ -22,7 +22,11 @@ It never touches a GPU runtime (neither does torchrun's agent).
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +39,15 @@ ROUND_MESSAGE = "Rendezvous complete for workers"
 # often it is asked again until an answer is younger than the failure.
 STATE_CACHE_S = 1.0
 ASK_EVERY_S = 0.1
+# How much longer than its join timeout the agent may take to complete its first round
+# before it is given up: torch's own join timeout fires first wherever a c10d store answers.
+START_MARGIN_S = 15.0
+# torch's default join timeout (dynamic_rendezvous.py), when --rdzv-conf names none.
+TORCH_JOIN_TIMEOUT_S = 600.0
+# The exit status of an agent that never met the others (xpulaunch.errors.NODES_FAILED_STATUS;
+# not imported: this module runs in the agent's process, beside torch, and imports nothing
+# of xpulaunch).
+NO_RENDEZVOUS_STATUS = 125
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +118,11 @@ class RoundLines(logging.Filter):
         self.stream = stream
         self.rounds = 0
         self.last: Round | None = None
+        self.first_round = threading.Event()  # set by the first completed round
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, str) and ROUND_MESSAGE in record.msg:
+            self.first_round.set()
             self._show(round_of(record.args))
         return record.levelno >= self.shown_level
 
@@ -204,6 +219,56 @@ def late_nodes_line(min_nodes: int, max_nodes: int, rdzv_conf: str) -> str | Non
     )
 
 
+def bound_start(
+    first_round: threading.Event, endpoint: str, limit_s: float, stream: TextIO
+) -> threading.Thread:
+    """Give the agent ``limit_s`` for its first rendezvous round, then end it with one line
+    and :data:`NO_RENDEZVOUS_STATUS`. torch's join timeout does not cover everything before
+    the rendezvous: a program that is not a c10d store but accepts connections on the
+    endpoint (a port taken by something else) keeps the agent's store client waiting for an
+    answer for ever (torchrun too)."""
+
+    def watch() -> None:
+        if first_round.wait(limit_s):
+            return
+        _say(stream, f"xpulaunch: error: c10d: {no_round(endpoint, limit_s)}")
+        os._exit(NO_RENDEZVOUS_STATUS)  # the agent's threads are stuck in torch: no way out
+
+    thread = threading.Thread(target=watch, name="xpulaunch-start-bound", daemon=True)
+    thread.start()
+    return thread
+
+
+def no_round(endpoint: str, limit_s: float) -> str:
+    """Why no round came, as far as a connection to ``endpoint`` tells."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+            pass
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return (
+            f"no rendezvous round within {limit_s:g} s, and {endpoint} does not answer ({why});"
+            " check --rdzv-endpoint (the same on every node)"
+        )
+    return (
+        f"no rendezvous round within {limit_s:g} s: {endpoint} answers, but not as torch's "
+        "c10d store (is another program holding that port?); check --rdzv-endpoint"
+    )
+
+
+def join_timeout_s(rdzv_conf: str) -> float:
+    """The join timeout in torchrun's ``--rdzv-conf`` (torch's default when not there)."""
+    for pair in rdzv_conf.split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() in ("join_timeout", "timeout"):
+            try:
+                return float(value)
+            except ValueError:
+                break  # torch refuses it itself
+    return TORCH_JOIN_TIMEOUT_S
+
+
 def _say(stream: TextIO, line: str) -> None:
     try:
         stream.write(line + "\n")
@@ -218,7 +283,7 @@ def main() -> None:
     from torch.distributed import run
     from torch.distributed.elastic.agent.server import api, local_elastic_agent
 
-    install(logging.getLogger(api.__name__), sys.stderr)
+    lines = install(logging.getLogger(api.__name__), sys.stderr)
     args = run.get_args_parser().parse_args(sys.argv[1:])
     min_nodes, max_nodes = run.parse_min_max_nnodes(args.nnodes)
     line = late_nodes_line(min_nodes, max_nodes, args.rdzv_conf or "")
@@ -226,7 +291,18 @@ def main() -> None:
         _say(sys.stderr, line)
     if min_nodes < max_nodes:
         admit_joiners(local_elastic_agent.LocalElasticAgent, sys.stderr)
+    limit_s = join_timeout_s(args.rdzv_conf or "") + START_MARGIN_S
+    bound_start(lines.first_round, args.rdzv_endpoint, limit_s, sys.stderr)
+    # xpulaunch sends SIGUSR1/SIGUSR2 on to the workers itself (they run in sessions of
+    # their own, out of the agent's group); left to their default action they would end the
+    # agent, and torch's handling of them (--signals-to-handle) would stop the workers.
+    for relayed in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(relayed, _ignore)
     run.main()  # reads sys.argv[1:], our arguments, as `python -m torch.distributed.run` does
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A handler that does nothing: unlike SIG_IGN, the agent's children do not inherit it."""
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from xpulaunch.events import (
     GaveUp,
     HangDetected,
     Restarting,
+    SignalForwarded,
     Stopping,
     TimedOut,
     Unhealthy,
@@ -60,6 +61,9 @@ class Reporter:
             self._restarting(event)
         elif isinstance(event, GaveUp):
             self._gave_up(event)
+        elif isinstance(event, SignalForwarded):
+            who = ", ".join(event.names) or "none running"
+            self._say(f"{event.signal}: sent on to the workers ({who}); the job goes on")
         elif isinstance(event, Stopping) and (event.cause == "signal" or event.kill):
             what = "killing every process now" if event.kill else "stopping every worker"
             again = "" if event.kill else " (again to kill at once)"

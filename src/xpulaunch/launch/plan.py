@@ -91,6 +91,7 @@ def plan(
     gpu_ids: str | None = None,
     cpu_bind: str | None = None,
     share: DeviceShare | None = None,
+    run_id: str = "none",
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -104,7 +105,8 @@ def plan(
     runtime numbers them (Intel: flat tiles under FLAT), used instead of ``gpus``.
     ``cpu_bind``: ``none`` (default), ``numa`` or ``exclusive``: each worker's CPUs near its
     devices (``--cpu-bind``). ``share``: share each device with other small jobs
-    (``--slots-per-gpu``, ``--gpu-memory``).
+    (``--slots-per-gpu``, ``--gpu-memory``). ``run_id``: the workers' ``TORCHELASTIC_RUN_ID``
+    (torchrun's ``--rdzv-id``).
     """
     if not program:
         raise LaunchError("no PROGRAM given")
@@ -130,6 +132,7 @@ def plan(
         gpu_ids=gpu_ids,
         cpu_bind=cpu_bind or "none",
         share=share,
+        run_id=run_id,
     )
     env = dict(os.environ) if parent_env is None else parent_env
     result = make_plan(request, inventory, env, unavailable=unavailable)

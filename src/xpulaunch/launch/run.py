@@ -16,8 +16,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from xpulaunch.core.nodes import NodeSettings, resolve_nodes
+from xpulaunch.core.plan import skipped_text
 from xpulaunch.core.restart import RestartMode
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import NODES_FAILED_STATUS, UsageError, XpulaunchError
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
 from xpulaunch.joblog.report import Reporter
 from xpulaunch.launch import plan as planning
@@ -26,14 +27,14 @@ from xpulaunch.model import Backend
 from xpulaunch.processes import records
 from xpulaunch.processes.cgroup import check_cgroup_setting
 from xpulaunch.processes.program import resolve_program
-from xpulaunch.processes.signals import forwarding
+from xpulaunch.processes.signals import RELAYED, forwarding
 from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
 from xpulaunch.supervisor.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from xpulaunch.events import Event
     from xpulaunch.joblog.event_stream import EventStream
-    from xpulaunch.launch.gpu_settle import NvmlSettle
+    from xpulaunch.launch.node_job import NodeJob
     from xpulaunch.launch.nodes import Meeting
     from xpulaunch.launch.request import RunRequest
     from xpulaunch.leases import Lease, WaitStatus
@@ -82,6 +83,7 @@ def job_plan(
         unavailable=unavailable, must_exist=must_exist, max_restarts=request.restart_limit,
         extra_env=dict(request.extra_env), notes=request.notes, nodes=nodes.nodes,
         gpu_ids=request.gpu_ids, cpu_bind=request.cpu_bind, share=request.share,
+        run_id=request.nodes.rdzv_id or request.log_run_id or "none",
     )  # fmt: skip
     if nodes.elastic is None:
         return plan
@@ -157,6 +159,8 @@ def run(request: RunRequest, env: Mapping[str, str], ui: RunUI) -> int:
         # Checked before the summary line: a mistake prints one line, not a start and an error.
         check_ranks(ours.ranks, [w.name for w in plan.workers])
         ui.say(summary(plan))
+        for warning in plan_warnings(plan):
+            ui.say(warning)
         status = supervise(
             plan, ours, env, lease_fds=lease.fds, job_id=lease.job_id, release_leases=True,
             events=events, earlier_events=lease_events.got(plan, lease),
@@ -207,17 +211,31 @@ def _meeting(plan: Plan, nodes: NodeSettings, timeout_s: float) -> Meeting | Non
 
     port = nodes.master_port
     assert port is not None  # several static nodes always name the master's port
-    return Meeting(plan.nodes.nnodes, plan.nodes.node_rank, nodes.master_addr, port, timeout_s)
+    return Meeting(plan.nodes.nnodes, plan.nodes.node_rank, nodes.master_addr, port, timeout_s,
+                   nproc=len(plan.workers), note=skipped_text(plan.notes))  # fmt: skip
 
 
 def summary(plan: Plan) -> str:
-    """One line before the workers start: where they run, and why on the CPU."""
+    """One line before the workers start: where they run, and why on the CPU; on a node of
+    several, which node, and which devices it skipped (``node 1 of 2: nvidia on nvidia 2;
+    1 worker (nvidia 3 busy)``: the reason a node runs fewer workers than the others)."""
     workers = f"{len(plan.workers)} worker{'s' if len(plan.workers) != 1 else ''}"
+    node = ""
+    if plan.nodes.nnodes > 1:
+        node = f"node {plan.nodes.node_rank} of {plan.nodes.nnodes}: "
+        skipped = skipped_text(plan.notes)
+        workers += f" ({skipped})" if skipped else ""
     if plan.devices:
         where = ", ".join(u.label() for u in plan.devices)
-        return f"{plan.backend.value} on {where}; {workers}"
+        return f"{node}{plan.backend.value} on {where}; {workers}"
     why = next((n for n in plan.notes if "CPU" in n), "running on the CPU")
-    return f"cpu: {why}; {workers}"
+    return f"{node}cpu: {why}; {workers}"
+
+
+def plan_warnings(plan: Plan) -> list[str]:
+    """The plan's warnings (a busy GPU used because a scheduler allocated it, a known
+    driver issue), for the console before the workers start."""
+    return [note for note in plan.notes if note.startswith("warning: ")]
 
 
 def supervise(
@@ -252,7 +270,6 @@ def supervise(
         from xpulaunch.launch.gpu_settle import gpu_settle
 
         gpus = gpu_settle(plan)
-    rejoin = meeting if restarts and policy.gang else None
     log_dir = make_run_log_dir(
         make_log_dir(request.log_dir), request.log_layout, request.log_run_id
     )
@@ -268,50 +285,64 @@ def supervise(
     reporter = Reporter()
     listeners: list[Callable[[Event], None]] = [reporter.on_event]
 
-    def say(text: str) -> None:  # a restart's meeting speaks once the supervisor below runs
+    def say(text: str) -> None:  # the nodes speak once the supervisor below exists
         supervisor.message(text)
+
+    def fail(why: str, status: int) -> None:  # another node failed: so do this node's workers
+        supervisor.fail(why, status)
 
     def on_event(event: Event) -> None:  # the listeners grow once the operations exist
         for listen in listeners:
             listen(event)
 
-    supervisor = Supervisor(specs, settings, on_event=on_event, settle=_settle(gpus, rejoin, say))
+    node = _node_job(meeting, policy.gang, say, fail)
+    if node is not None:
+        specs = node.ranked(specs, plan)
+    settle = node.settle(gpus) if node is not None and restarts and policy.gang else gpus
+    supervisor = Supervisor(specs, settings, on_event=on_event, settle=settle)
     reporter.supervisor = supervisor
-    if meeting is not None:
-        from xpulaunch.launch.nodes import meet
-
-        meet(meeting, supervisor.message)
-    with Operations(plan, replace(request, log_dir=log_dir), supervisor, events) as operations:
-        listeners.extend(operations.listeners)
-        for event in earlier_events:
-            operations.replay(event)
-        # A signal handler must take no lock (it may interrupt code holding one on this same
-        # thread), so it only posts; the loop reports it as a Stopping event.
-        with forwarding(supervisor.send_stop_signal):
-            supervisor.start()
-            status = supervisor.wait()
+    status: int | None = NODES_FAILED_STATUS  # what the other nodes hear if this one fails
+    try:
+        if node is not None:
+            plan = node.meet(plan, env)
+            listeners.append(node.on_event)
+        with Operations(plan, replace(request, log_dir=log_dir), supervisor, events) as ops:
+            listeners.extend(ops.listeners)
+            for event in earlier_events:
+                ops.replay(event)
+            # A signal handler must take no lock (it may interrupt code holding one on this
+            # same thread), so it only posts; the loop reports it as an event.
+            with (
+                forwarding(supervisor.send_stop_signal),
+                forwarding(supervisor.send_signal, RELAYED),
+            ):
+                supervisor.start()
+                status = supervisor.wait()
+    except XpulaunchError as exc:
+        status = exc.exit_code
+        raise
+    finally:
+        if node is not None:
+            node.close(1 if status is None else status)
     for note in gpus.notes if gpus is not None else ():
         supervisor.message(note)
     return 1 if status is None else status
 
 
-def _settle(
-    gpus: NvmlSettle | None, meeting: Meeting | None, say: Callable[[str], None]
-) -> Callable[[Sequence[str]], None] | None:
-    """The supervisor's ``settle`` hook: the GPUs' memory released, then (several static
-    nodes) every node met again, its old workers gone; a meeting that fails raises
-    :class:`~xpulaunch.errors.LaunchError`, which fails the gang instead of restarting it.
-    ``say`` is called only once the supervisor runs."""
+def _node_job(
+    meeting: Meeting | None,
+    gang: bool,
+    say: Callable[[str], None],
+    fail: Callable[[str, int], None],
+) -> NodeJob | None:
+    """This node's part in a static job of several nodes (:mod:`xpulaunch.launch.node_job`);
+    another node's failure fails this node's workers only when they restart as one gang
+    (with ``--isolate`` they are independent, on every node)."""
     if meeting is None:
-        return gpus
-    from xpulaunch.launch.nodes import meet
+        return None
+    from xpulaunch.launch.node_job import NodeJob
 
-    def settle(names: Sequence[str]) -> None:
-        if gpus is not None:
-            gpus(names)
-        meet(meeting, say)
-
-    return settle
+    return NodeJob(meeting, say, fail if gang else None)
 
 
 def specs_for_plan(

@@ -5,7 +5,8 @@ Workers run in their own sessions, so the terminal's Ctrl-C (SIGINT to the foreg
 group), a hang-up or a ``kill`` reach only xpulaunch. The handler forwards the signal through
 :meth:`Supervisor.send_stop_signal`: the first one goes to every worker's process group and
 starts the grace period; a second one kills everything at once (torchrun stops on SIGTERM,
-SIGINT and SIGHUP too). Previous handlers are restored on exit.
+SIGINT and SIGHUP too). SIGUSR1 and SIGUSR2 are only passed on (:data:`RELAYED`, through
+:meth:`Supervisor.send_signal`). Previous handlers are restored on exit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Sent on to the workers without stopping anything: Slurm's warning before it preempts or
+# ends a job (sbatch --signal), which a training script answers with a checkpoint. Left to
+# their default action they would kill xpulaunch (and with it the job) instead.
+RELAYED = (signal.SIGUSR1, signal.SIGUSR2)
 # How long a forwarded signal may wait for its handler when the kernel gave it to another
 # thread than the main one (see wait_answering).
 HANDLER_DELAY_S = 0.5

@@ -26,6 +26,7 @@ import fcntl
 import os
 import shutil
 import signal
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import Action, Decision, Outcome, decide
@@ -34,6 +35,7 @@ from xpulaunch.events import (
     Event,
     GaveUp,
     Restarting,
+    SignalForwarded,
     Stopped,
     Stopping,
     TimedOut,
@@ -41,7 +43,13 @@ from xpulaunch.events import (
 )
 from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_file
 from xpulaunch.processes.procfs import command_line, find_job, flock_sharers
-from xpulaunch.processes.tree import describe_returncode, signal_name, signal_processes, with_cont
+from xpulaunch.processes.tree import (
+    describe_returncode,
+    signal_group,
+    signal_name,
+    signal_processes,
+    with_cont,
+)
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.supervisor.guardian_keeper import GuardianKeeper
 from xpulaunch.supervisor.loop import Loop
@@ -140,6 +148,17 @@ class Engine:
         cause = "signal" if by_signal else "stop"
         self.loop.post(lambda: self._stop_all(signum, grace_s, cause))
 
+    def fail_gangs(self, reason: str, exit_code: int) -> None:
+        """Fail every running gang as if one of its workers had failed (another node's
+        workers failed): it is stopped, then restarted or given up by the restart policy;
+        ``exit_code`` is the job's status if it gives up with no worker of its own failed."""
+        self.loop.post(lambda: self._fail_from_outside(reason, exit_code))
+
+    def forward_signal(self, signum: int) -> None:
+        """Send ``signum`` to every running worker's process group (and its processes that
+        left it), without stopping anything."""
+        self.loop.post(lambda: self._forward(signum))
+
     def wait_started(self) -> str | None:
         self.board.wait_started()
         return self.launch_error
@@ -208,6 +227,23 @@ class Engine:
         worker.failure_reason = reason
         self._gang_ended(gang, Outcome.FAILED)
 
+    def _fail_from_outside(self, reason: str, exit_code: int) -> None:
+        for gang in self.gangs:
+            if not gang.can(GangEvent.ENDED):
+                continue  # not running: stopping already, waiting to restart, or over
+            gang.outside_failure = (reason, exit_code)
+            self._gang_ended(gang, Outcome.FAILED, why=reason)
+
+    def _forward(self, signum: int) -> None:
+        running = [w for w in self.workers if w.alive and w.pid is not None]
+        groups = {w.pid for w in running}
+        outside = [p for p in self.scan(running) if p.info.pgid not in groups]
+        for worker in running:
+            signal_group(worker.pid or 0, signum)
+        signal_processes(outside, signum)
+        names = tuple(w.name for w in running)
+        self.emit(SignalForwarded(self.clock(), signal_name(signum), names))
+
     def _publish(self) -> None:
         self.board.publish([w.status() for w in self.workers])
 
@@ -241,7 +277,7 @@ class Engine:
         if not first:
             gang.attempt += 1
             gang.advance(GangEvent.START)
-        gang.decision, gang.first_failure = None, None
+        gang.decision, gang.first_failure, gang.outside_failure = None, None, None
         gang.restart = gang.restart.started(now)
         for worker in gang.workers:
             reason = worker.spawn(gang.attempt, restarts=0 if first else worker.restarts + 1)
@@ -254,9 +290,11 @@ class Engine:
                 return
 
     # -- a gang ending, going down, and starting again -------------------------------
-    def _gang_ended(self, gang: Gang, outcome: Outcome) -> None:
+    def _gang_ended(self, gang: Gang, outcome: Outcome, why: str = "") -> None:
         now = self.clock()
         gang.decision = decide(gang.restart, outcome, self.policy, now)
+        if why:  # the decision's reason (in Restarting, GaveUp) says what failed it
+            gang.decision = replace(gang.decision, reason=f"{why}; {gang.decision.reason}")
         gang.restart = gang.decision.state
         gang.advance(GangEvent.ENDED)
         gang.ended_at_s = now
@@ -283,9 +321,7 @@ class Engine:
 
     def _gave_up(self, gang: Gang, reason: str) -> None:
         self._set_states(gang, WorkerState.FAILED)
-        failed = gang.first_failure
-        code = failed.job_status if failed and failed.job_status is not None else 1
-        self.emit(GaveUp(self.clock(), gang.names, code, reason))
+        self.emit(GaveUp(self.clock(), gang.names, gang.exit_status(), reason))
 
     @staticmethod
     def _set_states(gang: Gang, state: WorkerState) -> None:
@@ -308,7 +344,9 @@ class Engine:
             future.result()  # any other exception is a bug: let the loop's handler see it
         if gang.phase is not Phase.SETTLING:  # a stop came first
             return
-        if refusal is not None:
+        if isinstance(refusal, LaunchError):
+            if gang.first_failure is None and gang.outside_failure is None:
+                gang.outside_failure = (str(refusal), refusal.exit_code)
             gang.advance(GangEvent.REFUSED)
             self._gave_up(gang, str(refusal))
             return
@@ -452,9 +490,11 @@ class Engine:
             return code, self.launch_error
         failed = [g for g in self.gangs if g.phase is Phase.FAILED]
         if failed:
-            first = min(failed, key=lambda g: g.ended_at_s).first_failure
-            code = first.job_status if first and first.job_status is not None else 1
-            return code, f"worker {first.name if first else '?'} failed"
+            gang = min(failed, key=lambda g: g.ended_at_s)
+            first, outside = gang.first_failure, gang.outside_failure
+            if first is None and outside is not None:
+                return gang.exit_status(), outside[0]
+            return gang.exit_status(), f"worker {first.name if first else '?'} failed"
         if self._timed_out:
             return TIMED_OUT_STATUS, f"ran for --max-runtime {self.watch.max_runtime_s:g} s"
         if self._stop_signal is not None and self._stopped_by_signal:

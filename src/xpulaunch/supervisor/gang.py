@@ -80,7 +80,18 @@ class Gang:
         self.phase = Phase.RUNNING
         self.decision: Decision | None = None
         self.first_failure: Worker | None = None
+        # Failed from outside (another node's failure), with none of its workers failing:
+        # why, and the exit status the job gets if it gives up on it.
+        self.outside_failure: tuple[str, int] | None = None
         self.ended_at_s = 0.0
+
+    def exit_status(self) -> int:
+        """The status of a gang that failed for good: its first failed worker's, else the
+        outside failure's, else 1."""
+        failed = self.first_failure
+        if failed is not None and failed.job_status is not None:
+            return failed.job_status
+        return self.outside_failure[1] if self.outside_failure is not None else 1
 
     @property
     def names(self) -> tuple[str, ...]:

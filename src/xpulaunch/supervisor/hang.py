@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 PY_SPY_TIMEOUT_S = 30.0
 # The job's exit status when a hang failed it for good: not the worker's own 143 (the SIGTERM
 # that stopped it), which a script cannot tell from ``kill -TERM`` of xpulaunch, nor 124
-# (``--max-runtime``, as GNU timeout), 126/127 (cannot start) or 128+N (a signal).
-HANG_STATUS = 125
+# (``--max-runtime``, as GNU timeout), 125 (the nodes of a job failed each other), 126/127
+# (cannot start) or 128+N (a signal).
+HANG_STATUS = 123
 
 
 class HangWatch:

@@ -126,6 +126,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._early_signal: int | None = None
+        self._early_failure: tuple[str, int] | None = None
         self.cgroup_note = ""  # why the job has no cgroup of its own ("" when it has one)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -143,6 +144,8 @@ class Supervisor:
             self._thread.start()
         if self._early_signal is not None:  # a Ctrl-C that came while we were starting
             self._engine.request_stop(self._early_signal, None)
+        if self._early_failure is not None:
+            self._engine.fail_gangs(*self._early_failure)
         error = self._engine.wait_started()
         if error is not None:
             status = self.wait()
@@ -239,6 +242,26 @@ class Supervisor:
             self._early_signal = signum
         else:
             engine.request_stop(signum, None)
+
+    def fail(self, reason: str, exit_code: int = 1) -> None:
+        """Fail the running workers from outside, as if one of them had failed (another
+        node of the job failed): they are stopped, then restarted or not as the restart
+        policy says. ``reason`` goes into the restart's or the give-up's reason;
+        ``exit_code`` is the job's status if it gives up without a worker of its own failed.
+        Takes no lock; before :meth:`start`, the workers fail as soon as they start."""
+        engine = self._engine
+        if engine is None:
+            self._early_failure = (reason, exit_code)
+        else:
+            engine.fail_gangs(reason, exit_code)
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` on to every running worker's process group, stopping nothing
+        (SIGUSR1 before a preemption, say); a :class:`~xpulaunch.events.SignalForwarded`
+        event follows. What a signal handler may call: takes no lock."""
+        engine = self._engine
+        if engine is not None:
+            engine.forward_signal(signum)
 
     # -- observation -------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
