@@ -256,7 +256,7 @@ $PY -m xpulaunch run --gpus "$HALF" --nproc-per-node auto "${TRAIN[@]}" --steps 
   --ckpt-dir "$WORK/lease_b" >"$LOGS/6b_job_b.out" 2>&1 &
 B=$!
 WATCHED=$B until_seen 'step .* loss' "$LOGS/6b_job_b.out"
-gpus_of() { head -5 "$1" | grep -o 'nvidia on [^;]*' | head -1; }
+gpus_of() { head -5 "$1" | grep -oE '(cuda|nvidia) on [^;]*' | head -1; }
 info "job A: $(gpus_of "$LOGS/6a_job_a.out"); job B: $(gpus_of "$LOGS/6b_job_b.out")"
 check '[ -n "$(gpus_of "$LOGS/6a_job_a.out")" ] && [ "$(gpus_of "$LOGS/6a_job_a.out")" != "$(gpus_of "$LOGS/6b_job_b.out")" ]' \
   "two jobs of --gpus $HALF got different GPUs"

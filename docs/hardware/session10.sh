@@ -5,6 +5,8 @@
 #
 #     OUT=... bash docs/hardware/session10.sh a   # llama.cpp's CUDA build in the background;
 #                                                 # multinode_check.sh; bench_probe.py
+#     OUT=... bash docs/hardware/session10.sh c   # the DDP bench on 2 GPUs, the probe bench,
+#                                                 # the launch overhead and one-GPU training
 #     OUT=... bash docs/hardware/session10.sh b   # llama_serve_check.sh (build reused);
 #                                                 # numa_check.sh; launch overhead and
 #                                                 # one-GPU training benches; queue_check.sh
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/../.." || exit 2
 : "${OUT:?set OUT}"
 PHASE=${1:?a or b}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=$(mktemp -d /tmp/session10-$PHASE.XXXX)
 SUMMARY=$OUT/phase_${PHASE}_summary.txt
 mkdir -p "$OUT"
@@ -85,6 +87,16 @@ b)
     else
         note "--- queue: skipped, $left s left"
     fi
+    ;;
+c)
+    step ddp_bench 200 python3 bench/bench_ddp.py --gpus 2 --runs 3 --steps 500
+    tail -8 "$R/ddp_bench/stdout.log" >>"$SUMMARY"
+    step overhead 60 python3 bench/bench_overhead.py --runs 11
+    tail -4 "$R/overhead/stdout.log" >>"$SUMMARY"
+    step train 120 env CUDA_VISIBLE_DEVICES=0 python3 bench/bench_train.py --runs 2 --steps 3000
+    tail -6 "$R/train/stdout.log" >>"$SUMMARY"
+    step probe_bench 100 python3 bench/bench_probe.py --runs 8
+    tail -12 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     ;;
 esac
 tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
