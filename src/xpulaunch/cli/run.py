@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -29,8 +30,6 @@ def launch(
     program: tuple[str, ...], values: dict[str, Any], *, dry_run: bool, as_json: bool
 ) -> int:
     """``run``'s converted values (also ``torchrun``'s, mapped) -> a plan printed, or a job."""
-    from xpulaunch.launch import run as launching
-
     env = dict(os.environ)
     if values.get("accelerate_config"):
         from xpulaunch.cli.accelerate import apply_accelerate_config
@@ -39,13 +38,22 @@ def launch(
     request = to_request(program, values, env)
     if dry_run:
         from xpulaunch.cli.render import print_plan
+        from xpulaunch.launch.run import dry_run as plan_only
 
-        print_plan(launching.dry_run(request, env, _warn), as_json)
+        print_plan(plan_only(request, env, _warn), as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
-    with WaitReporter() as ui:
-        return launching.run(request, env, ui)
+    probe = None
+    if request.inventory is None:  # probes while the supervisor is imported below
+        from xpulaunch.probing.isolated import ForkedProbe
+
+        probe = ForkedProbe(env)
+    with probe or contextlib.nullcontext():
+        from xpulaunch.launch.run import run as launch_job
+
+        with WaitReporter() as ui:
+            return launch_job(request, env, ui, probe=probe)
 
 
 def _warn(text: str) -> None:

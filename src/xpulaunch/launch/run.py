@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from xpulaunch.launch.request import RunRequest
     from xpulaunch.leases import Lease, WaitStatus
     from xpulaunch.model import Inventory, Plan
+    from xpulaunch.probing.isolated import ForkedProbe
 
 
 class RunUI(Protocol):
@@ -130,8 +131,12 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
     return plan
 
 
-def run(request: RunRequest, env: Mapping[str, str], ui: RunUI) -> int:
-    """Lease devices and run the job until it is over; its exit status."""
+def run(
+    request: RunRequest, env: Mapping[str, str], ui: RunUI, *, probe: ForkedProbe | None = None
+) -> int:
+    """Lease devices and run the job until it is over; its exit status. ``probe``: one
+    already forked for ``env`` (the command line forks it once parsed, so that it probes
+    while the supervisor is imported); else one is forked here."""
     nodes = node_settings(request, env, ui.say)
     check_cgroup_setting(env)  # before anything is leased or said
     if nodes.elastic is not None:
@@ -140,8 +145,8 @@ def run(request: RunRequest, env: Mapping[str, str], ui: RunUI) -> int:
     # The probe runs in a forked child, outside the allocation lock (only planning runs under
     # it): NVML's memory never becomes the supervisor's, and it probes while this process
     # checks the log directory.
-    probing = None
-    if request.inventory is None:
+    probing = probe
+    if probing is None and request.inventory is None:
         from xpulaunch.probing.isolated import ForkedProbe
 
         probing = ForkedProbe(dict(env))
