@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_overhead.py --against REV   (or --against-src DIR)
 
 Paired in one run, round by round: the bare ``/bin/true``, ``xpulaunch --gpus none --
-/bin/true`` (the console script, as users run it) and ``torchrun --nproc-per-node 1
+/bin/true`` (the console script, as users run it; ``--gpus 1`` probes, plans and leases a GPU) and ``torchrun --nproc-per-node 1
 --no-python /bin/true``. ``--against REV`` adds the ``xpulaunch`` of another commit (a
 temporary git worktree; ``--against-src`` names the ``src`` folder of another version, for a
 machine without the git history) to the same rounds, so the cost of a change is measured against the
@@ -32,20 +32,22 @@ ROOT = Path(__file__).resolve().parent.parent
 TRUE = shutil.which("true") or "/bin/true"
 
 
-def commands(work: Path, src: Path, against: tuple[str, Path] | None) -> dict[str, list[str]]:
+def commands(
+    work: Path, src: Path, against: tuple[str, Path] | None, gpus: str = "none"
+) -> dict[str, list[str]]:
     py = sys.executable
     ours = work / "ours"
     ours.mkdir()
     found = {
         "bare": [TRUE],
-        "xpulaunch": [py, str(script_for(src, ours)), "--gpus", "none", "--", TRUE],
+        "xpulaunch": [py, str(script_for(src, ours)), "--gpus", gpus, "--", TRUE],
     }
     if against is not None:
         name, src = against
         theirs = work / "against"
         theirs.mkdir()
         script = script_for(src, theirs)
-        found[f"xpulaunch@{name}"] = [py, str(script), "--gpus", "none", "--", TRUE]
+        found[f"xpulaunch@{name}"] = [py, str(script), "--gpus", gpus, "--", TRUE]
     torchrun = shutil.which("torchrun", path=str(Path(py).parent)) or shutil.which("torchrun")
     if torchrun is not None:
         found["torchrun"] = [torchrun, "--nproc-per-node", "1", "--no-python", TRUE]
@@ -89,6 +91,9 @@ def main() -> None:
         default=ROOT / "src",
         help="import xpulaunch from here (e.g. a pip install --target)",
     )
+    parser.add_argument(
+        "--gpus", default="none", help="xpulaunch's --gpus (1: probe, plan and lease one GPU)"
+    )
     parser.add_argument("--against", metavar="REV", help="also time xpulaunch at this commit")
     parser.add_argument("--against-src", metavar="DIR", type=Path, help="... or from this src")
     args = parser.parse_args()
@@ -103,7 +108,9 @@ def main() -> None:
                             str(tree), args.against], check=True)  # fmt: skip
             against = (args.against, tree / "src")
         try:
-            report(measure(commands(work, args.src, against), bench_env(work), args.runs))
+            report(
+                measure(commands(work, args.src, against, args.gpus), bench_env(work), args.runs)
+            )
         finally:
             if args.against:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",

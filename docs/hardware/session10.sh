@@ -7,6 +7,8 @@
 #                                                 # multinode_check.sh; bench_probe.py
 #     OUT=... bash docs/hardware/session10.sh c   # the DDP bench on 2 GPUs, the probe bench,
 #                                                 # the launch overhead and one-GPU training
+#     OUT=... bash docs/hardware/session10.sh d   # the overheads again (--gpus none, 1) and
+#                                                 # a longer DDP bench
 #     OUT=... bash docs/hardware/session10.sh b   # llama_serve_check.sh (build reused);
 #                                                 # numa_check.sh; launch overhead and
 #                                                 # one-GPU training benches; queue_check.sh
@@ -97,6 +99,14 @@ c)
     tail -6 "$R/train/stdout.log" >>"$SUMMARY"
     step probe_bench 100 python3 bench/bench_probe.py --runs 8
     tail -12 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+d)  # after the probe was forked before the supervisor's imports: the overheads again
+    step overhead_none 60 python3 bench/bench_overhead.py --runs 15
+    tail -4 "$R/overhead_none/stdout.log" >>"$SUMMARY"
+    step overhead_gpu 60 python3 bench/bench_overhead.py --runs 15 --gpus 1
+    tail -4 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
+    step ddp_bench 200 python3 bench/bench_ddp.py --gpus 2 --runs 2 --steps 2000
+    tail -8 "$R/ddp_bench/stdout.log" >>"$SUMMARY"
     ;;
 esac
 tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
