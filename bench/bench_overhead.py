@@ -4,7 +4,8 @@
     .venv/bin/python bench/bench_overhead.py --against REV   (or --against-src DIR)
 
 Paired in one run, round by round: the bare ``/bin/true``, ``xpulaunch --gpus none --
-/bin/true`` (the console script, as users run it; ``--gpus 1`` probes, plans and leases a GPU) and ``torchrun --nproc-per-node 1
+/bin/true`` (the console script, as users run it; ``--gpus 1`` probes, plans and leases a GPU) and
+``torchrun --nproc-per-node 1
 --no-python /bin/true``. ``--against REV`` adds the ``xpulaunch`` of another commit (a
 temporary git worktree; ``--against-src`` names the ``src`` folder of another version, for a
 machine without the git history) to the same rounds, so the cost of a change is measured against the
