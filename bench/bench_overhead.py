@@ -4,12 +4,12 @@
     .venv/bin/python bench/bench_overhead.py --against REV   (or --against-src DIR)
 
 Paired in one run, round by round: the bare ``/bin/true``, ``xpulaunch --gpus none --
-/bin/true`` (the console script, as users run it; ``--gpus 1`` probes, plans and leases a GPU) and
-``torchrun --nproc-per-node 1
---no-python /bin/true``. ``--against REV`` adds the ``xpulaunch`` of another commit (a
-temporary git worktree; ``--against-src`` names the ``src`` folder of another version, for a
-machine without the git history) to the same rounds, so the cost of a change is measured against the
-same machine minute. Every Python command gets a bytecode cache, as an installed package has.
+/bin/true`` (the console script, as users run it; ``--gpus 1`` probes, plans and leases a
+GPU) and ``torchrun --nproc-per-node 1 --no-python /bin/true``. ``--against REV`` adds the
+``xpulaunch`` of another commit (a temporary git worktree; ``--against-src`` names the ``src``
+folder of another version, for a machine without the git history) to the same rounds, so the
+cost of a change is measured against the same machine minute. Every Python command gets a
+bytecode cache, as an installed package has.
 
 The figure is the launcher's overhead, the median over rounds of (launcher - bare), and the
 ratio of ours to torchrun's. Goal: at most 1/10.
