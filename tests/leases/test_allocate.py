@@ -216,3 +216,42 @@ def test_held_lock_without_holder_record_still_counts(
         lease.release()
     finally:
         os.close(fd)
+
+
+def test_a_leased_device_that_looks_busy_is_named_as_leased_and_waited_for(
+    lock_dir: Path,
+) -> None:
+    """On a GPU host a leased device also looks busy (its holder's memory): the launch must
+    say who leases it, and --wait must wait for it, not fail as for a request never met."""
+    import sys
+
+    import xpulaunch
+    from xpulaunch.model import Device, Vendor
+
+    def host(used_bytes: int) -> Inventory:
+        card = Device(Vendor.NVIDIA, 0, name="H100", pci_bus_id=KEY0, uuid="GPU-1",
+                      memory_total_bytes=80 * 2**30, memory_used_bytes=used_bytes)  # fmt: skip
+        return Inventory((card,))
+
+    holder = LeaseManager(lock_dir)
+
+    def plan_fn(held: Mapping[str, str]) -> Plan:  # the holder's job uses 40 GiB while leased
+        busy = holder_lease is not None and not holder_lease.released
+        inventory = host(40 * 2**30 if busy else 0)
+        argv = [sys.executable, "-c", "pass"]
+        return xpulaunch.plan(argv, gpus="1", inventory=inventory, parent_env={}, unavailable=held)
+
+    holder_lease = None
+    _plan, holder_lease = holder.allocate(plan_fn)
+    with pytest.raises(SelectionError, match="leased by"):
+        LeaseManager(lock_dir).allocate(plan_fn)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2 and holder_lease is not None:
+            holder_lease.release()
+
+    _plan, lease = LeaseManager(lock_dir, sleep=sleep).allocate(plan_fn, wait=True)
+    assert lease.keys == (KEY0,) and len(sleeps) >= 2
+    lease.release()

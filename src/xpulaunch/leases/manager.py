@@ -188,12 +188,18 @@ class LeaseManager:
         devices with other small jobs (a slot of each; see :mod:`xpulaunch.leases.slots`).
         """
         holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
-        # Planned first with nothing leased, outside the lock: a request that fails then can
-        # never be met (fail now, also with --wait), and one that leases no unit (the CPU,
-        # --gpus none) cannot meet any other launch, so it takes no lock at all and no stuck
-        # lock directory can hold it up.
-        unleased = plan_fn({})
-        if not unleased.lease_keys:
+        # Planned first with nothing leased, outside the lock: a plan that leases no unit (the
+        # CPU, --gpus none) cannot meet any other launch, so it takes no lock at all and no
+        # stuck lock directory can hold it up. A failure here decides nothing: on a GPU host a
+        # leased device also looks busy (its holder's memory), so only a plan made with the
+        # leases known says why (leased by whom), and whether waiting can help.
+        try:
+            unleased = plan_fn({})
+        except (SelectionError, DeviceBusyError):
+            if not self.unavailable(share):
+                raise  # nothing is leased: the request can never be met, also by waiting
+            unleased = None
+        if unleased is not None and not unleased.lease_keys:
             return unleased, Lease((), (), holder.job_id, self.directory.root, shared=shared)
         self.directory.ensure(create=True)
         if not wait:
