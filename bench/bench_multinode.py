@@ -2,13 +2,10 @@
 
     .venv/bin/python bench/bench_multinode.py [--runs 3] [--only bare,xpulaunch-static]
 
-Seven ways of starting the same four gloo workers of ``examples/train.py``, interleaved round by
+Five ways of starting the same four gloo workers of ``examples/train.py``, interleaved round by
 round: both nodes under xpulaunch with the static rendezvous (``--nnodes 2 --node-rank R``) and
-with c10d (``--rdzv-backend c10d``), both under torchrun with the same two rendezvous, the
-four workers started bare with the rank variables set by hand, and xpulaunch with
-``XPULAUNCH_PRESTART=0`` (``xpulaunch-c10d-late``: torch's agent started after our plan;
-``xpulaunch-static-late``: the probe forked after the command line is parsed, the garbage
-collector left on during the start).
+with c10d (``--rdzv-backend c10d``), both under torchrun with the same two rendezvous, and the
+four workers started bare with the rank variables set by hand.
 The clock runs from the start of the first process to rank 0's "step 1" line. The
 launcher's share is a way's median minus the bare median; goals: static at most 1/10 of
 torchrun's static share, c10d at most torchrun's c10d share. Compare only figures of one run
@@ -94,11 +91,9 @@ def processes(way: str, ckpt: Path) -> list[tuple[list[str], dict[str, str]]]:
     port = free_port()
     if way == "bare":
         return bare_workers(port, ckpt)
-    launcher, rdzv, *late = way.split("-")
+    launcher, rdzv = way.split("-")
     make = xpulaunch_nodes if launcher == "xpulaunch" else torchrun_nodes
-    # "-late": nothing started before the command line is parsed (XPULAUNCH_PRESTART=0)
-    extra = {"XPULAUNCH_PRESTART": "0"} if late else {}
-    return [(argv, extra) for argv in make(rdzv, port, ckpt)]
+    return [(argv, {}) for argv in make(rdzv, port, ckpt)]
 
 
 def time_to_first_step(way: str, env: dict[str, str], ckpt: Path) -> dict[str, float] | None:
@@ -144,8 +139,6 @@ WAYS = (
     "torchrun-static",
     "xpulaunch-c10d",
     "torchrun-c10d",
-    "xpulaunch-c10d-late",
-    "xpulaunch-static-late",
 )
 
 
@@ -189,9 +182,9 @@ def report(times: dict[str, list[float]], runs: int) -> None:
         share = "" if bare is None or way == "bare" else f"  launcher share {median - bare:+.2f} s"
         spread = f"({min(times[way]):.2f}-{max(times[way]):.2f})"
         print(f"  {way:17} {median:6.2f} s {spread:13}{share}")
-    for rdzv in ("static", "c10d", "c10d-late", "static-late"):
+    for rdzv in ("static", "c10d"):
         ours = medians.get(f"xpulaunch-{rdzv}")
-        theirs = medians.get(f"torchrun-{rdzv.split('-')[0]}")
+        theirs = medians.get(f"torchrun-{rdzv}")
         if bare is not None and ours is not None and theirs is not None and theirs > bare:
             print(
                 f"  {rdzv}: xpulaunch's share / torchrun's = {(ours - bare) / (theirs - bare):.2f}"

@@ -33,12 +33,9 @@ from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 QUIET = LogConfig(console=False)
 DRIVER = """
-import os, sys
-from xpulaunch.model import Backend, Plan, WorkerPlan
-from xpulaunch.launch.run import RunOptions, run_plan
-argv = tuple(sys.argv[1:])
-plan = Plan(Backend.CPU, (), (WorkerPlan("0", 0, 0, argv, {"RANK": "0"}),), None)
-sys.exit(run_plan(plan, dict(os.environ), RunOptions()))
+import sys
+from xpulaunch import run
+sys.exit(run(sys.argv[1:], gpus="none"))
 """
 
 
@@ -71,7 +68,7 @@ def timed_rounds(
 
 
 def launchers(work: Path, script: str = "pass\n") -> dict[str, list[str]]:
-    """Ways to start one worker running ``script``: bare, through run_plan, through the
+    """Ways to start one worker running ``script``: bare, through ``xpulaunch.run()``, through the
     ``xpulaunch`` command (the console script, as users run it) with an empty inventory (no
     probing) and with the default ``--gpus auto`` (probing this host), and through torchrun."""
     worker = work / "worker.py"
@@ -92,7 +89,7 @@ def launchers(work: Path, script: str = "pass\n") -> dict[str, list[str]]:
         command = [script_path]
     found = {
         "bare": [py, str(worker)],
-        "run_plan": [py, str(driver), py, str(worker)],
+        "library": [py, str(driver), py, str(worker)],
         "xpulaunch": [*command, "--gpus", "none", "--inventory", str(inventory), str(worker)],
         "probing": [*command, str(worker)],
     }
@@ -115,12 +112,12 @@ def bench_overhead(work: Path, runs: int) -> dict[str, float]:
     medians = {name: statistics.median(values) for name, values in times.items()}
     bare = medians["bare"]
     print(f"  bare python worker: {bare * 1e3:7.1f} ms (median of {runs})")
-    for name in ("run_plan", "xpulaunch", "probing", "torchrun"):
+    for name in ("library", "xpulaunch", "probing", "torchrun"):
         if name in medians:
             extra_ms = (medians[name] - bare) * 1e3
             print(f"  {name:>9}: {medians[name] * 1e3:7.1f} ms, overhead {extra_ms:7.1f} ms")
     if "torchrun" in medians:
-        ours = medians.get("xpulaunch", medians["run_plan"])
+        ours = medians.get("xpulaunch", medians.get("library", bare))
         print(f"  torchrun overhead / ours: {(medians['torchrun'] - bare) / (ours - bare):.1f}x")
     return medians
 
@@ -136,7 +133,7 @@ def proc_kib(pid: int, key: str, file: str = "status") -> int:
 def bench_rss(work: Path) -> None:
     env = bench_env(work)
     for name, argv in launchers(work, "import time; time.sleep(3)\n").items():
-        if name not in ("run_plan", "xpulaunch", "probing"):
+        if name not in ("library", "xpulaunch", "probing"):
             continue
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.5)
