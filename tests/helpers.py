@@ -128,21 +128,21 @@ def request_of(*argv: str, env: dict[str, str] | None = None) -> RunRequest:
     import click
     from click.testing import CliRunner
 
-    from xpulaunch.cli import run as run_module
+    from xpulaunch.cli import launching
     from xpulaunch.cli.group import cli
 
     seen: list[RunRequest] = []
-    real = run_module.to_request
+    real = launching.to_request
 
     def spy(*a: object) -> RunRequest:
         seen.append(real(*a))  # type: ignore[arg-type]
         raise click.exceptions.Exit(0)
 
-    run_module.to_request = spy  # type: ignore[assignment]
+    launching.to_request = spy  # type: ignore[assignment]
     try:
         result = CliRunner().invoke(cli, list(argv), env=env)
     finally:
-        run_module.to_request = real
+        launching.to_request = real
     assert result.exit_code == 0 and seen, (result.output, result.exception)
     return seen[0]
 

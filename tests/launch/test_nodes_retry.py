@@ -10,7 +10,7 @@ import time
 import pytest
 
 from xpulaunch.launch import nodes
-from xpulaunch.launch.nodes import Meeting
+from xpulaunch.launch.node_link import Meeting
 
 
 def _free_port() -> int:

@@ -9,7 +9,6 @@ click's ``default_map``, which click ranks below the command line and the enviro
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from xpulaunch.cli.commands import load_command
 from xpulaunch.core.config import Layer, Setting, merge, normalise_key
 from xpulaunch.errors import UsageError
 
@@ -97,10 +97,7 @@ def _has_tool_table(path: Path) -> bool:
 
 def command_options(name: str) -> dict[str, click.Option]:
     """A command's configurable options by key (long option without dashes)."""
-    from xpulaunch.cli.group import COMMANDS
-
-    module_name, attr = COMMANDS[name].split(":")
-    command = getattr(importlib.import_module(module_name), attr)
+    command = load_command(name)
     keys: dict[str, click.Option] = {}
     for param in command.params:
         if isinstance(param, click.Option):

@@ -4,35 +4,16 @@ none (``xpulaunch train.py --gpus auto``)."""
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
 import shutil
 
 import click
 
 from xpulaunch import __version__
+from xpulaunch.cli.commands import COMMANDS, load_command
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.errors import UsageError
 
-# name -> "module:attribute" of its click command. A command's module is imported when that
-# command is used (click's documented "lazily loading subcommands" pattern), so that a dry run
-# with --inventory never imports the probe or the llama.cpp code.
-COMMANDS = {
-    "run": "xpulaunch.cli.run:run",
-    "devices": "xpulaunch.cli.devices:devices",
-    "llama": "xpulaunch.cli.llama:llama",
-    "status": "xpulaunch.cli.status:status",
-    "config": "xpulaunch.cli.config:config",
-    "logs": "xpulaunch.cli.logs:logs",
-    "torchrun": "xpulaunch.cli.torchrun:torchrun",
-    "submit": "xpulaunch.cli.submit:submit",
-    "queue": "xpulaunch.cli.queue_list:queue",
-    "cancel": "xpulaunch.cli.cancel:cancel",
-    "hold": "xpulaunch.cli.hold:hold",
-    "release": "xpulaunch.cli.hold:release",
-    "runner": "xpulaunch.cli.runner:runner",
-    "top": "xpulaunch.cli.top:top",
-}
 DEFAULT_COMMAND = "run"
 
 
@@ -43,13 +24,7 @@ class DefaultRunGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in COMMANDS:
-            return None
-        module_name, attr = COMMANDS[cmd_name].split(":")
-        command = getattr(importlib.import_module(module_name), attr)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{COMMANDS[cmd_name]} is not a click command")
-        return command
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -83,23 +83,3 @@ def _lacks_value(ours: list[str], arity: Mapping[str, int]) -> bool:
             return takes > 0
         i += 1 + takes
     return False
-
-
-def warn_torchrun_options(program: tuple[str, ...]) -> None:
-    """One line for each torchrun option written after PROGRAM (not after ``--``): it goes
-    to PROGRAM, which is what ``run`` does with an argument it does not know."""
-    import os
-
-    explicit = click.get_current_context().meta.get(AFTER_DASHDASH, 0)
-    args = program[1 : len(program) - explicit]
-    if not any(arg.startswith("-") for arg in args):
-        return  # nothing to look for: the torchrun command need not be built
-    from xpulaunch.cli.torchrun import torchrun_options_in
-
-    script = os.path.basename(program[0])
-    for name in torchrun_options_in(args):
-        click.echo(
-            f"xpulaunch: warning: {name} (a torchrun option) goes to {script}; put it after "
-            f"-- if it is meant for {script}, or run xpulaunch torchrun ... {script}",
-            err=True,
-        )

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
 import click
 
+from xpulaunch.cli.launching import launch
 from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.cli.program import ProgramCommand, warn_torchrun_options
-from xpulaunch.cli.run_options import run_parameters, to_request
-from xpulaunch.cli.waiting import WaitReporter
-from xpulaunch.errors import UsageError
+from xpulaunch.cli.program import AFTER_DASHDASH, ProgramCommand
+from xpulaunch.cli.run_options import run_parameters
 
 
 def run_command(program: tuple[str, ...], dry_run: bool, as_json: bool, **values: Any) -> int:
@@ -26,38 +24,22 @@ def run_command(program: tuple[str, ...], dry_run: bool, as_json: bool, **values
     return launch(program, values, dry_run=dry_run, as_json=as_json)
 
 
-def launch(
-    program: tuple[str, ...], values: dict[str, Any], *, dry_run: bool, as_json: bool
-) -> int:
-    """``run``'s converted values (also ``torchrun``'s, mapped) -> a plan printed, or a job."""
-    env = dict(os.environ)
-    if values.get("accelerate_config"):
-        from xpulaunch.cli.accelerate import apply_accelerate_config
+def warn_torchrun_options(program: tuple[str, ...]) -> None:
+    """One line for each torchrun option written after PROGRAM (not after ``--``): it goes
+    to PROGRAM, which is what ``run`` does with an argument it does not know."""
+    explicit = click.get_current_context().meta.get(AFTER_DASHDASH, 0)
+    args = program[1 : len(program) - explicit]
+    if not any(arg.startswith("-") for arg in args):
+        return  # nothing to look for: the torchrun command need not be built
+    from xpulaunch.cli.torchrun import torchrun_options_in
 
-        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
-    request = to_request(program, values, env)
-    if dry_run:
-        from xpulaunch.cli.render import print_plan
-        from xpulaunch.launch.run import dry_run as plan_only
-
-        print_plan(plan_only(request, env, _warn), as_json)
-        return 0
-    if as_json:
-        raise UsageError("--json goes with --dry-run")
-    probe = None
-    if request.inventory is None:  # probes while the supervisor is imported below
-        from xpulaunch.probing.isolated import ForkedProbe
-
-        probe = ForkedProbe(env)
-    with probe or contextlib.nullcontext():
-        from xpulaunch.launch.run import run as launch_job
-
-        with WaitReporter() as ui:
-            return launch_job(request, env, ui, probe=probe)
-
-
-def _warn(text: str) -> None:
-    click.echo(f"xpulaunch: {text}", err=True)
+    script = os.path.basename(program[0])
+    for name in torchrun_options_in(args):
+        click.echo(
+            f"xpulaunch: warning: {name} (a torchrun option) goes to {script}; put it after "
+            f"-- if it is meant for {script}, or run xpulaunch torchrun ... {script}",
+            err=True,
+        )
 
 
 run = ProgramCommand(

@@ -125,7 +125,7 @@ def torchrun_command(args: tuple[str, ...], dry_run: bool, as_json: bool, **valu
     both streams of every worker, so --tee and --redirects change nothing. --nproc-per-node
     auto is one worker per selected device (one on the CPU).
     """
-    from xpulaunch.cli.run import launch
+    from xpulaunch.cli.launching import launch
 
     env = os.environ
     flags = {name: _flag(name, values.pop(name), env) for name in FLAGS}

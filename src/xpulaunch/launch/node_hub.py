@@ -28,7 +28,7 @@ from xpulaunch.core.node_protocol import (
     shown,
 )
 from xpulaunch.errors import NodesError
-from xpulaunch.launch.nodes import (
+from xpulaunch.launch.node_link import (
     HANGUP_S,
     Meeting,
     NodeLink,

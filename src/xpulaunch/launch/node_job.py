@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.plan import layout_env, with_layout
 from xpulaunch.errors import NODES_FAILED_STATUS
 from xpulaunch.events import Exited, HangDetected, Stopping, Unhealthy
-from xpulaunch.launch.nodes import Meeting, open_link
+from xpulaunch.launch.node_link import Meeting
+from xpulaunch.launch.nodes import open_link
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from xpulaunch.events import Event
     from xpulaunch.joblog.event_stream import EventStream
     from xpulaunch.launch.node_job import NodeJob
-    from xpulaunch.launch.nodes import Meeting
+    from xpulaunch.launch.node_link import Meeting
     from xpulaunch.launch.request import RunRequest
     from xpulaunch.leases import Lease, WaitStatus
     from xpulaunch.model import Inventory, Plan
@@ -212,7 +212,7 @@ def _meeting(plan: Plan, nodes: NodeSettings, timeout_s: float) -> Meeting | Non
     whose plan is one agent on one node as far as our supervisor sees."""
     if plan.nodes.nnodes < 2:
         return None
-    from xpulaunch.launch.nodes import Meeting
+    from xpulaunch.launch.node_link import Meeting
 
     port = nodes.master_port
     assert port is not None  # several static nodes always name the master's port
