@@ -9,6 +9,8 @@
 #                                                 # the launch overhead and one-GPU training
 #     OUT=... bash docs/hardware/session10.sh d   # the overheads again (--gpus none, 1) and
 #                                                 # a longer DDP bench
+#     OUT=... bash docs/hardware/session10.sh e   # on one GPU (nvidia-h100-x1): the probe
+#                                                 # bench and the launch overhead of --gpus 1
 #     OUT=... bash docs/hardware/session10.sh b   # llama_serve_check.sh (build reused);
 #                                                 # numa_check.sh; launch overhead and
 #                                                 # one-GPU training benches; queue_check.sh
@@ -107,6 +109,12 @@ d)  # after the probe was forked before the supervisor's imports: the overheads 
     tail -4 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
     step ddp_bench 200 python3 bench/bench_ddp.py --gpus 2 --runs 2 --steps 2000
     tail -8 "$R/ddp_bench/stdout.log" >>"$SUMMARY"
+    ;;
+e)  # one GPU: the probe's ratio to a bare NVML process, and --gpus 1's overhead
+    step probe_bench 90 python3 bench/bench_probe.py --runs 10
+    tail -12 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    step overhead_gpu 70 python3 bench/bench_overhead.py --runs 11 --gpus 1
+    tail -4 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
     ;;
 esac
 tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
