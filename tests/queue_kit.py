@@ -163,7 +163,7 @@ class QueueBox:
 @pytest.fixture
 def box() -> Iterator[QueueBox]:
     """A queue box whose folder a second user (nobody) can reach."""
-    root = Path(tempfile.mkdtemp(prefix="xpq-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="xpq-", dir=open_temp_folder()))
     root.chmod(0o755)
     shared = QueueBox(root)
     try:
@@ -171,6 +171,16 @@ def box() -> Iterator[QueueBox]:
     finally:
         shared.cleanup()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def open_temp_folder() -> str:
+    """A temporary folder that another user can reach: /tmp is closed (0700) on some hosts."""
+    candidates = (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm")
+    for folder in candidates:
+        path = Path(folder)
+        if path.is_dir() and _reachable(path / "x"):
+            return folder
+    pytest.fail(f"no temporary folder that another user can reach among {candidates}")
 
 
 def _reachable(path: Path) -> bool:

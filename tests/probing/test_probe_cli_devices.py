@@ -103,6 +103,28 @@ def test_probe_of_a_fake_h200_host_through_the_cli(tmp_path: Path) -> None:
     assert "problems" not in doc  # the hook switches NVML off: its absence is not a problem
 
 
+def test_a_dry_run_reads_the_lock_directory_only_for_a_plan_that_leases(tmp_path: Path) -> None:
+    """As a real run: a plan on the CPU never touches the lock directory (it may be unusable,
+    as /tmp/xpulaunch-UID is where /tmp is closed to its user); a plan for a device reads it."""
+    m = FakeMachine(tmp_path)
+    h200_host(m)
+    bin_dir = tmp_path / "bin"
+    write_tool(bin_dir, "nvidia-smi", NVIDIA_SMI, gpus=[nvidia_smi_gpu(g) for g in H200])
+    unsafe = tmp_path / "run" / "xpulaunch"  # the private default under XDG_RUNTIME_DIR
+    unsafe.mkdir(parents=True)
+    unsafe.chmod(0o777)  # private, yet writable by all: refused
+    env = {**fake_host_env(m, bin_dir), "XDG_RUNTIME_DIR": str(unsafe.parent)}
+    for gpus in ("none", "auto"):
+        cpu = xpulaunch("--gpus", gpus, "--backend", "cpu", "--dry-run", "--json", "x.py", env=env)
+        assert cpu.returncode == 0, cpu.stderr
+        assert json.loads(cpu.stdout)["backend"] == "cpu"
+    gpu = xpulaunch("--gpus", "1", "--dry-run", "--json", "x.py", env=env)
+    assert gpu.returncode == 1 and gpu.stdout == ""
+    assert gpu.stderr.startswith(f"xpulaunch: error: lock directory {unsafe} has mode 0777")
+    real = xpulaunch("--gpus", "none", sys.executable, "-c", "pass", env=env)
+    assert real.returncode == 0, real.stderr
+
+
 def test_table_footer_and_debug_on_a_fake_intel_host(tmp_path: Path) -> None:
     m = FakeMachine(tmp_path)
     b580_uhd_host(m)

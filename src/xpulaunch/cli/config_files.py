@@ -39,10 +39,10 @@ def user_config_path(env: Mapping[str, str]) -> Path:
 def find_project_file(start: Path) -> Path | None:
     for directory in (start, *start.parents):
         candidate = directory / PROJECT_FILE
-        if candidate.is_file():
+        if _is_file(candidate):
             return candidate
         pyproject = directory / PYPROJECT
-        if pyproject.is_file() and _has_tool_table(pyproject):
+        if _is_file(pyproject) and _has_tool_table(pyproject):
             return pyproject
     return None
 
@@ -51,7 +51,7 @@ def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
     """The user layer, then the project layer: the files that exist, lowest first."""
     layers = []
     user = user_config_path(env)
-    if user.is_file():
+    if _is_file(user):
         layers.append(Layer(str(user), read_toml(user)))
     project = find_project_file(cwd)
     if project is not None:
@@ -61,6 +61,21 @@ def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
         else:
             layers.append(Layer(str(project), table))
     return layers
+
+
+def _is_file(path: Path) -> bool:
+    """Whether a config file is there. A folder above it that is closed to us (another user's
+    HOME, kept by ``setpriv`` or ``su`` without ``-l``) hides it: said, and gone on without,
+    as git does with a config file it cannot reach. A file we see but cannot read is an error
+    (``read_toml``): it is ours to fix."""
+    try:
+        return path.is_file()
+    except PermissionError as exc:
+        click.echo(
+            f"xpulaunch: warning: cannot look for {path} ({exc.strerror}); going on without it",
+            err=True,
+        )
+        return False
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Protocol
 from xpulaunch.core.nodes import NodeSettings, resolve_nodes
 from xpulaunch.core.plan import skipped_text
 from xpulaunch.core.restart import RestartMode
-from xpulaunch.errors import NODES_FAILED_STATUS, UsageError, XpulaunchError
+from xpulaunch.errors import (
+    NODES_FAILED_STATUS,
+    DeviceBusyError,
+    SelectionError,
+    UsageError,
+    XpulaunchError,
+)
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
 from xpulaunch.joblog.report import Reporter
 from xpulaunch.launch import plan as planning
@@ -119,14 +125,22 @@ def supervised(request: RunRequest, nodes: NodeSettings) -> RunRequest:
 
 def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], None]) -> Plan:
     """The plan a real run would make now, refusing what it would refuse; reserves nothing.
-    Leases are this host's: a plan for another machine's ``--inventory`` ignores them."""
+    Leases are this host's: a plan for another machine's ``--inventory`` ignores them. As in
+    a real run, a plan that leases nothing (the CPU) never reads the lock directory."""
     nodes = node_settings(request, env, say)
-    held = None
-    if request.inventory is None:
-        from xpulaunch.leases import LeaseManager
+    if request.inventory is not None:
+        plan = job_plan(request, nodes, request.inventory, env, None, must_exist=False)
+    else:
+        inventory = planning.probe(env)
+        try:
+            plan = job_plan(request, nodes, inventory, env, {}, must_exist=False)
+        except (SelectionError, DeviceBusyError):
+            plan = None  # maybe for want of a leased device: the leases say
+        if plan is None or plan.lease_keys:
+            from xpulaunch.leases import LeaseManager
 
-        held = LeaseManager(request.lock_dir, env=env).unavailable(request.share)
-    plan = job_plan(request, nodes, request.inventory, env, held, must_exist=False)
+            held = LeaseManager(request.lock_dir, env=env).unavailable(request.share)
+            plan = job_plan(request, nodes, inventory, env, held, must_exist=False)
     check_ranks(supervised(request, nodes).ranks, [w.name for w in plan.workers])
     return plan
 
