@@ -133,10 +133,12 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
     else:
         inventory = planning.probe(env)
         try:
-            plan = job_plan(request, nodes, inventory, env, {}, must_exist=False)
+            unleased = job_plan(request, nodes, inventory, env, {}, must_exist=False)
         except (SelectionError, DeviceBusyError):
-            plan = None  # maybe for want of a leased device: the leases say
-        if plan is None or plan.lease_keys:
+            unleased = None  # maybe for want of a leased device: the leases say
+        if unleased is not None and not unleased.lease_keys:
+            plan = unleased
+        else:
             from xpulaunch.leases import LeaseManager
 
             held = LeaseManager(request.lock_dir, env=env).unavailable(request.share)
