@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -268,27 +267,3 @@ def test_library_loads_answers_as_ctypes_cdll_does(
     assert nvidia._library_loads() is loads
     if library == "libc.so.6":
         assert loads  # a real comparison: one library that does load
-
-
-def test_the_devices_command_ends_nvml_before_it_exits(
-    h200: FakeMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A one-shot ``xpulaunch devices`` shuts NVML down once it has its answer (a process
-    that exits with NVML initialised took longer to exit); the supervisor's probe leaves it."""
-    from click.testing import CliRunner
-
-    from xpulaunch.cli.group import cli
-    from xpulaunch.probing import host, nvidia
-
-    nvml = FakeNvml(nvml_h200())
-    monkeypatch.setattr(host, "probe_from_env", lambda *_, **__: probe_fake(h200, nvml_module=nvml))
-    monkeypatch.setattr(nvidia, "_library_loads", lambda: True)  # --processes asks NVML too
-    monkeypatch.setattr(nvidia, "_import_pynvml", lambda: nvml)
-    for args in (["devices", "--json"], ["devices", "--processes"]):
-        nvml.calls.clear()
-        result = CliRunner().invoke(cli, args)
-        assert result.exit_code == 0, result.output
-        assert nvml.calls[0] == "nvmlInit" and nvml.calls[-1] == "nvmlShutdown"
-        assert nvml.initialised == 0
-        if "--json" in args:
-            assert len(json.loads(result.output)["devices"]) == 2

@@ -71,12 +71,6 @@ def devices(
         from xpulaunch.cli.device_processes import with_processes
 
         inventory = with_processes(inventory, probed=inventory_file is None)
-    if inventory_file is None:
-        # Done with NVML: a process that leaves with it still initialised took a step of
-        # ~25 ms longer to exit on an H100 host (docs/BENCHMARKS.md, "Probing").
-        from xpulaunch.probing.nvidia import NVML_STATE
-
-        NVML_STATE.shutdown()
     if as_json:
         click.echo(dumps(inventory))
         return
