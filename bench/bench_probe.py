@@ -178,6 +178,12 @@ def main() -> int:
         help="also time each NVML call of the probe on each GPU (in one process)",
     )
     parser.add_argument(
+        "--compare-src",
+        metavar="DIR",
+        help="also time `devices --json` from another source tree (a folder holding the "
+        "xpulaunch package: the code before a change), in the same interleaved rounds",
+    )
+    parser.add_argument(
         "--no-bytecode",
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE as inherited (every run recompiles every module)",
@@ -198,6 +204,11 @@ def main() -> int:
     script.write_text(CONSOLE_SCRIPT)
     ours_name = "xpulaunch devices --json"
     commands = {ours_name: [args.python, str(script), "devices", "--json"]}
+    if args.compare_src:
+        other = script.with_name("xpulaunch-compared")
+        other.write_text(f"import sys\nsys.path.insert(0, {args.compare_src!r})\n{CONSOLE_SCRIPT}")
+        compared = f"{ours_name} ({args.compare_src})"
+        commands[compared] = [args.python, str(other), "devices", "--json"]
     for name, argv in peers(args.python):
         reason = argv if isinstance(argv, str) else check(argv, env)
         if reason is None and not isinstance(argv, str):
@@ -211,12 +222,13 @@ def main() -> int:
     print(f"GPUs: {gpu_count(args.python, env)}")
     times = measure(commands, args.runs, env)
     ours_ms = statistics.median(times[ours_name]) * 1000
-    print(f"{'command':<28} {'median':>10} {'mean':>10} {'min':>10}  ours/peer "
+    width = max(28, *map(len, times))
+    print(f"{'command':<{width}} {'median':>10} {'mean':>10} {'min':>10}  ours/peer "
           f"({args.runs} interleaved runs)")  # fmt: skip
     for name, values in times.items():
         peer_ms = statistics.median(values) * 1000
         ratio = "" if name == ours_name else f"  {ours_ms / peer_ms:.2f}x"
-        print(f"{name:<28} {peer_ms:>8.1f}ms {statistics.mean(values) * 1000:>8.1f}ms "
+        print(f"{name:<{width}} {peer_ms:>8.1f}ms {statistics.mean(values) * 1000:>8.1f}ms "
               f"{min(values) * 1000:>8.1f}ms{ratio}")  # fmt: skip
     if args.per_call:
         done = subprocess.run([args.python, "-c", PER_CALL], capture_output=True, text=True,

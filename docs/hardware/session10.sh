@@ -11,6 +11,10 @@
 #                                                 # a longer DDP bench
 #     OUT=... bash docs/hardware/session10.sh e   # on one GPU (nvidia-h100-x1): the probe
 #                                                 # bench and the launch overhead of --gpus 1
+#     OUT=... bash docs/hardware/session10.sh f   # on one GPU: the probe bench, with the code
+#                                                 # before "devices: end NVML" as a peer (run
+#                                                 # at ba8877c; that change was reverted)
+#     OUT=... bash docs/hardware/session10.sh g   # on one GPU: bench/nvml_tick.py
 #     OUT=... bash docs/hardware/session10.sh b   # llama_serve_check.sh (build reused);
 #                                                 # numa_check.sh; launch overhead and
 #                                                 # one-GPU training benches; queue_check.sh
@@ -115,6 +119,16 @@ e)  # one GPU: the probe's ratio to a bare NVML process, and --gpus 1's overhead
     tail -12 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     step overhead_gpu 70 python3 bench/bench_overhead.py --runs 11 --gpus 1
     tail -4 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
+    ;;
+f)  # one GPU: the probe with and without ending NVML before exit, in one run
+    mkdir -p /tmp/before && cp -r src/xpulaunch /tmp/before/ &&
+        patch -R -p2 -d /tmp/before <docs/hardware/2026-11-26-h100x1/nvml_shutdown.patch
+    step probe_bench 200 python3 bench/bench_probe.py --runs 16 --compare-src /tmp/before
+    tail -14 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+g)  # one GPU: does something NVML starts round a process's end up to a period of its own?
+    step nvml_tick 150 python3 bench/nvml_tick.py --runs 16
+    cat "$R/nvml_tick/stdout.log" >>"$SUMMARY"
     ;;
 esac
 tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
