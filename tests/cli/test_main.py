@@ -162,6 +162,26 @@ def test_errors_keep_their_exit_status_and_become_one_line(
     assert capsys.readouterr().err == "xpulaunch: error: two lines\n"
 
 
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (PermissionError(13, "Permission denied", "/home/bob/x"),
+         "/home/bob/x: Permission denied (XPULAUNCH_DEBUG=1 shows where)"),
+        (OSError(28, "No space left on device"),
+         "No space left on device (XPULAUNCH_DEBUG=1 shows where)"),
+    ],
+)  # fmt: skip
+def test_an_os_error_no_check_foresaw_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: OSError, line: str
+) -> None:
+    monkeypatch.setattr(main_module, "_invoke", _raising(error))
+    assert exit_status() == 1
+    assert capsys.readouterr().err == f"xpulaunch: error: {line}\n"
+    monkeypatch.setenv("XPULAUNCH_DEBUG", "1")
+    with pytest.raises(OSError, match=error.strerror):
+        main([])
+
+
 def test_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XPULAUNCH_DEBUG", "1")
     with pytest.raises(click.BadParameter, match="expected a count"):

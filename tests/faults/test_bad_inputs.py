@@ -23,8 +23,10 @@ def document(tmp_path: Path, *devices: dict[str, object]) -> str:
     return str(path)
 
 
-def one_line_error(launch: Launch, *args: str, timeout_s: float = 60) -> str:
-    code, out, err = finish(launch(*args), timeout_s=timeout_s)
+def one_line_error(
+    launch: Launch, *args: str, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> str:
+    code, out, err = finish(launch(*args, env=env), timeout_s=timeout_s)
     assert code != 0, out
     assert "Traceback" not in err
     lines = err.strip().splitlines()
@@ -152,3 +154,44 @@ def test_bad_accelerate_values_are_one_line_naming_the_key(
     path.write_text(head + text)
     line = one_line_error(launch, "run", "--dry-run", "--accelerate-config", str(path), "true")
     assert why in line
+
+
+# A path the system cannot even look up (one name over 255 bytes: ENAMETOOLONG, which pathlib's
+# is_file() and is_dir() raise rather than answer False): in every option and variable that
+# names a file or folder, one line, never a traceback. The same class of error as a folder
+# closed to the user, which only a second user can show (tests/cli/test_config_files.py).
+TOO_LONG = "/tmp/" + "z" * 300
+H200 = "tests/fixtures/inventories/2x-h200.json"
+REFUSED = [
+    (("--gpus", "none", "--log-dir", TOO_LONG, "true"), {}),
+    (("--gpus", "none", "--inventory", TOO_LONG, "true"), {}),
+    (("--gpus", "none", "--events", TOO_LONG, "true"), {}),
+    (("--gpus", "1", "--inventory", H200, "--lock-dir", TOO_LONG, "true"), {}),
+    (("--gpus", "1", "--inventory", H200, "true"), {"XPULAUNCH_LOCK_DIR": TOO_LONG}),
+    (("--gpus", "none", TOO_LONG), {}),
+    (("--gpus", "none", "--accelerate-config", TOO_LONG, "true"), {}),
+    (("--gpus", "none", "--accelerate-config", "default", "true"), {"HF_HOME": TOO_LONG}),
+    (("logs", TOO_LONG), {}),
+    (("devices", "--inventory", TOO_LONG), {}),
+    (("llama", "-m", TOO_LONG, "--dry-run"), {}),
+    (("llama", "serve", "--config", TOO_LONG), {}),
+    (("submit", "--lock-dir", TOO_LONG, "--inventory", H200, "--", "true"), {}),
+    (("queue", "--lock-dir", TOO_LONG), {}),
+]
+
+
+IDS = [f"{i}-{args[0]}" for i, (args, _) in enumerate(REFUSED)]
+
+
+@pytest.mark.parametrize(("args", "env"), REFUSED, ids=IDS)
+def test_a_path_the_system_cannot_look_up_is_one_line(
+    launch: Launch, args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    assert "z" * 300 in one_line_error(launch, *args, env=env).replace("...", "")
+
+
+def test_a_config_home_the_system_cannot_look_up_is_a_warning(launch: Launch) -> None:
+    code, _, err = finish(launch("--gpus", "none", "true", env={"XDG_CONFIG_HOME": TOO_LONG}))
+    assert code == 0, err
+    assert err.startswith(f"xpulaunch: warning: cannot look for {TOO_LONG}/xpulaunch/config.toml")
+    assert "Traceback" not in err

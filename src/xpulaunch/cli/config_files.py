@@ -65,12 +65,12 @@ def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
 
 def _is_file(path: Path) -> bool:
     """Whether a config file is there. A folder above it that is closed to us (another user's
-    HOME, kept by ``setpriv`` or ``su`` without ``-l``) hides it: said, and gone on without,
-    as git does with a config file it cannot reach. A file we see but cannot read is an error
-    (``read_toml``): it is ours to fix."""
+    HOME, kept by ``setpriv`` or ``su`` without ``-l``), or a path the system cannot look up
+    (a name too long), hides it: said, and gone on without, as git does with a config file it
+    cannot reach. A file we see but cannot read is an error (``read_toml``): ours to fix."""
     try:
         return path.is_file()
-    except PermissionError as exc:
+    except OSError as exc:
         click.echo(
             f"xpulaunch: warning: cannot look for {path} ({exc.strerror}); going on without it",
             err=True,

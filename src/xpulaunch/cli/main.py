@@ -35,6 +35,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail("interrupted", 130)
     except BrokenPipeError:
         _reader_gone()
+    except OSError as exc:
+        # What the system refused where no check foresaw it (a folder closed to us, a name
+        # too long): one line, as for other bad input. Whatever was started is stopped and
+        # released by then (every launch holds its workers and leases in context managers).
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc} (XPULAUNCH_DEBUG=1 shows where)", 1)
     sys.exit(status if isinstance(status, int) else 0)
 
 

@@ -26,7 +26,13 @@ def default_config_path(env: Mapping[str, str]) -> Path:
     home = Path(os.path.expanduser(env.get("HF_HOME") or os.path.join(cache, "huggingface")))
     yaml_file = home / "accelerate" / "default_config.yaml"
     json_file = home / "accelerate" / "default_config.json"
-    return json_file if json_file.is_file() and not yaml_file.is_file() else yaml_file
+    try:
+        return json_file if json_file.is_file() and not yaml_file.is_file() else yaml_file
+    except OSError as exc:  # a folder closed to us, a name too long...
+        raise UsageError(
+            f"--accelerate-config default: cannot look for {exc.filename} ({exc.strerror}); "
+            "check HF_HOME, or give the file"
+        ) from exc
 
 
 def resolve_config_path(value: str, env: Mapping[str, str]) -> Path:

@@ -74,6 +74,16 @@ class RunLogs:
 def open_run(path: Path) -> RunLogs:
     """The run whose logs are in ``path``: a run's directory, or a torchrun-layout
     ``--log-dir`` holding ``<run_id>_<random>`` runs (the latest is read); else one line."""
+    try:
+        return _open_run(path)
+    except OSError as exc:  # a folder closed to us, a name too long...
+        raise UsageError(
+            f"{exc.filename or path}: cannot read it ({exc.strerror or exc}); give the "
+            "--log-dir of a run"
+        ) from exc
+
+
+def _open_run(path: Path) -> RunLogs:
     if not path.is_dir():
         raise UsageError(f"{path}: no such directory; give the --log-dir of a run")
     if _attempts(path, must=False):

@@ -8,10 +8,11 @@ with serve_llama("model.gguf", replicas=2, gpus="2") as server:
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core.backend import parse_backend
@@ -39,14 +40,14 @@ if TYPE_CHECKING:
 def check_model(path: str) -> None:
     """Raise a one-line :class:`UsageError` for a model file that cannot be read (a dry run
     too: its estimate and device choice come from the file)."""
-    model = Path(path)
-    if model.is_file() and os.access(model, os.R_OK):
-        return
-    problem = "no such file"
-    if model.is_dir():
-        problem = "is a directory"
-    elif model.exists():
-        problem = "cannot be read"
+    try:
+        st = os.stat(path)
+    except OSError as exc:  # missing, a folder closed to us, a name too long...
+        problem = "no such file" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
+    else:
+        if stat.S_ISREG(st.st_mode) and os.access(path, os.R_OK):
+            return
+        problem = "is a directory" if stat.S_ISDIR(st.st_mode) else "cannot be read"
     raise UsageError(f"{problem}; expected the path of a .gguf file", option="model", value=path)
 
 
