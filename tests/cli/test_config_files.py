@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from queue_kit import NOBODY, QueueBox, open_temp_folder
 
 XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
 
@@ -197,44 +192,6 @@ def test_a_pyproject_table_is_read_strictly(
         return
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
-
-
-@pytest.fixture
-def open_box() -> Iterator[QueueBox]:
-    """A folder another user can reach (pytest's tmp_path is 0700), driven through the CLI."""
-    root = Path(tempfile.mkdtemp(prefix="xpc-", dir=open_temp_folder()))
-    root.chmod(0o755)
-    try:
-        yield QueueBox(root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def test_a_config_folder_closed_to_the_user_is_a_warning(open_box: QueueBox) -> None:
-    """Run as nobody with root's config home (``setpriv`` keeps HOME): the file cannot even be
-    looked for, so the run goes on without it and says so in one line; a file that is seen but
-    cannot be read stops the run with a one-line error."""
-    box = open_box
-    closed = box.root / "closed"
-    (closed / "xpulaunch").mkdir(parents=True)
-    (closed / "xpulaunch" / "config.toml").write_text("nproc-per-node = 2\n")
-    closed.chmod(0o700)
-    args = ("--gpus", "none", "--dry-run", "--json", "/bin/true")
-    done = box.cli(*args, uid=NOBODY, check=False, XDG_CONFIG_HOME=str(closed))
-    assert done.returncode == 0, done.stderr
-    assert len(json.loads(done.stdout)["workers"]) == 1
-    assert done.stderr == (
-        f"xpulaunch: warning: cannot look for {closed / 'xpulaunch' / 'config.toml'} "
-        "(Permission denied); going on without it\n"
-    )
-    closed.chmod(0o755)
-    (closed / "xpulaunch" / "config.toml").chmod(0o600)
-    done = box.cli(*args, uid=NOBODY, check=False, XDG_CONFIG_HOME=str(closed))
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == (
-        f"xpulaunch: error: {closed / 'xpulaunch' / 'config.toml'}: cannot read it "
-        "(Permission denied)\n"
-    )
 
 
 def test_an_unknown_profile_names_the_ones_defined(project: Path) -> None:

@@ -13,6 +13,9 @@ import pytest
 
 from fault_cli import Launch
 from helpers import reap
+from queue_kit import box
+
+__all__ = ["box"]  # the queue box (tests/queue_kit.py): a folder a second user can reach
 
 
 @pytest.fixture

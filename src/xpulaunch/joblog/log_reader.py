@@ -77,9 +77,9 @@ def open_run(path: Path) -> RunLogs:
     try:
         return _open_run(path)
     except OSError as exc:  # a folder closed to us, a name too long...
+        where = os.path.abspath(exc.filename) if exc.filename else path
         raise UsageError(
-            f"{exc.filename or path}: cannot read it ({exc.strerror or exc}); give the "
-            "--log-dir of a run"
+            f"{where}: cannot read it ({exc.strerror or exc}); give the --log-dir of a run"
         ) from exc
 
 
