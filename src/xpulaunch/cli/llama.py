@@ -21,7 +21,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import parse_llama_backend
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica
-from xpulaunch.llamacpp.serve import cuda_settle, plan_llama, plan_prepared, prepare_llama
+from xpulaunch.llamacpp.serve import Prepared, cuda_settle, plan_prepared, prepare_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
 from xpulaunch.processes.signals import forwarding
@@ -167,19 +167,22 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     xpulaunch llama -m model.gguf -- -c 8192 -ngl 20      llama-server's own options
     xpulaunch llama serve --config models.toml            several models behind one port
     """
+    if as_json and not dry_run:
+        raise UsageError("--json goes with --dry-run")
     parent_env = dict(os.environ)
-    request = _request(server_args, options)
+    # The model and the binary first (asking the binary which build it is takes a while, and
+    # is not done under the lease lock): a bad one is said before the host is probed or a
+    # lock directory is read.
+    prepared = prepare_llama(_request(server_args, options), parent_env, dry_run=dry_run)
     path = options["inventory"]
     inventory = _inventory(path, parent_env)
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         held = None if path else _leases(options).unavailable()
-        planned = plan_llama(request, inventory, parent_env, dry_run=True, unavailable=held)
+        planned = plan_prepared(prepared, inventory, parent_env, unavailable=held)
         print_plan(planned.plan, as_json, servers=True)
         return 0
-    if as_json:
-        raise UsageError("--json goes with --dry-run")
-    return _lease_and_serve(request, inventory, parent_env, options)
+    return _lease_and_serve(prepared, inventory, parent_env, options)
 
 
 def _leases(options: dict[str, Any]) -> LeaseManager:
@@ -198,22 +201,20 @@ def _inventory(path: str | None, parent_env: dict[str, str]) -> Inventory:
 
 
 def _lease_and_serve(
-    request: LlamaRequest,
+    prepared: Prepared,
     inventory: Inventory,
     parent_env: dict[str, str],
     options: dict[str, Any],
 ) -> int:
-    """Ask the binary which build it is, then plan under the lease lock (waiting in line if
-    asked), then serve until stopped."""
+    """Plan under the lease lock (waiting in line if asked), then serve until stopped."""
     planned: list[LlamaPlan] = []
-    prepared = prepare_llama(request, parent_env)  # asks the binary: not under the lock
 
     def plan_fn(unavailable: Mapping[str, str]) -> Plan:
         planned[:] = [plan_prepared(prepared, inventory, parent_env, unavailable=unavailable)]
         return planned[0].plan
 
     with WaitReporter() as reporter:
-        command = ["xpulaunch", "llama", "-m", str(request.model)]
+        command = ["xpulaunch", "llama", "-m", str(prepared.request.model)]
         wait = options["wait"] or options["wait_timeout"] is not None
         _, lease = _leases(options).allocate(
             plan_fn, shared=options["shared"], wait=wait, wait_timeout_s=options["wait_timeout"],
