@@ -143,6 +143,23 @@ def test_json_needs_dry_run(fake_build: Callable[[str], str], tiny_model: Path) 
     assert done.returncode == 2 and error_lines(done.stderr) == done.stderr.splitlines()
 
 
+def test_a_cpu_dry_run_never_reads_the_lock_directory(
+    fake_build: Callable[[str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for a real run: a plan that leases nothing does not look at the leases, so a lock
+    directory it could not use (here a private one writable by all) does not stop it; a
+    plan on this host's probe, not on an --inventory file (whose leases are another host's)."""
+    unsafe = tmp_path / "run" / "xpulaunch"
+    unsafe.mkdir(parents=True)
+    unsafe.chmod(0o777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(unsafe.parent))
+    monkeypatch.delenv("XPULAUNCH_LOCK_DIR", raising=False)
+    done = xpulaunch("llama", "-m", "model.gguf", "--binary", fake_build("none"), "--dry-run",
+                     "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["backend"] == "cpu"
+
+
 # --- the real llama-server -------------------------------------------------------------
 
 

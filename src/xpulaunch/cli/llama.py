@@ -178,11 +178,25 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     inventory = _inventory(path, parent_env)
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
-        held = None if path else _leases(options).unavailable()
-        planned = plan_prepared(prepared, inventory, parent_env, unavailable=held)
-        print_plan(planned.plan, as_json, servers=True)
+        if path:
+            plan = plan_prepared(prepared, inventory, parent_env).plan
+        else:
+            plan = _leases(options).preview(_planner(prepared, inventory, parent_env, []))
+        print_plan(plan, as_json, servers=True)
         return 0
     return _lease_and_serve(prepared, inventory, parent_env, options)
+
+
+def _planner(
+    prepared: Prepared, inventory: Inventory, parent_env: dict[str, str], planned: list[LlamaPlan]
+) -> Callable[[Mapping[str, str]], Plan]:
+    """The lease manager's ``plan_fn``; the whole plan of its last call goes to ``planned``."""
+
+    def plan_fn(unavailable: Mapping[str, str]) -> Plan:
+        planned[:] = [plan_prepared(prepared, inventory, parent_env, unavailable=unavailable)]
+        return planned[0].plan
+
+    return plan_fn
 
 
 def _leases(options: dict[str, Any]) -> LeaseManager:
@@ -208,11 +222,7 @@ def _lease_and_serve(
 ) -> int:
     """Plan under the lease lock (waiting in line if asked), then serve until stopped."""
     planned: list[LlamaPlan] = []
-
-    def plan_fn(unavailable: Mapping[str, str]) -> Plan:
-        planned[:] = [plan_prepared(prepared, inventory, parent_env, unavailable=unavailable)]
-        return planned[0].plan
-
+    plan_fn = _planner(prepared, inventory, parent_env, planned)
     with WaitReporter() as reporter:
         command = ["xpulaunch", "llama", "-m", str(prepared.request.model)]
         wait = options["wait"] or options["wait_timeout"] is not None

@@ -18,13 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from xpulaunch.core.nodes import NodeSettings, resolve_nodes
 from xpulaunch.core.plan import skipped_text
 from xpulaunch.core.restart import RestartMode
-from xpulaunch.errors import (
-    NODES_FAILED_STATUS,
-    DeviceBusyError,
-    SelectionError,
-    UsageError,
-    XpulaunchError,
-)
+from xpulaunch.errors import NODES_FAILED_STATUS, UsageError, XpulaunchError
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
 from xpulaunch.joblog.report import Reporter
 from xpulaunch.launch import plan as planning
@@ -131,18 +125,13 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
     if request.inventory is not None:
         plan = job_plan(request, nodes, request.inventory, env, None, must_exist=False)
     else:
-        inventory = planning.probe(env)
-        try:
-            unleased = job_plan(request, nodes, inventory, env, {}, must_exist=False)
-        except (SelectionError, DeviceBusyError):
-            unleased = None  # maybe for want of a leased device: the leases say
-        if unleased is not None and not unleased.lease_keys:
-            plan = unleased
-        else:
-            from xpulaunch.leases import LeaseManager
+        from xpulaunch.leases import LeaseManager
 
-            held = LeaseManager(request.lock_dir, env=env).unavailable(request.share)
-            plan = job_plan(request, nodes, inventory, env, held, must_exist=False)
+        inventory = planning.probe(env)
+        plan = LeaseManager(request.lock_dir, env=env).preview(
+            lambda held: job_plan(request, nodes, inventory, env, held, must_exist=False),
+            request.share,
+        )
     check_ranks(supervised(request, nodes).ranks, [w.name for w in plan.workers])
     return plan
 

@@ -188,17 +188,7 @@ class LeaseManager:
         devices with other small jobs (a slot of each; see :mod:`xpulaunch.leases.slots`).
         """
         holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
-        # Planned first with nothing leased, outside the lock: a plan that leases no unit (the
-        # CPU, --gpus none) cannot meet any other launch, so it takes no lock at all and no
-        # stuck lock directory can hold it up. A failure here decides nothing: on a GPU host a
-        # leased device also looks busy (its holder's memory), so only a plan made with the
-        # leases known says why (leased by whom), and whether waiting can help.
-        try:
-            unleased = plan_fn({})
-        except (SelectionError, DeviceBusyError):
-            if not self.unavailable(share):
-                raise  # nothing is leased: the request can never be met, also by waiting
-            unleased = None
+        unleased = self._plan_unleased(plan_fn, share)
         if unleased is not None and not unleased.lease_keys:
             return unleased, Lease((), (), holder.job_id, self.directory.root, shared=shared)
         self.directory.ensure(create=True)
@@ -222,6 +212,28 @@ class LeaseManager:
             timeout_s=wait_timeout_s,
             on_wait=on_wait,
         )
+
+    def preview(self, plan_fn: PlanFn, share: DeviceShare | None = None) -> Plan:
+        """The plan :meth:`allocate` would make now, reserving nothing (a dry run); as there,
+        a plan that leases no unit never reads the lock directory."""
+        unleased = self._plan_unleased(plan_fn, share)
+        if unleased is not None and not unleased.lease_keys:
+            return unleased
+        return plan_fn(self.unavailable(share))
+
+    def _plan_unleased(self, plan_fn: PlanFn, share: DeviceShare | None) -> Plan | None:
+        """The plan made with nothing leased, outside the lock; None when it fails for want of
+        a unit that is leased. A plan that leases no unit (the CPU, --gpus none) cannot meet
+        any other launch, so it takes no lock at all and no stuck lock directory can hold it
+        up. A failure here decides nothing: on a GPU host a leased device also looks busy (its
+        holder's memory), so only a plan made with the leases known says why (leased by whom),
+        and whether waiting can help."""
+        try:
+            return plan_fn({})
+        except (SelectionError, DeviceBusyError):
+            if not self.unavailable(share):
+                raise  # nothing is leased: the request can never be met, also by waiting
+            return None
 
     def status(self) -> StatusReport:
         """Current leases and waiting launches."""
