@@ -176,7 +176,7 @@ if [ "$NGPU" -ge 4 ] && room 90; then
   N1=$!
   finish $N0 120; r0=$RC; finish $N1 120; r1=$RC
   check '[ "$r0 $r1" = "0 0" ]' "2 + 1 workers: exit $r0 $r1"
-  check 'grep -q "node 1 of 2: nvidia on nvidia 2.*; 1 worker (nvidia 3 busy)" "$LOGS/3b_counts.node1"' \
+  check 'grep -qE "node 1 of 2: (cuda|nvidia) on nvidia 2[^;]*; 1 worker \(nvidia 3 busy\)" "$LOGS/3b_counts.node1"' \
     "node 1's first line: 1 worker (nvidia 3 busy)"
   check 'grep -q "3 workers in all (node 0: 2, node 1: 1)" "$LOGS/3b_counts.node0"' \
     "node 0: 3 workers in all (node 0: 2, node 1: 1)"
