@@ -8,6 +8,8 @@
 #     OUT=... bash docs/hardware/session12.sh b   # 4 GPUs: the probe bench with --per-call,
 #                                                 # the DDP bench on 4 and 2 GPUs,
 #                                                 # numa_check.sh, the launch overheads
+#     OUT=... bash docs/hardware/session12.sh d   # 4 GPUs: the probe bench again (b's ran past
+#                                                 # its bound), resume_check.sh
 #     OUT=... bash docs/hardware/session12.sh c   # one GPU: the launch overhead and the probe
 #                                                 # of this tree against a second source tree
 #                                                 # carried in .device-carry/src-before
@@ -18,7 +20,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 : "${OUT:?set OUT}"
-PHASE=${1:?a, b or c}
+PHASE=${1:?a, b, c or d}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=$(mktemp -d /tmp/session12-$PHASE.XXXX)
@@ -71,6 +73,11 @@ b)
     else
         note "--- overhead_gpu: skipped, $left s left"
     fi
+    ;;
+d)
+    step resume 240 bash docs/hardware/resume_check.sh
+    step probe_bench 200 python3 bench/bench_probe.py --runs 12 --per-call
+    tail -26 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     ;;
 c)  # one GPU: this tree against .device-carry/src-before (the code before a change)
     step overhead_gpu 200 python3 bench/bench_overhead.py --runs 15 --gpus 1 \
