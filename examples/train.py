@@ -11,7 +11,12 @@ Every ``--ckpt-every`` steps rank 0 writes the model and optimizer atomically (t
 then rename); a restarted run loads the last checkpoint and continues. ``--crash-at-step K``
 makes one rank exit once at step K (a marker file in the checkpoint folder keeps the
 restarted run from crashing again). The data of each step depends only on the step and the
-rank, so a crashed-and-resumed run ends with exactly the weights of an uninterrupted one.
+rank, so a crashed-and-resumed run ends with exactly the weights of a run resumed by hand from
+the same checkpoint, and on the CPU or two ranks with those of an uninterrupted run. With more
+than two NCCL ranks the last bits may differ from the uninterrupted run's: DDP all-reduces the
+first step after a resume in its initial bucket layout where the uninterrupted run had rebuilt
+its buckets, and a sum of three or more ranks depends on the order (docs/hardware/resume_check.sh
+shows it on 4 GPUs).
 """
 
 from __future__ import annotations

@@ -65,6 +65,13 @@ finish() {  # PID TIMEOUT_S: wait for a background node; RC = its status ("hung"
   kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; RC=hung
 }
 same() { [ -n "$1" ] && [ "$1" = "$2" ]; }  # two weights, both there and equal
+exact() {  # CRASH_WEIGHTS FIRST_WEIGHTS WHAT: a crash run against the uninterrupted run. With
+  # more than two ranks DDP's first step after a resume sums in another order, so the last bits
+  # may differ (resume_check.sh shows that a restart then equals a resume by hand): INFO there.
+  if same "$1" "$2"; then pass "$3 ends with the uninterrupted weights ($1)"
+  elif [ "$NGPU" -le 2 ]; then fail "$3 ends with the uninterrupted weights ($1, not $2)"
+  else info "$3: weights $1, uninterrupted $2 ($NGPU ranks: see resume_check.sh)"; fi
+}
 until_seen() {  # PATTERN FILES...: up to 2 min for a line, while the first process lives
   local pattern=$1; shift
   for _ in $(seq 1 240); do
@@ -145,8 +152,7 @@ else
 fi
 check '[ "$(cat "$LOGS"/2b_static_crash.node* | grep -c "resumed from step 10")" -eq "$NGPU" ]' \
   "every rank of both nodes resumed from step 10"
-check 'same "$(weights "$WORK/s_crash")" "$S_FIRST"' \
-  "static crash run ends with the uninterrupted weights ($(weights "$WORK/s_crash"))"
+exact "$(weights "$WORK/s_crash")" "$S_FIRST" "static crash run"
 static_pair 2c_static_kill "${TRAIN[@]}" --steps 100000000 --ckpt-every 100000000 \
   --ckpt-dir "$WORK/s_kill"
 WATCHED=$N0 until_seen 'step .* loss' "$LOGS/2c_static_kill.node0"
@@ -221,8 +227,7 @@ start=$SECONDS
 c10d_pair 4b_c10d_crash --max-restarts 1 "${TRAIN[@]}" --ckpt-dir "$WORK/c_crash" --crash-at-step 12
 finish $N0 180; r0=$RC; finish $N1 180; r1=$RC
 check '[ "$r0 $r1" = "0 0" ]' "c10d crash: exit $r0 $r1 after $((SECONDS - start)) s"
-check 'same "$(weights "$WORK/c_crash")" "$C_FIRST"' \
-  "c10d crash run ends with the uninterrupted weights ($(weights "$WORK/c_crash"))"
+exact "$(weights "$WORK/c_crash")" "$C_FIRST" "c10d crash run"
 c10d_pair 4c_c10d_kill "${TRAIN[@]}" --steps 100000000 --ckpt-every 100000000 --ckpt-dir "$WORK/c_kill"
 WATCHED=$N0 until_seen 'step .* loss' "$LOGS"/4c_c10d_kill.node*
 kill -9 $N1 2>/dev/null; killed_at=$SECONDS; wait $N1 2>/dev/null
