@@ -10,6 +10,8 @@
 #                                                 # numa_check.sh, the launch overheads
 #     OUT=... bash docs/hardware/session12.sh d   # 4 GPUs: the probe bench again (b's ran past
 #                                                 # its bound), resume_check.sh
+#     OUT=... bash docs/hardware/session12.sh e   # any kind: the probe bench, measured with a
+#                                                 # blocking wait (bench_probe.wall_time)
 #     OUT=... bash docs/hardware/session12.sh c   # one GPU: the launch overhead and the probe
 #                                                 # of this tree against a second source tree
 #                                                 # carried in .device-carry/src-before
@@ -20,7 +22,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 : "${OUT:?set OUT}"
-PHASE=${1:?a, b, c or d}
+PHASE=${1:?a, b, c, d or e}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=$(mktemp -d /tmp/session12-$PHASE.XXXX)
@@ -78,6 +80,11 @@ d)
     step resume 240 bash docs/hardware/resume_check.sh
     step probe_bench 200 python3 bench/bench_probe.py --runs 12 --per-call
     tail -26 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+e)  # any kind: the probe bench with the blocking wait (its figures before were rounded up to
+    # Popen.wait's 50 ms polls), and each NVML call's cost
+    step probe_bench 200 python3 bench/bench_probe.py --runs 20 --per-call --no-torch
+    tail -34 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     ;;
 c)  # one GPU: this tree against .device-carry/src-before (the code before a change)
     step overhead_gpu 200 python3 bench/bench_overhead.py --runs 15 --gpus 1 \
