@@ -12,6 +12,7 @@
 #                                                 # its bound), resume_check.sh
 #     OUT=... bash docs/hardware/session12.sh e   # any kind: the probe bench, measured with a
 #                                                 # blocking wait (bench_probe.wall_time)
+#     OUT=... bash docs/hardware/session12.sh f   # any kind: phase c's probe bench alone
 #     OUT=... bash docs/hardware/session12.sh c   # one GPU: the launch overhead and the probe
 #                                                 # of this tree against a second source tree
 #                                                 # carried in .device-carry/src-before
@@ -22,7 +23,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 : "${OUT:?set OUT}"
-PHASE=${1:?a, b, c, d or e}
+PHASE=${1:?a, b, c, d, e or f}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=$(mktemp -d /tmp/session12-$PHASE.XXXX)
@@ -86,13 +87,18 @@ e)  # any kind: the probe bench with the blocking wait (its figures before were 
     step probe_bench 200 python3 bench/bench_probe.py --runs 20 --per-call --no-torch
     tail -34 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     ;;
-c)  # one GPU: this tree against .device-carry/src-before (the code before a change)
-    step overhead_gpu 200 python3 bench/bench_overhead.py --runs 15 --gpus 1 \
-        --against-src .device-carry/src-before
-    tail -6 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
-    step probe_bench 200 python3 bench/bench_probe.py --runs 20 \
+f)  # any kind: the probe bench alone, this tree against .device-carry/src-before
+    step probe_bench 150 python3 bench/bench_probe.py --runs 20 --no-torch \
         --compare-src .device-carry/src-before
     tail -14 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+c)  # one GPU: this tree against .device-carry/src-before (the code before a change)
+    step probe_bench 200 python3 bench/bench_probe.py --runs 20 --no-torch \
+        --compare-src .device-carry/src-before
+    tail -14 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    step overhead_gpu 200 python3 bench/bench_overhead.py --runs 11 --gpus 1 \
+        --against-src .device-carry/src-before
+    tail -6 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
     ;;
 esac
 tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .

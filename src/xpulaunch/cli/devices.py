@@ -12,8 +12,6 @@ import click
 
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
-from xpulaunch.core.inventory import dumps
-from xpulaunch.core.known_issues import issues_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,6 +62,9 @@ def devices(
         if use_torch:
             click.echo(f"xpulaunch: note: --torch ignored: showing {inventory_file}", err=True)
     else:
+        from xpulaunch.probing.nvml_start import start_nvml
+
+        start_nvml(os.environ)  # NVML starts while the probe and the document are imported
         from xpulaunch.probing.host import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
@@ -72,6 +73,8 @@ def devices(
 
         inventory = with_processes(inventory, probed=inventory_file is None)
     if as_json:
+        from xpulaunch.core.inventory import dumps
+
         click.echo(dumps(inventory))
         return
     if inventory_file is not None:
@@ -97,6 +100,8 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
             lines += _mig_lines(device)
     else:
         lines.append("No accelerators found.")
+    from xpulaunch.core.known_issues import issues_of
+
     warnings = [w for d in inventory.devices for w in issues_of(d)]
     lines += ["", "warnings:", *(f"  - {w}" for w in warnings)] if warnings else []
     if debug:

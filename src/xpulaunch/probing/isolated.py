@@ -9,7 +9,8 @@ case in the CLI before the supervisor starts. The Python API's :func:`xpulaunch.
 in-process: an application may have threads.
 
 A run starts the probe once its command line is parsed, so that the probe runs while the
-supervisor is imported.
+supervisor is imported; the child starts NVML first (:mod:`xpulaunch.probing.nvml_start`), so
+that NVML's start overlaps the child's imports of the probe.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def _child(env: Mapping[str, str], read_fd: int, write_fd: int) -> None:
     status = 1
     try:
         os.close(read_fd)
+        from xpulaunch.probing.nvml_start import start_nvml
+
+        start_nvml(env)
         from xpulaunch.core.inventory import dumps
 
         payload = dumps(_probe(env)).encode()

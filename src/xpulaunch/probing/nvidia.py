@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import MigDevice, Problem, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult, failed, not_installed, run_tool
+from xpulaunch.probing.nvml_start import NVML_LIBRARY
 from xpulaunch.probing.observe import Observation
 from xpulaunch.probing.parsers.nvidia import (
     NO_DEVICES_EXIT,
@@ -209,8 +210,7 @@ class NvmlState:
 NVML_STATE = NvmlState()
 
 
-# What pynvml's nvmlInit loads on Linux (its _LoadNvmlLibrary), and what it then says.
-NVML_LIBRARY = "libnvidia-ml.so.1"
+# What pynvml's nvmlInit says when its library does not load.
 _NO_LIBRARY = "nvmlInit failed: NVML Shared Library Not Found"
 _NOT_IMPORTABLE = "pynvml (nvidia-ml-py) is not importable"
 
