@@ -24,6 +24,7 @@ on 1, 2 and 4 GPUs:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -184,6 +185,22 @@ def gpu_count(python: str, env: dict[str, str]) -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown (NVML not usable here)"
 
 
+def wrong_answer(argv: list[str], env: dict[str, str], gpus: str) -> str | None:
+    """What is wrong with the inventory ``argv`` prints (None: every GPU NVML counts is there,
+    each with its memory in use, and NVML recorded no problem; other problems are printed)."""
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    document = json.loads(done.stdout)
+    devices, problems = document.get("devices", []), document.get("problems", [])
+    if gpus.isdigit() and len(devices) != int(gpus):
+        return f"lists {len(devices)} devices where NVML counts {gpus}"
+    if any(d.get("memory_used_bytes") is None for d in devices):
+        return "a device without its memory in use"
+    nvml = [p for p in problems if p.get("source") == "nvml"]
+    if problems:
+        print(f"{argv[-3]} {' '.join(argv[-2:])}: problems recorded: {problems}")
+    return f"NVML's problems: {nvml}" if nvml else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -243,7 +260,13 @@ def main() -> int:
     if reason is not None:
         print(f"{ours_name}: cannot run ({reason})")
         return 1
-    print(f"GPUs: {gpu_count(args.python, env)}")
+    count = gpu_count(args.python, env)
+    print(f"GPUs: {count}")
+    for name in [n for n in commands if n.startswith(ours_name)]:
+        wrong = wrong_answer(commands[name], env, count)
+        if wrong:  # a faster answer that is wrong is not faster
+            print(f"{name}: {wrong}")
+            return 1
     times = measure(commands, args.runs, env)
     ours_ms = statistics.median(times[ours_name]) * 1000
     width = max(28, *map(len, times))
