@@ -12,9 +12,8 @@ from xpulaunch.core.elastic import (
     agent_argv,
     agent_plan,
     local_ranks_filter,
-    parse_rdzv_conf,
 )
-from xpulaunch.core.nodes import ElasticSpec
+from xpulaunch.core.nodes import ElasticSpec, parse_rdzv_conf
 from xpulaunch.errors import UsageError
 from xpulaunch.model import Backend, Plan, WorkerPlan
 

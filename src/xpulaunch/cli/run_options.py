@@ -29,8 +29,7 @@ from xpulaunch.cli.params import (
 )
 from xpulaunch.cli.plan_options import plan_parameters
 from xpulaunch.core.cpu_bind import CpuBind
-from xpulaunch.core.elastic import RDZV_CONF_KEYS, parse_rdzv_conf
-from xpulaunch.core.nodes import NodeRequest
+from xpulaunch.core.nodes import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
 from xpulaunch.core.slots import MAX_SLOTS
 from xpulaunch.errors import UsageError

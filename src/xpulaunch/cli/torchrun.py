@@ -25,7 +25,7 @@ import click
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.params import Integer, ParamType
 from xpulaunch.cli.run_options import Spec, run_parameters
-from xpulaunch.core.elastic import parse_rdzv_conf
+from xpulaunch.core.nodes import parse_rdzv_conf
 from xpulaunch.errors import UsageError
 
 # torchrun's default --signals-to-handle, and the two its help suggests for Slurm: xpulaunch

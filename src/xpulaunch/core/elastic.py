@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 from xpulaunch.core.nodes import ElasticSpec
 from xpulaunch.errors import UsageError
@@ -36,16 +35,6 @@ AGENT_MODULE = "xpulaunch.integrations.torch_agent"
 # torchrun's Std.ALL for --redirects and --tee: both streams of every worker in its files,
 # and on the console too.
 ALL_STREAMS = "3"
-
-# The settings torch's c10d rendezvous reads from --rdzv-conf (dynamic_rendezvous.py:
-# create_handler, c10d_rendezvous_backend.py: create_backend), by what each value must be.
-# torch reads them with int() (RendezvousParameters.get_as_int): whole seconds only.
-_SECONDS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
-            "keep_alive_interval", "read_timeout")  # fmt: skip
-_COUNTS = ("keep_alive_max_attempt",)
-_BOOLEANS = ("is_host",)  # RendezvousParameters.get_as_bool's spellings
-_TRUE, _FALSE = ("1", "true", "t", "yes", "y"), ("0", "false", "f", "no", "n")
-RDZV_CONF_KEYS = (*_SECONDS, *_COUNTS, *_BOOLEANS)
 
 
 def agent_plan(
@@ -151,42 +140,6 @@ def agent_argv(
     if program[0] == python and len(program) > 1 and not program[1].startswith("-"):
         return (*options, *program[1:])  # a script run by this Python: the agent's default
     return (*options, "--no-python", *program)
-
-
-def parse_rdzv_conf(
-    text: str, said: Callable[[str], str] = lambda pair: f"--rdzv-conf {pair}"
-) -> tuple[tuple[str, str], ...]:
-    """``KEY=VALUE[,KEY=VALUE]`` of :data:`RDZV_CONF_KEYS` -> (key, value) pairs in the form
-    torch reads (a later key wins, as in torch). A key torch's c10d rendezvous does not read
-    or a value it would refuse is a one-line UsageError; ``said`` names a pair in it (the
-    option, or torchrun's ``PET_RDZV_CONF``)."""
-    settings: dict[str, str] = {}
-    for pair in (p.strip() for p in text.split(",")):
-        if not pair:
-            continue
-        key, _, value = (part.strip() for part in pair.partition("="))
-        if key not in RDZV_CONF_KEYS:
-            raise UsageError(
-                f"{said(pair)}: unknown key {key!r}; torch's c10d rendezvous reads "
-                f"{', '.join(sorted(RDZV_CONF_KEYS))}"
-            )
-        settings[key] = _conf_value(key, value, said(pair))
-    return tuple(settings.items())
-
-
-def _conf_value(key: str, value: str, said: str) -> str:
-    if key in _BOOLEANS:
-        if value.lower() not in (*_TRUE, *_FALSE):
-            raise UsageError(f"{said}: expected 1 or 0 (true or false)")
-        return value.lower()
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not (number.is_integer() and number >= 1):  # torch refuses 0 and reads int(value)
-        what = "a count" if key in _COUNTS else "whole seconds"
-        raise UsageError(f"{said}: expected {what} of at least 1 (torch reads an integer)")
-    return str(int(number))
 
 
 def local_ranks_filter(text: str, option: str = "--ranks") -> str:

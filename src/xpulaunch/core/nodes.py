@@ -1,5 +1,7 @@
 """``--nnodes``, ``--node-rank``, ``--master-addr``/``--master-port``, ``--rdzv-*``: where
-this node stands in the job and where node 0 listens, with torchrun's meanings.
+this node stands in the job and where node 0 listens, with torchrun's meanings; and
+``--rdzv-conf``, checked as torch's c10d rendezvous would read it (the agent's plan itself is
+:mod:`xpulaunch.core.elastic`'s, loaded only for c10d).
 
 Precedence: the command line, then ``MASTER_ADDR``/``MASTER_PORT`` and the cluster's
 variables (``--nnodes auto``, :mod:`xpulaunch.core.cluster`), then torchrun's defaults.
@@ -8,7 +10,8 @@ Pure: the environment is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,16 @@ NO_CLUSTER = "none"
 RDZV_BACKENDS = ("static", "c10d")
 # torchrun's default; every node must agree on it, so several nodes never guess a free port.
 DEFAULT_PORT = 29500
+
+# The settings torch's c10d rendezvous reads from --rdzv-conf (dynamic_rendezvous.py:
+# create_handler, c10d_rendezvous_backend.py: create_backend), by what each value must be.
+# torch reads them with int() (RendezvousParameters.get_as_int): whole seconds only.
+_SECONDS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
+            "keep_alive_interval", "read_timeout")  # fmt: skip
+_COUNTS = ("keep_alive_max_attempt",)
+_BOOLEANS = ("is_host",)  # RendezvousParameters.get_as_bool's spellings
+_TRUE, _FALSE = ("1", "true", "t", "yes", "y"), ("0", "false", "f", "no", "n")
+RDZV_CONF_KEYS = (*_SECONDS, *_COUNTS, *_BOOLEANS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +191,39 @@ def _env_port(env: Mapping[str, str]) -> int | None:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise UsageError(f"MASTER_PORT={text!r}: expected a port 1-65535")
     return int(text)
+
+
+def parse_rdzv_conf(
+    text: str, said: Callable[[str], str] = lambda pair: f"--rdzv-conf {pair}"
+) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE[,KEY=VALUE]`` of :data:`RDZV_CONF_KEYS` -> (key, value) pairs in the form
+    torch reads (a later key wins, as in torch). A key torch's c10d rendezvous does not read
+    or a value it would refuse is a one-line UsageError; ``said`` names a pair in it (the
+    option, or torchrun's ``PET_RDZV_CONF``)."""
+    settings: dict[str, str] = {}
+    for pair in (p.strip() for p in text.split(",")):
+        if not pair:
+            continue
+        key, _, value = (part.strip() for part in pair.partition("="))
+        if key not in RDZV_CONF_KEYS:
+            raise UsageError(
+                f"{said(pair)}: unknown key {key!r}; torch's c10d rendezvous reads "
+                f"{', '.join(sorted(RDZV_CONF_KEYS))}"
+            )
+        settings[key] = _conf_value(key, value, said(pair))
+    return tuple(settings.items())
+
+
+def _conf_value(key: str, value: str, said: str) -> str:
+    if key in _BOOLEANS:
+        if value.lower() not in (*_TRUE, *_FALSE):
+            raise UsageError(f"{said}: expected 1 or 0 (true or false)")
+        return value.lower()
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (number.is_integer() and number >= 1):  # torch refuses 0 and reads int(value)
+        what = "a count" if key in _COUNTS else "whole seconds"
+        raise UsageError(f"{said}: expected {what} of at least 1 (torch reads an integer)")
+    return str(int(number))
