@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from xpulaunch.core.root_cause import RootCause
+if TYPE_CHECKING:
+    from xpulaunch.core.root_cause import RootCause
 
 
 class WorkerState(str, Enum):

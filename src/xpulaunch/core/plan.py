@@ -16,7 +16,6 @@ from xpulaunch.core.allocation import allocated_by
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.known_issues import issues_of
 from xpulaunch.core.placement import place, worker_count
-from xpulaunch.core.runtime_ids import runtime_request
 from xpulaunch.core.selection import (
     Filters,
     GpuMode,
@@ -113,6 +112,8 @@ def make_plan(
     backend, backend_notes = choose_backend(requested, gpus, inventory.devices, visible)
     notes += list(backend_notes)
     if request.gpu_ids is not None and backend.vendor is not None:
+        from xpulaunch.core.runtime_ids import runtime_request  # accelerate's gpu_ids only
+
         gpus, read_as = runtime_request(
             request.gpu_ids, backend.vendor, inventory, parent_env, hierarchy
         )

@@ -23,7 +23,6 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING, Protocol
 
-from xpulaunch.core.root_cause import RootCause, from_error_file, from_stderr
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
 from xpulaunch.joblog.logs import KEEP_ATTEMPTS, LineBuffer
@@ -37,7 +36,6 @@ from xpulaunch.processes.tree import (
     signal_processes,
     with_cont,
 )
-from xpulaunch.supervisor.health import HealthCheckRun, Verdict, run_check
 from xpulaunch.supervisor.spec import heartbeat_path, start_env
 
 if TYPE_CHECKING:
@@ -46,10 +44,12 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO
 
+    from xpulaunch.core.root_cause import RootCause
     from xpulaunch.events import Event
     from xpulaunch.joblog.logs import LogSink
     from xpulaunch.processes.cgroup import JobCgroup
     from xpulaunch.processes.procfs import JobProcess
+    from xpulaunch.supervisor.health import HealthCheckRun
     from xpulaunch.supervisor.loop import Loop
     from xpulaunch.supervisor.spec import WorkerSpec
 
@@ -207,6 +207,8 @@ class Worker:
 
     def root_cause(self, tail: Sequence[str]) -> RootCause | None:
         """The exception this run died of: torch's error file first, else its stderr."""
+        from xpulaunch.core.root_cause import from_error_file, from_stderr  # only on failure
+
         if self._error_file is not None:
             try:
                 found = from_error_file(self._error_file.read_text(errors="replace"))
@@ -242,12 +244,13 @@ class Worker:
         self.started_at_s = self.last_output_s = now
         self._owner.on_spawned(self)
         self._watch(proc)
-        self._health = HealthCheckRun(spec.readiness, spec.liveness, now)
-        self.state = WorkerState.READY if self._health.ready else WorkerState.STARTING
+        self._health = _health_checks(spec, now)
+        ready = self._health is None or self._health.ready
+        self.state = WorkerState.READY if ready else WorkerState.STARTING
         self._owner.emit(Started(now, self.name, proc.pid, attempt))
-        if self._health.ready:
+        if ready:
             self._owner.emit(Ready(now, self.name))
-        if self._health.check is not None:
+        if self._health is not None and self._health.check is not None:
             run_id = self.run_id
             self._loop.call_at(now, lambda: self._health_tick(run_id))
 
@@ -371,6 +374,8 @@ class Worker:
 
     # -- health checks ---------------------------------------------------------------------
     def _health_tick(self, run_id: int) -> None:
+        from xpulaunch.supervisor.health import Verdict, run_check
+
         health = self._health
         if run_id != self.run_id or not self.alive or health is None:
             return
@@ -387,6 +392,8 @@ class Worker:
             self._loop.call_at(next_s, lambda: self._health_tick(run_id))
 
     def _health_done(self, run_id: int, future: Future[tuple[bool, str]]) -> None:
+        from xpulaunch.supervisor.health import Verdict
+
         health = self._health
         if run_id != self.run_id or not self.alive or health is None:
             return
@@ -402,3 +409,13 @@ class Worker:
         self._health = None
         self._owner.emit(Unhealthy(self._loop.clock(), self.name, reason))
         self._owner.on_failed(self, reason)
+
+
+def _health_checks(spec: WorkerSpec, now_s: float) -> HealthCheckRun | None:
+    """The run's health checks; None for a worker that has none (only servers have them, so
+    their module is imported here)."""
+    if spec.readiness is None and spec.liveness is None:
+        return None
+    from xpulaunch.supervisor.health import HealthCheckRun
+
+    return HealthCheckRun(spec.readiness, spec.liveness, now_s)
