@@ -7,11 +7,7 @@ import pytest
 
 from helpers import load_inventory
 from xpulaunch.core.intel_family import XE_HPC, is_xe_hpc, tiles_in_doubt
-from xpulaunch.core.masks import (
-    parse_ze_affinity_mask,
-    pci_id_order,
-    resolve_hierarchy,
-)
+from xpulaunch.core.masks.level_zero import parse_ze_affinity_mask, pci_id_order, resolve_hierarchy
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.visibility import child_visibility_env, parent_visible
 from xpulaunch.errors import MaskError, SelectionError

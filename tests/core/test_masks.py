@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import pytest
 
-from xpulaunch.core.masks import (
-    ZE_HIDE_ALL,
+from xpulaunch.core.masks import ZE_HIDE_ALL
+from xpulaunch.core.masks.cuda import (
     CudaEntry,
-    amd_visible,
-    driver_order,
     format_cuda_visible_devices,
-    format_rocr_visible_devices,
-    format_ze_affinity_mask,
     parse_cuda_visible_devices,
-    parse_hip_visible_devices,
-    parse_oneapi_device_selector,
-    parse_rocr_visible_devices,
+)
+from xpulaunch.core.masks.level_zero import (
+    driver_order,
+    format_ze_affinity_mask,
     parse_ze_affinity_mask,
     regroup_units,
     resolve_hierarchy,
+)
+from xpulaunch.core.masks.oneapi import parse_oneapi_device_selector
+from xpulaunch.core.masks.rocm import (
+    amd_visible,
+    format_rocr_visible_devices,
+    parse_hip_visible_devices,
+    parse_rocr_visible_devices,
 )
 from xpulaunch.errors import MaskError, UsageError
 from xpulaunch.model import Device, Hierarchy, MigDevice, Unit, Vendor

@@ -7,19 +7,23 @@ from collections.abc import Callable
 
 from hypothesis import given, strategies as st
 
-from xpulaunch.core.masks import (
+from xpulaunch.core.masks.cuda import (
     CudaEntry,
-    amd_visible,
     format_cuda_visible_devices,
-    format_rocr_visible_devices,
-    format_ze_affinity_mask,
     parse_cuda_visible_devices,
-    parse_hip_visible_devices,
-    parse_oneapi_device_selector,
-    parse_rocr_visible_devices,
+)
+from xpulaunch.core.masks.level_zero import (
+    format_ze_affinity_mask,
     parse_ze_affinity_mask,
     regroup_units,
     resolve_hierarchy,
+)
+from xpulaunch.core.masks.oneapi import parse_oneapi_device_selector
+from xpulaunch.core.masks.rocm import (
+    amd_visible,
+    format_rocr_visible_devices,
+    parse_hip_visible_devices,
+    parse_rocr_visible_devices,
 )
 from xpulaunch.core.visibility import parent_visible
 from xpulaunch.errors import XpulaunchError

@@ -13,7 +13,7 @@ import pytest
 from kfd_fakes import CPX_BANK_BYTES, FIXTURES, kfd_node, partitioned_card
 from probe_fakes import FakeMachine, messages, probe_fake
 
-from xpulaunch.core.masks import format_rocr_visible_devices
+from xpulaunch.core.masks.rocm import format_rocr_visible_devices
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.visibility import parent_visible
 from xpulaunch.errors import SelectionError

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from probe_fakes import GIB, FakeMachine, messages, probe_fake
 
-from xpulaunch.core.masks import resolve_hierarchy
+from xpulaunch.core.masks.level_zero import resolve_hierarchy
 from xpulaunch.model import Hierarchy, Vendor
 
 BDFS = ("0000:29:00.0", "0000:9a:00.0")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core import devicemap, masks
+from xpulaunch.core import devicemap
 from xpulaunch.core.allocation import allocated_by
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
 from xpulaunch.core.known_issues import issues_of
@@ -156,7 +156,9 @@ def _hierarchy(
     intel = inventory.of(Vendor.INTEL)
     if not intel:
         return None, []
-    hierarchy, note = masks.resolve_hierarchy(parent_env.get("ZE_FLAT_DEVICE_HIERARCHY"), intel)
+    from xpulaunch.core.masks.level_zero import resolve_hierarchy
+
+    hierarchy, note = resolve_hierarchy(parent_env.get("ZE_FLAT_DEVICE_HIERARCHY"), intel)
     return hierarchy, [note]
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xpulaunch.core import masks
-from xpulaunch.core.masks import CUDA_VAR, HIP_VAR, ROCR_VAR, ZE_MASK_VAR
+from xpulaunch.core.masks import CUDA_VAR, HIP_VAR, ROCR_VAR, ZE_MASK_VAR, cuda, level_zero, rocm
 from xpulaunch.core.selection import GpuMode, GpuRequest
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import Hierarchy, Inventory, Unit, Vendor
@@ -35,20 +34,20 @@ def runtime_units(
     variable and the numbering. ``hierarchy``: the Level Zero hierarchy of the children."""
     devices = inventory.of(vendor)
     if vendor is Vendor.INTEL:
-        chosen = hierarchy or masks.resolve_hierarchy(None, devices)[0]
-        pci_order = masks.pci_id_order(parent_env.get(PCI_ORDER_VAR))
-        masks.refuse_doubtful_tiles(devices, chosen, "gpu_ids")
-        units = masks.parse_ze_affinity_mask(ids, devices, chosen, pci_order=pci_order).units
+        chosen = hierarchy or level_zero.resolve_hierarchy(None, devices)[0]
+        pci_order = level_zero.pci_id_order(parent_env.get(PCI_ORDER_VAR))
+        level_zero.refuse_doubtful_tiles(devices, chosen, "gpu_ids")
+        units = level_zero.parse_ze_affinity_mask(ids, devices, chosen, pci_order=pci_order).units
         what = "flat tile indices" if chosen.hands_out_tiles else "card indices"
         return units, f"{ZE_MASK_VAR}={ids} under {chosen.value}: {what}"
     if vendor is Vendor.NVIDIA:
-        entries = masks.parse_cuda_visible_devices(ids, devices).entries
+        entries = cuda.parse_cuda_visible_devices(ids, devices).entries
         units = tuple(Unit(e.device, mig=e.mig) for e in entries)
         return units, f"{CUDA_VAR}={ids}: nvidia-smi indices"
     # HIP reads CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is unset or empty, relative to
     # what the parent's ROCR_VISIBLE_DEVICES leaves (ROCm's "GPU isolation techniques").
     hip_name, hip = (HIP_VAR, parent_env[HIP_VAR]) if parent_env.get(HIP_VAR) else (CUDA_VAR, ids)
-    seen = masks.amd_visible(parent_env.get(ROCR_VAR), hip, devices, hip_name=hip_name)
+    seen = rocm.amd_visible(parent_env.get(ROCR_VAR), hip, devices, hip_name=hip_name)
     return tuple(Unit(d) for d in seen.devices), f"{hip_name}={hip}: ROCm agent indices"
 
 

@@ -10,6 +10,9 @@ enumerates a single MIG instance (the MIG user guide, as quoted in pytorch #1301
 verified on MIG hardware here). A child is given at most one instance, by its MIG UUID, and
 nothing else: with a MIG instance in its list CUDA enumerates that instance alone (CUDA
 Programming Guide 5.2.1.1).
+
+The Intel and AMD parsers are imported by the functions that read or write those vendors'
+variables, so a CUDA or CPU plan never loads them.
 """
 
 from __future__ import annotations
@@ -17,21 +20,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.core import masks
-from xpulaunch.core.intel_family import needs_legacy_driver
 from xpulaunch.core.masks import (
     CUDA_VAR,
     HIP_VAR,
     ODS_VAR,
     ROCR_VAR,
+    ZE_HIDE_ALL,
     ZE_HIERARCHY_VAR,
     ZE_MASK_VAR,
+)
+from xpulaunch.core.masks.cuda import (
+    CudaEntry,
+    format_cuda_visible_devices,
+    parse_cuda_visible_devices,
 )
 from xpulaunch.errors import MaskError, SelectionError
 from xpulaunch.model import Device, Hierarchy, Inventory, Unit, Vendor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from xpulaunch.core.masks.oneapi import RootPick
 
 CUDA_ORDER_VAR = "CUDA_DEVICE_ORDER"
 PCI_ORDER_VAR = "ZE_ENABLE_PCI_ID_DEVICE_ORDER"
@@ -83,7 +92,7 @@ def parent_visible(
 
 def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
     value = env.get(CUDA_VAR)
-    parsed = masks.parse_cuda_visible_devices(value, devices)
+    parsed = parse_cuda_visible_devices(value, devices)
     notes = list(parsed.notes)
     units: list[Unit] = []
     for entry in parsed.entries:
@@ -106,7 +115,7 @@ def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visibl
     return Visible(tuple(units), bool(devices) and not units, tuple(notes))
 
 
-def _nvidia_units(entry: masks.CudaEntry) -> list[Unit]:
+def _nvidia_units(entry: CudaEntry) -> list[Unit]:
     """A GPU in MIG mode is its instances (the one the parent named, else every one)."""
     if entry.mig is not None:
         return [Unit(entry.device, mig=entry.mig)]
@@ -118,22 +127,26 @@ def _nvidia_units(entry: masks.CudaEntry) -> list[Unit]:
 def _intel_visible(
     devices: Sequence[Device], env: Mapping[str, str], hierarchy: Hierarchy | None
 ) -> Visible:
-    parent_h, _ = masks.resolve_hierarchy(env.get(ZE_HIERARCHY_VAR), devices)
+    from xpulaunch.core.masks import level_zero, oneapi
+
+    parent_h, _ = level_zero.resolve_hierarchy(env.get(ZE_HIERARCHY_VAR), devices)
     child_h = hierarchy or parent_h
     if not devices:
         return Visible((), hierarchy=child_h)
-    pci_order = masks.pci_id_order(env.get(PCI_ORDER_VAR))
+    pci_order = level_zero.pci_id_order(env.get(PCI_ORDER_VAR))
     if env.get(ZE_MASK_VAR) not in (None, "", "default"):
-        masks.refuse_doubtful_tiles(devices, parent_h, f"the parent's {ZE_MASK_VAR}")
+        level_zero.refuse_doubtful_tiles(devices, parent_h, f"the parent's {ZE_MASK_VAR}")
     # ZE_AFFINITY_MASK acts inside the driver, under the parent's hierarchy; SYCL's selector
     # then numbers the surviving root devices from 0 (compute-runtime's affinity mask composition).
-    ze = masks.parse_ze_affinity_mask(env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order)
+    ze = level_zero.parse_ze_affinity_mask(
+        env.get(ZE_MASK_VAR), devices, parent_h, pci_order=pci_order
+    )
     roots = _root_devices(ze.units, parent_h)
-    ods = masks.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
+    ods = oneapi.parse_oneapi_device_selector(env.get(ODS_VAR), len(roots))
     kept = [u for p in ods.positions for u in _kept_of(roots[p], ods.pick(p), parent_h)]
     if ods.positions and not kept:
         raise MaskError(_selects_nothing(env.get(ODS_VAR) or "", parent_h))
-    units = masks.regroup_units(dict.fromkeys(kept), devices, child_h, pci_order=pci_order)
+    units = level_zero.regroup_units(dict.fromkeys(kept), devices, child_h, pci_order=pci_order)
     notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
     notes += _two_driver_note(devices)
     return Visible(units, not units, tuple(notes), child_h)
@@ -153,7 +166,7 @@ def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit
     return roots
 
 
-def _kept_of(root: list[Unit], pick: masks.RootPick, hierarchy: Hierarchy) -> list[Unit]:
+def _kept_of(root: list[Unit], pick: RootPick, hierarchy: Hierarchy) -> list[Unit]:
     """What the selector keeps of one root device: itself when a term names it, and the
     sub-devices its sub-device terms name (platform_impl.cpp amendDeviceAndSubDevices)."""
     subs = _sub_devices(root, hierarchy)
@@ -188,6 +201,8 @@ def _selects_nothing(value: str, hierarchy: Hierarchy) -> str:
 
 
 def _two_driver_note(devices: Sequence[Device]) -> list[str]:
+    from xpulaunch.core.intel_family import needs_legacy_driver
+
     legacy = [d for d in devices if needs_legacy_driver(d)]
     installed = {d.extra.get("level_zero_legacy1") for d in devices}
     if not legacy or len(legacy) == len(devices) or installed == {False}:
@@ -225,8 +240,10 @@ def _intel_notes(
 
 
 def _amd_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
+    from xpulaunch.core.masks.rocm import amd_visible
+
     hip_name, hip_value = _hip_source(env)
-    seen = masks.amd_visible(env.get(ROCR_VAR), hip_value, devices, hip_name=hip_name)
+    seen = amd_visible(env.get(ROCR_VAR), hip_value, devices, hip_name=hip_name)
     notes = list(seen.notes)
     if hip_name == CUDA_VAR:
         notes.append(f"HIP reads {CUDA_VAR}={hip_value!r} because {HIP_VAR} is unset or empty")
@@ -287,9 +304,9 @@ def hiding_notes(env: Mapping[str, str | None], vendor: Vendor | None) -> list[s
     """Why a child's env holds a value that hides another vendor's GPUs (for the plan)."""
     hiders = (
         (Vendor.NVIDIA, CUDA_VAR, "", 'CUDA_VISIBLE_DEVICES="" hides every NVIDIA GPU', ""),
-        (Vendor.INTEL, ZE_MASK_VAR, masks.ZE_HIDE_ALL,
-         f"{ZE_MASK_VAR}={masks.ZE_HIDE_ALL} hides every Intel GPU",
-         f" ({masks.ZE_HIDE_ALL} is an index no host has; an empty mask would hide nothing)"),
+        (Vendor.INTEL, ZE_MASK_VAR, ZE_HIDE_ALL,
+         f"{ZE_MASK_VAR}={ZE_HIDE_ALL} hides every Intel GPU",
+         f" ({ZE_HIDE_ALL} is an index no host has; an empty mask would hide nothing)"),
         (Vendor.AMD, ROCR_VAR, "", 'ROCR_VISIBLE_DEVICES="" hides every AMD GPU', ""),
     )  # fmt: skip
     who = "this CPU job" if vendor is None else f"this {vendor.value} job"
@@ -348,9 +365,9 @@ def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     if not units:  # "" hides every CUDA device (CUDA Programming Guide, "CUDA_VISIBLE_DEVICES")
         return {CUDA_VAR: ""}
     _refuse_mig_with_others(units)
-    entries = [masks.CudaEntry(u.device, u.mig) for u in units]
+    entries = [CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
-    return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: masks.format_cuda_visible_devices(entries)}
+    return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: format_cuda_visible_devices(entries)}
 
 
 def _refuse_mig_with_others(units: Sequence[Unit]) -> None:
@@ -385,16 +402,18 @@ def _intel_env(
         # ZE_AFFINITY_MASK="" would show every Intel GPU; an index no host has hides them all
         # (compute-runtime reads the mask once for both), from Level Zero and from Intel's OpenCL
         # driver, which shares NEO.
-        env[ZE_MASK_VAR] = masks.ZE_HIDE_ALL
+        env[ZE_MASK_VAR] = ZE_HIDE_ALL
         return env
+    from xpulaunch.core.masks import level_zero
+
     intel = inventory.of(Vendor.INTEL)
-    chosen = hierarchy or masks.resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
-    pci_order = masks.pci_id_order(parent_env.get(PCI_ORDER_VAR))
-    masks.refuse_doubtful_tiles(intel, chosen, f"the child's {ZE_MASK_VAR}")
+    chosen = hierarchy or level_zero.resolve_hierarchy(parent_env.get(ZE_HIERARCHY_VAR), intel)[0]
+    pci_order = level_zero.pci_id_order(parent_env.get(PCI_ORDER_VAR))
+    level_zero.refuse_doubtful_tiles(intel, chosen, f"the child's {ZE_MASK_VAR}")
     env[ZE_HIERARCHY_VAR] = chosen.value  # explicit: the default differs per GPU family
     # explicit too: the mask below is written in this order, whatever the parent's spelling
     env[PCI_ORDER_VAR] = "1" if pci_order else "0"
-    env[ZE_MASK_VAR] = masks.format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
+    env[ZE_MASK_VAR] = level_zero.format_ze_affinity_mask(units, intel, chosen, pci_order=pci_order)
     env[ODS_VAR] = "level_zero:gpu"  # no OpenCL duplicates; SYCL device 0 = first unit
     return env
 
@@ -406,7 +425,9 @@ def _amd_env(
     if not units:  # ROCr RvdFilter::SelectZeroDevices: set but empty surfaces zero devices
         env[ROCR_VAR] = ""
         return env
-    env[ROCR_VAR] = masks.format_rocr_visible_devices([u.device for u in units])
+    from xpulaunch.core.masks.rocm import format_rocr_visible_devices
+
+    env[ROCR_VAR] = format_rocr_visible_devices([u.device for u in units])
     _refuse_unknown_partitions(units, inventory.of(Vendor.AMD), env[ROCR_VAR] or "")
     if inventory.of(Vendor.NVIDIA):
         # HIP falls back to CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is empty, so hiding

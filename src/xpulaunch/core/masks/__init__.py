@@ -7,72 +7,24 @@ surprising. A value that would crash the runtime, or that the runtime refuses, r
 would be valid. Sources: compute-runtime (Level Zero), intel/llvm (SYCL), the CUDA
 Programming Guide, ROCm's "GPU isolation techniques".
 
-One module per runtime: :mod:`.cuda`, :mod:`.level_zero`, :mod:`.oneapi`, :mod:`.rocm`; every
-public name is re-exported here.
+One module per runtime: :mod:`.cuda`, :mod:`.level_zero`, :mod:`.oneapi`, :mod:`.rocm`, each
+imported by the code that reads or writes that runtime's variable (a CUDA or CPU plan loads no
+Intel or AMD parser). Here: what they all share, the variables' names and C's idea of white
+space, so that naming a variable (``core.visibility`` does, for every vendor) loads no parser.
 """
 
 from __future__ import annotations
 
-from xpulaunch.core.masks.common import (
-    CUDA_VAR,
-    HIP_VAR,
-    ODS_VAR,
-    ROCR_VAR,
-    ZE_HIERARCHY_VAR,
-    ZE_MASK_VAR,
-)
-from xpulaunch.core.masks.cuda import (
-    CudaEntry,
-    CudaVisible,
-    format_cuda_visible_devices,
-    parse_cuda_visible_devices,
-)
-from xpulaunch.core.masks.level_zero import (
-    ZE_HIDE_ALL,
-    ZeVisible,
-    driver_order,
-    format_ze_affinity_mask,
-    parse_ze_affinity_mask,
-    pci_id_order,
-    refuse_doubtful_tiles,
-    regroup_units,
-    resolve_hierarchy,
-)
-from xpulaunch.core.masks.oneapi import OneApiFilter, RootPick, parse_oneapi_device_selector
-from xpulaunch.core.masks.rocm import (
-    AmdVisible,
-    amd_visible,
-    format_rocr_visible_devices,
-    parse_hip_visible_devices,
-    parse_rocr_visible_devices,
-)
+CUDA_VAR = "CUDA_VISIBLE_DEVICES"
+ZE_MASK_VAR = "ZE_AFFINITY_MASK"
+ZE_HIERARCHY_VAR = "ZE_FLAT_DEVICE_HIERARCHY"
+ODS_VAR = "ONEAPI_DEVICE_SELECTOR"
+ROCR_VAR = "ROCR_VISIBLE_DEVICES"
+HIP_VAR = "HIP_VISIBLE_DEVICES"
 
-__all__ = [
-    "CUDA_VAR",
-    "HIP_VAR",
-    "ODS_VAR",
-    "ROCR_VAR",
-    "ZE_HIERARCHY_VAR",
-    "ZE_MASK_VAR",
-    "CudaEntry",
-    "CudaVisible",
-    "format_cuda_visible_devices",
-    "parse_cuda_visible_devices",
-    "ZE_HIDE_ALL",
-    "ZeVisible",
-    "driver_order",
-    "format_ze_affinity_mask",
-    "parse_ze_affinity_mask",
-    "pci_id_order",
-    "refuse_doubtful_tiles",
-    "regroup_units",
-    "resolve_hierarchy",
-    "OneApiFilter",
-    "RootPick",
-    "parse_oneapi_device_selector",
-    "AmdVisible",
-    "amd_visible",
-    "format_rocr_visible_devices",
-    "parse_hip_visible_devices",
-    "parse_rocr_visible_devices",
-]
+# An empty ZE_AFFINITY_MASK masks nothing, so hiding every Intel GPU takes an index no host
+# has: the driver skips out-of-range entries and exposes zero devices (compute-runtime,
+# inferred from the driver source).
+ZE_HIDE_ALL = "999"
+
+C_SPACE = " \t\n\v\f\r"  # C isspace(): what strtoul/stoul skip and ROCr's trim() strips

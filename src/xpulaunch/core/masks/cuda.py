@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.masks.common import C_SPACE, CUDA_VAR
+from xpulaunch.core.masks import C_SPACE, CUDA_VAR
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device, MigDevice
 

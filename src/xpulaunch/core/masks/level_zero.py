@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.intel_family import is_xe_hpc, tiles_in_doubt
-from xpulaunch.core.masks.common import C_SPACE, ZE_HIERARCHY_VAR, ZE_MASK_VAR
+from xpulaunch.core.masks import C_SPACE, ZE_HIDE_ALL, ZE_HIERARCHY_VAR, ZE_MASK_VAR
 from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device, Hierarchy, Unit, Vendor
@@ -33,11 +33,6 @@ __all__ = [
     "regroup_units",
     "resolve_hierarchy",
 ]
-
-# An empty ZE_AFFINITY_MASK masks nothing, so hiding every Intel GPU takes an index no host
-# has: the driver skips out-of-range entries and exposes zero devices (compute-runtime,
-# inferred from the driver source).
-ZE_HIDE_ALL = "999"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.masks.common import C_SPACE, ODS_VAR, ZE_MASK_VAR
+from xpulaunch.core.masks import C_SPACE, ODS_VAR, ZE_MASK_VAR
 from xpulaunch.errors import MaskError
 
 if TYPE_CHECKING:

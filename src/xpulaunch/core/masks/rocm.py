@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.masks.common import C_SPACE, HIP_VAR, ROCR_VAR
+from xpulaunch.core.masks import C_SPACE, HIP_VAR, ROCR_VAR
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device
 
