@@ -66,6 +66,14 @@ class Hierarchy(str, Enum):
         return self is not Hierarchy.COMPOSITE
 
 
+class CpuBind(str, Enum):
+    """``--cpu-bind``: which CPUs each rank runs on (:mod:`xpulaunch.core.cpu_bind`)."""
+
+    NONE = "none"
+    NUMA = "numa"
+    EXCLUSIVE = "exclusive"
+
+
 class DeviceMap(str, Enum):
     """What a single process spanning the selection should use (accelerate names)."""
 

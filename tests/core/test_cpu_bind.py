@@ -9,11 +9,12 @@ from xpulaunch.core.cpu_bind import (
     CpuTopology,
     bind_workers,
     device_cpus,
+    format_cpulist,
     from_torchrun,
     parse_cpu_bind,
+    parse_cpulist,
     topology_of,
 )
-from xpulaunch.core.cpulist import format_cpulist, parse_cpulist
 from xpulaunch.errors import InventoryError, SelectionError, UsageError
 from xpulaunch.model import Device, Inventory, Unit, Vendor
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xpulaunch.core.cpu_bind import CpuBind
-from xpulaunch.core.cpulist import parse_cpulist
+from xpulaunch.core.cpu_bind import CpuBind, parse_cpulist
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.visibility import parent_visible
 from xpulaunch.errors import SelectionError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xpulaunch.core.cpulist import format_cpulist, parse_cpulist
+from xpulaunch.core.cpu_bind import format_cpulist, parse_cpulist
 from xpulaunch.probing.numa import read_cpu_topology
 
 XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")

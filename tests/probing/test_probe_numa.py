@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xpulaunch.core.cpulist import parse_cpulist
+from xpulaunch.core.cpu_bind import parse_cpulist
 from xpulaunch.probing.numa import read_cpu_topology
 from xpulaunch.probing.parsers.common import ParseError
 from xpulaunch.probing.parsers.numa import (

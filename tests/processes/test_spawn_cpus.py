@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from xpulaunch.core.cpulist import format_cpulist, parse_cpulist
+from xpulaunch.core.cpu_bind import format_cpulist, parse_cpulist
 from xpulaunch.processes.spawn import spawn
 
 # Reports its own affinity as its first act, /proc's view of it, and a grandchild's.

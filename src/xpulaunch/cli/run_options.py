@@ -28,14 +28,13 @@ from xpulaunch.cli.params import (
     Size,
 )
 from xpulaunch.cli.plan_options import plan_parameters
-from xpulaunch.core.cpu_bind import CpuBind
 from xpulaunch.core.nodes import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
 from xpulaunch.core.slots import MAX_SLOTS
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.launch.request import DEFAULT_JOIN_TIMEOUT_S, RunRequest
-from xpulaunch.model import DeviceMap, DeviceShare
+from xpulaunch.model import CpuBind, DeviceMap, DeviceShare
 
 
 @dataclass(frozen=True)

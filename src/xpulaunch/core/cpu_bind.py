@@ -10,21 +10,26 @@ rules of torchrun's ``--numa-binding node`` and ``exclusive``, torch/numa/bindin
 every vendor). A rank's ``OMP_NUM_THREADS`` follows the cores it gets. The binding travels as
 :data:`CPUS_VAR` in the worker's environment; :mod:`xpulaunch.processes.spawn` applies it in
 the child before the program is executed, so the program and its children inherit it.
+
+CPU sets are read and written in the kernel's CPU list format (``0-3,8,10-11``): sysfs writes
+it for ``/sys/devices/system/node/nodeN/cpulist``, a PCI device's ``local_cpulist``,
+``thread_siblings_list`` and ``/proc/<pid>/status``'s ``Cpus_allowed_list``
+(lib/bitmap.c ``bitmap_print_to_pagebuf`` with ``%*pbl``); ``taskset -c`` and ``numactl
+--physcpubind`` read it (:func:`parse_cpulist`, :func:`format_cpulist`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping  # also at run time: isinstance checks
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.cpulist import format_cpulist, parse_cpulist
 from xpulaunch.errors import InventoryError, SelectionError, UsageError
-from xpulaunch.model import CPUS_VAR
+from xpulaunch.model import CPUS_VAR, CpuBind
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from xpulaunch.model import Device, Inventory, Unit
 
@@ -35,16 +40,45 @@ __all__ = [
     "CpuBind",
     "CpuTopology",
     "bind_workers",
+    "format_cpulist",
     "from_torchrun",
+    "parse_cpulist",
 ]
 
 TOPOLOGY_KEY = "cpu_topology"  # the inventory's host-level key (probing.numa writes it)
 
 
-class CpuBind(str, Enum):
-    NONE = "none"
-    NUMA = "numa"
-    EXCLUSIVE = "exclusive"
+# A bound far above any machine (the kernel's NR_CPUS is at most 8192), far below what makes
+# a list like "0-999999999" a problem.
+MAX_CPU = 65535
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """``"0-2,4"`` -> ``{0, 1, 2, 4}``; ``""`` -> the empty set. Raises ``ValueError`` with the
+    part that is not a CPU number or range."""
+    cpus: set[int] = set()
+    for part in (p.strip() for p in text.strip().split(",")):
+        if not part:
+            continue
+        match = _RANGE.fullmatch(part)
+        first = int(match[1]) if match else -1
+        last = int(match[2]) if match and match[2] is not None else first
+        if match is None or last < first or last > MAX_CPU:
+            raise ValueError(f"{part!r} is not a CPU number or range (like 0-3) up to {MAX_CPU}")
+        cpus.update(range(first, last + 1))
+    return frozenset(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """``{0, 1, 2, 4}`` -> ``"0-2,4"`` (ascending, ranges merged)."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def parse_cpu_bind(value: str | CpuBind | None) -> CpuBind:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 
-from xpulaunch.core.cpulist import parse_cpulist
+from xpulaunch.core.cpu_bind import parse_cpulist
 from xpulaunch.model import Problem
 from xpulaunch.probing.parsers.common import ParseError
 from xpulaunch.probing.parsers.numa import parse_allowed_cpus, parse_cpus, sibling_groups

@@ -42,7 +42,6 @@ import subprocess
 from shutil import which
 from typing import IO, TYPE_CHECKING
 
-from xpulaunch.core.cpulist import parse_cpulist
 from xpulaunch.model import CPUS_VAR
 from xpulaunch.processes.program import find_executable
 
@@ -140,6 +139,8 @@ def bound_cpus(env: Mapping[str, str]) -> frozenset[int] | None:
     text = env.get(CPUS_VAR)
     if not text:
         return None
+    from xpulaunch.core.cpu_bind import parse_cpulist  # --cpu-bind only
+
     try:
         return parse_cpulist(text) or None
     except ValueError as exc:

@@ -9,7 +9,7 @@ CPU list format; ``/proc/self/status`` gives ``Cpus_allowed_list`` in it too
 
 from __future__ import annotations
 
-from xpulaunch.core.cpulist import format_cpulist, parse_cpulist
+from xpulaunch.core.cpu_bind import format_cpulist, parse_cpulist
 from xpulaunch.probing.parsers.common import ParseError
 
 
