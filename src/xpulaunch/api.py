@@ -19,7 +19,7 @@ from xpulaunch.launch.plan import free_port, load_inventory, plan, probe
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from xpulaunch.leases import WaitStatus
+    from xpulaunch.leases.wait_queue import WaitStatus
     from xpulaunch.model import Inventory, Plan
     from xpulaunch.supervisor.spec import WorkerSpec
 

@@ -258,6 +258,11 @@ class NodeGroup:
         return sum(self.counts) if self.counts else self.nnodes * nproc
 
 
+# A device holds at most this many slot jobs, whatever K or the budgets allow: each job is a
+# supervisor and its workers, and a lock file of the lock directory (core.slots).
+MAX_SLOTS = 64
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceShare:
     """A job that shares its devices with other small jobs (``--slots-per-gpu``,

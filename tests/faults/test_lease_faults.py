@@ -21,7 +21,7 @@ import pytest
 from fault_cli import Launch, finish
 from helpers import lock_is_free, wait_for
 from xpulaunch.leases import LeaseManager
-from xpulaunch.leases.file_names import lock_file_name
+from xpulaunch.leases.lock_files import lock_file_name
 
 BUS = "0000:01:00.0"
 

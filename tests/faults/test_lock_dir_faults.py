@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fault_cli import Launch, finish
 from helpers import wait_for
-from xpulaunch.leases.file_names import lock_file_name
+from xpulaunch.leases.lock_files import lock_file_name
 
 HOLD = """
 import fcntl, os, sys, time

@@ -17,7 +17,7 @@ import pytest
 
 from xpulaunch.errors import DeviceBusyError, SelectionError
 from xpulaunch.leases import LeaseManager
-from xpulaunch.leases.file_names import holder_file_name, lock_file_name
+from xpulaunch.leases.lock_files import holder_file_name, lock_file_name
 from xpulaunch.model import Inventory, Plan
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)

@@ -26,7 +26,7 @@ import pytest
 from helpers import lock_is_free
 from process_kit import alive, wait_for
 from xpulaunch.leases import LeaseManager
-from xpulaunch.leases.file_names import lock_file_name
+from xpulaunch.leases.lock_files import lock_file_name
 from xpulaunch.model import Backend, Device, Plan, Unit, Vendor
 
 KEY = "0000:01:00.0"

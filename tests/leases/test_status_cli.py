@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from helpers import run_refused, run_request
 from xpulaunch.cli.status import status
 from xpulaunch.cli.waiting import WaitReporter
-from xpulaunch.leases import LeaseManager, WaitStatus
-from xpulaunch.leases.wait_queue import wait_line
+from xpulaunch.leases import LeaseManager
+from xpulaunch.leases.wait_queue import WaitStatus, wait_line
 from xpulaunch.model import Inventory
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)

@@ -13,7 +13,8 @@ import pytest
 
 from helpers import wait_for
 from xpulaunch.errors import SelectionError, WaitTimeoutError
-from xpulaunch.leases import LeaseManager, WaitStatus
+from xpulaunch.leases import LeaseManager
+from xpulaunch.leases.wait_queue import WaitStatus
 from xpulaunch.model import Inventory
 
 PlanFor = Callable[..., Any]  # the plan_for fixture (tests/leases/conftest.py)

@@ -40,7 +40,7 @@ from helpers import (
     processes_marked,
     wait_for,
 )
-from xpulaunch.leases.file_names import lock_file_name
+from xpulaunch.leases.lock_files import lock_file_name
 from xpulaunch.llamacpp.health import health_status
 
 XPULAUNCH = Path(sys.executable).parent / "xpulaunch"

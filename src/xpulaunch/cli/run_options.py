@@ -30,11 +30,10 @@ from xpulaunch.cli.params import (
 from xpulaunch.cli.plan_options import plan_parameters
 from xpulaunch.core.nodes import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
-from xpulaunch.core.slots import MAX_SLOTS
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.launch.request import DEFAULT_JOIN_TIMEOUT_S, RunRequest
-from xpulaunch.model import CpuBind, DeviceMap, DeviceShare
+from xpulaunch.model import MAX_SLOTS, CpuBind, DeviceMap, DeviceShare
 
 
 @dataclass(frozen=True)

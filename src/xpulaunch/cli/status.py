@@ -11,8 +11,9 @@ import click
 from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
-from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport, WaiterRecord
+from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport
 from xpulaunch.leases.slots import SlotRecord
+from xpulaunch.leases.wait_queue import WaiterRecord
 
 SCHEMA = "xpulaunch.status/1"
 

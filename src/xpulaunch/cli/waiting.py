@@ -12,13 +12,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from xpulaunch.cli.terminal import terminal_safe
-from xpulaunch.leases.wait_queue import wait_line
-
 if TYPE_CHECKING:
     from typing import TextIO
 
-    from xpulaunch.leases import WaitStatus
+    from xpulaunch.leases.wait_queue import WaitStatus
 
 lock_dir_option = click.option(
     "--lock-dir",
@@ -49,6 +46,9 @@ class WaitReporter:
         self._stream.flush()
 
     def on_wait(self, status: WaitStatus) -> None:
+        from xpulaunch.cli.terminal import terminal_safe  # only a launch that waits gets here
+        from xpulaunch.leases.wait_queue import wait_line
+
         line = "xpulaunch: " + terminal_safe(wait_line(status))  # names other users' commands
         if self._tty:
             width = shutil.get_terminal_size().columns - 1

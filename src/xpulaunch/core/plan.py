@@ -25,7 +25,6 @@ from xpulaunch.core.selection import (
     parse_gpus,
     select,
 )
-from xpulaunch.core.slots import describe_share
 from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
@@ -140,6 +139,8 @@ def make_plan(
 
 
 def _share_note(share: DeviceShare, units: tuple[Unit, ...]) -> str:
+    from xpulaunch.core.slots import describe_share  # a job sharing its devices only
+
     claims = [share.claim_bytes(u.memory_total_bytes) for u in units]
     each = ", ".join(
         f"{u.label()}: {devicemap.format_share(c)}" for u, c in zip(units, claims, strict=True)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.device_ids import resolve_ids, split_vendor, uuid_prefix_names
 from xpulaunch.core.pci import normalize_bus_id
-from xpulaunch.core.slots import unit_rejection
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
 from xpulaunch.model import Device, DeviceShare, Unit
@@ -256,6 +255,8 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
     if limit is not None and util is not None and util > limit:
         return f"{util:.0f}% busy > the {limit:g}% utilisation limit"
     if filters.share is not None:
+        from xpulaunch.core.slots import unit_rejection  # a job sharing its devices only
+
         return unit_rejection(unit, filters.share)
     busy = _busy(unit)
     if busy is not None and filters.min_free_memory_bytes is None:

@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.units import format_bytes
+from xpulaunch.model import MAX_SLOTS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from xpulaunch.model import DeviceShare, Unit
 
-# A device holds at most this many slot jobs, whatever K or the budgets allow: each job is a
-# supervisor and its workers, and a lock file of the lock directory.
-MAX_SLOTS = 64
+__all__ = ["MAX_SLOTS", "SlotHolder", "describe_share", "room_for", "unit_rejection"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from xpulaunch.launch.node_job import NodeJob
     from xpulaunch.launch.node_link import Meeting
     from xpulaunch.launch.request import RunRequest
-    from xpulaunch.leases import Lease, WaitStatus
+    from xpulaunch.leases import Lease
+    from xpulaunch.leases.wait_queue import WaitStatus
     from xpulaunch.model import Inventory, Plan
     from xpulaunch.probing.isolated import ForkedProbe
 

@@ -41,28 +41,26 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
 from xpulaunch.leases import slots
-from xpulaunch.leases.file_names import (
+from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
+from xpulaunch.leases.lock_files import (
     HOLDER_SUFFIX,
     LOCK_SUFFIX,
     UNIT_PREFIX,
+    HolderInfo,
     holder_file_name,
     key_of_lock_file,
     lock_file_name,
-)
-from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
-from xpulaunch.leases.wait_queue import (
-    HolderInfo,
-    WaiterRecord,
-    WaitQueue,
-    WaitStatus,
     read_record,
-    wait_in_line,
     write_record,
 )
 from xpulaunch.model import DeviceShare, Plan
+
+if TYPE_CHECKING:
+    from xpulaunch.leases.wait_queue import WaiterRecord, WaitStatus
 
 # Plans a launch with the given units unavailable (unit key -> who holds it).
 PlanFn = Callable[[Mapping[str, str]], Plan]
@@ -202,6 +200,8 @@ class LeaseManager:
             except (SelectionError, DeviceBusyError) as exc:
                 return exc.cli_message()  # shown by `xpulaunch status` and the wait line
 
+        from xpulaunch.leases.wait_queue import wait_in_line
+
         return wait_in_line(
             self.directory,
             holder.to_dict(),
@@ -237,6 +237,8 @@ class LeaseManager:
 
     def status(self) -> StatusReport:
         """Current leases and waiting launches."""
+        from xpulaunch.leases.wait_queue import WaitQueue
+
         directory = self.directory
         if not directory.ensure(create=False):
             return StatusReport(directory.path, directory.shared, exists=False)

@@ -25,13 +25,22 @@ import os
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xpulaunch.core.slots import MAX_SLOTS, SlotHolder, room_for
 from xpulaunch.errors import DeviceBusyError, LeaseError
-from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, lock_file_name
 from xpulaunch.leases.lock_directory import LockDirectory
-from xpulaunch.leases.wait_queue import HolderInfo, read_record, write_record
-from xpulaunch.model import DeviceShare, Plan
+from xpulaunch.leases.lock_files import (
+    LOCK_SUFFIX,
+    UNIT_PREFIX,
+    HolderInfo,
+    lock_file_name,
+    read_record,
+    write_record,
+)
+from xpulaunch.model import MAX_SLOTS, DeviceShare, Plan
+
+if TYPE_CHECKING:
+    from xpulaunch.core.slots import SlotHolder
 
 SLOT_PREFIX = "slot-"
 _HOLDER = ".holder"
@@ -49,6 +58,8 @@ class SlotRecord:
     holder: HolderInfo | None  # None: its side file is missing or unreadable
 
     def as_holder(self) -> SlotHolder:
+        from xpulaunch.core.slots import SlotHolder
+
         who = self.holder.describe() if self.holder else "a job whose record is missing"
         return SlotHolder(self.share, who)
 
@@ -66,6 +77,8 @@ def unavailable(
         sharers = _sharers_if_shared(directory, key)
         if sharers is None:
             continue  # leased whole by one job
+        from xpulaunch.core.slots import room_for  # here: most hosts have no slot job
+
         total = next((s.total_bytes for s in sharers if s.total_bytes is not None), None)
         why = room_for(share, [s.as_holder() for s in sharers], total)
         if why is None:

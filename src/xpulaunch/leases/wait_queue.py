@@ -16,150 +16,43 @@ Letting any waiter that fits go first starves a ``--gpus 4`` waiter behind a str
 device idle while the head of the queue waits for more, but every waiter runs, in arrival
 order, as jobs finish. Launches without ``--wait`` do not queue: they try once.
 
-:class:`HolderInfo`, the record of who waits or holds a lease, lives here because tickets and
-lease holder files share it; :mod:`xpulaunch.leases.manager` imports it from here.
+A ticket holds the same record as a lease's holder file
+(:class:`~xpulaunch.leases.lock_files.HolderInfo`). Imported only by a launch that waits (and
+by ``status``): one that tries once never loads it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import pwd
-import shlex
-import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import TypeVar
 
 from xpulaunch.errors import LeaseError, WaitTimeoutError
 from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.lock_files import (
+    HolderInfo,
+    host_name,
+    read_record,
+    user_name,
+    write_record,
+)
 
 T = TypeVar("T")
 
 TICKET_PREFIX = "wait-"
 TICKET_SUFFIX = ".ticket"
-# Tickets and holder files hold a small JSON record; anything larger was not written by us.
-_MAX_RECORD_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class HolderInfo:
-    """Who holds a lease or waits for one, as written to its holder file or ticket."""
-
-    pid: int
-    argv: tuple[str, ...]
-    user: str
-    since_s: float  # wall clock, seconds since the epoch
-    job_id: str
-    hostname: str
-    pid_started_s: float | None = None  # the pid's start time: tells a reused pid apart
-
-    @classmethod
-    def of_this_process(cls, job_id: str, command: Sequence[str] | None = None) -> HolderInfo:
-        return cls(
-            pid=os.getpid(),
-            argv=tuple(sys.argv if command is None else command),
-            user=_user_name(os.getuid()),
-            since_s=time.time(),
-            job_id=job_id,
-            hostname=_hostname(),
-            pid_started_s=_start_time_s(os.getpid()),
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "pid": self.pid,
-            "argv": list(self.argv),
-            "user": self.user,
-            "since_s": self.since_s,
-            "job_id": self.job_id,
-            "hostname": self.hostname,
-            "pid_started_s": self.pid_started_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object] | None) -> HolderInfo | None:
-        """The record, or None when it is missing or was not written by us."""
-        if not data:
-            return None
-        pid, argv, since = data.get("pid"), data.get("argv"), data.get("since_s")
-        user, job_id, host = data.get("user"), data.get("job_id"), data.get("hostname")
-        started = data.get("pid_started_s")
-        if not (
-            isinstance(pid, int)
-            and isinstance(argv, list)
-            and all(isinstance(a, str) for a in argv)
-            and isinstance(since, (int, float))
-            and isinstance(user, str)
-            and isinstance(job_id, str)
-            and isinstance(host, str)
-        ):
-            return None
-        started_s = float(started) if isinstance(started, (int, float)) else None
-        return cls(pid, tuple(argv), user, float(since), job_id, host, started_s)
-
-    def command(self, width: int = 60) -> str:
-        """Short command line: ``xpulaunch --gpus 1 train.py``."""
-        if not self.argv:
-            return "?"
-        text = shlex.join([PurePosixPath(self.argv[0]).name, *self.argv[1:]])
-        return text if len(text) <= width else text[: width - 3] + "..."
-
-    def since(self) -> str:
-        """Local start time: ``10:02`` today, else ``2025-11-21 10:02``."""
-        then = time.localtime(self.since_s)
-        today = time.localtime()[:3] == then[:3]
-        return time.strftime("%H:%M" if today else "%Y-%m-%d %H:%M", then)
-
-    def describe(self) -> str:
-        """``pid 123 (python train.py, user bob, since 10:02)``, for messages and notes."""
-        where = "" if self.hostname == _hostname() else f" on {self.hostname}"
-        return f"pid {self.pid}{where} ({self.command()}, user {self.user}, since {self.since()})"
-
-    def alive(self) -> bool | None:
-        """Whether the recorded pid still runs (None: unknown, on another host).
-
-        For display only: a lease lives as long as any process holding its lock, and the
-        recording xpulaunch process may be gone while its workers still hold it.
-        """
-        if self.hostname != _hostname():
-            return None
-        started_s = _start_time_s(self.pid)
-        if started_s is None or self.pid_started_s is None:
-            return started_s is not None
-        return abs(started_s - self.pid_started_s) < 1.0  # another start time: a reused pid
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:  # containers often run as a uid without a passwd entry
-        return str(uid)
-
-
-def _hostname() -> str:
-    return os.uname().nodename  # what socket.gethostname() returns on Linux
 
 
 def _is_stopped(holder: HolderInfo) -> bool:
     """Is this host's waiter ``holder`` stopped by a signal (state T) or a tracer (t)?"""
     from xpulaunch.processes.procfs import process_info
 
-    if holder.hostname != _hostname() or not holder.alive():
+    if not holder.alive():  # gone, or on another host (None)
         return False
     info = process_info(holder.pid)
     return info is not None and info.state in ("T", "t")
-
-
-def _start_time_s(pid: int) -> float | None:
-    """When ``pid`` started (seconds since the epoch); None when it is gone or a zombie,
-    which holds no files."""
-    from xpulaunch.processes.procfs import start_time_s
-
-    return start_time_s(pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +147,7 @@ class WaitQueue:
                 holder = HolderInfo.from_dict(record)
                 ignored = _not_a_waiter(holder, owner_uid)
                 stopped = ignored is None and holder is not None and _is_stopped(holder)
-                owner = "user " + _user_name(owner_uid)
+                owner = "user " + user_name(owner_uid)
                 found.append(
                     WaiterRecord(len(found) + 1, holder, waiting_for, stopped, owner, ignored)
                 )
@@ -290,7 +183,7 @@ def _not_a_waiter(holder: HolderInfo | None, owner_uid: int) -> str | None:
     """
     if holder is None:
         return "not a waiting xpulaunch (no record of one in it)"
-    if holder.hostname != _hostname():
+    if holder.hostname != host_name():
         return None
     if not holder.alive():
         return f"its record names pid {holder.pid}, which is not running"
@@ -370,23 +263,6 @@ def _who(waiters: Sequence[WaiterRecord]) -> str:
     ]
     more = f" and {len(waiters) - 3} more" if len(waiters) > 3 else ""
     return ", ".join(named) + more
-
-
-def write_record(fd: int, record: Mapping[str, object]) -> None:
-    """Replace a small file's content with a JSON record (readers hold the allocation lock)."""
-    data = json.dumps(dict(record), sort_keys=True).encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
-
-
-def read_record(fd: int) -> dict[str, object] | None:
-    try:
-        data = json.loads(os.pread(fd, _MAX_RECORD_BYTES, 0))
-    except (OSError, ValueError):
-        # Empty between the lock and the write of a dying launch, or foreign content: the
-        # record is unknown, which readers show as such.
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _order(name: str) -> tuple[int, str]:

@@ -41,7 +41,7 @@ from xpulaunch.events import (
     TimedOut,
     WorkerState,
 )
-from xpulaunch.leases.file_names import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_file
+from xpulaunch.leases.lock_files import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_file
 from xpulaunch.processes.procfs import command_line, find_job, flock_sharers
 from xpulaunch.processes.tree import (
     describe_returncode,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from xpulaunch.leases import LeaseManager
-from xpulaunch.leases.file_names import holder_file_name, key_of_lock_file, lock_file_name
+from xpulaunch.leases.lock_files import holder_file_name, key_of_lock_file, lock_file_name
 
 
 def test_tile_key_is_escaped() -> None:
