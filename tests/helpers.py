@@ -128,21 +128,21 @@ def request_of(*argv: str, env: dict[str, str] | None = None) -> RunRequest:
     import click
     from click.testing import CliRunner
 
-    from xpulaunch.cli import launching
+    from xpulaunch.cli import run_options
     from xpulaunch.cli.group import cli
 
     seen: list[RunRequest] = []
-    real = launching.to_request
+    real = run_options.to_request
 
     def spy(*a: object) -> RunRequest:
         seen.append(real(*a))  # type: ignore[arg-type]
         raise click.exceptions.Exit(0)
 
-    launching.to_request = spy  # type: ignore[assignment]
+    run_options.to_request = spy  # type: ignore[assignment]
     try:
         result = CliRunner().invoke(cli, list(argv), env=env)
     finally:
-        launching.to_request = real
+        run_options.to_request = real
     assert result.exit_code == 0 and seen, (result.output, result.exception)
     return seen[0]
 

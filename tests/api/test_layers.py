@@ -129,5 +129,5 @@ def test_no_module_imports_itself_round() -> None:
 
 def test_the_check_sees_an_import_inside_a_function() -> None:
     """The checks above would pass on nothing if imports in functions were not read."""
-    module = SRC / "cli" / "launching.py"
+    module = SRC / "cli" / "run_options.py"
     assert "xpulaunch.launch.run" in imports_of(module)  # imported inside launch()

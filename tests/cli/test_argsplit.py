@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpulaunch.cli.program import split_args
+from xpulaunch.cli.group import split_args
 
 ARITY = {"--gpus": 1, "--dry-run": 0, "--json": 0, "--nproc-per-node": 1, "-h": 0, "--help": 0}
 

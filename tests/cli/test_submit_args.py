@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import load_inventory
-from xpulaunch.cli.program import option_arity
+from xpulaunch.cli.group import option_arity
 from xpulaunch.cli.submit import device_label, run_arguments, submit
 from xpulaunch.core.plan import LaunchRequest, make_plan, to_dict
 

@@ -8,7 +8,7 @@ import os
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import QueueError, UsageError
 from xpulaunch.jobqueue import actions

@@ -1,8 +1,11 @@
-"""The ``xpulaunch`` commands by name, each imported only when it is used."""
+"""The ``xpulaunch`` commands by name, each imported only when it is used; and what every
+command shares: ``-h``/``--help``, and option groups applied as one decorator."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -34,3 +37,20 @@ def load_command(name: str) -> click.Command:
     if not isinstance(command, click.Command):
         raise TypeError(f"{COMMANDS[name]} is not a click command")
     return command
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+
+def option_group(*options: Callable[[Any], Any]) -> Callable[[F], F]:
+    """One decorator applying ``options`` (``click.option(...)`` results) in the order given,
+    so that ``--help`` lists them in that order."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):  # the decorator nearest the function is listed last
+            command = option(command)
+        return command
+
+    return apply

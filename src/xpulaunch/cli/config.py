@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.config_files import (
     CONFIGURED_COMMANDS,
     command_options,
@@ -15,7 +16,6 @@ from xpulaunch.cli.config_files import (
     effective_settings,
     load_layers,
 )
-from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.core.config import Explained, OptionInfo, explain
 
 

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch.cli.commands import load_command
-from xpulaunch.core.config import Layer, Setting, merge, normalise_key
 from xpulaunch.errors import UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from xpulaunch.core.config import Layer, Setting
 
 PROJECT_FILE = "xpulaunch.toml"
 PYPROJECT = "pyproject.toml"
@@ -49,18 +50,22 @@ def find_project_file(start: Path) -> Path | None:
 
 def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
     """The user layer, then the project layer: the files that exist, lowest first."""
-    layers = []
+    found: list[tuple[str, dict[str, Any]]] = []  # (source, table)
     user = user_config_path(env)
     if _is_file(user):
-        layers.append(Layer(str(user), read_toml(user)))
+        found.append((str(user), read_toml(user)))
     project = find_project_file(cwd)
     if project is not None:
         table = read_toml(project)
         if project.name == PYPROJECT:
-            layers.append(Layer(f"{project} [tool.xpulaunch]", table["tool"]["xpulaunch"]))
+            found.append((f"{project} [tool.xpulaunch]", table["tool"]["xpulaunch"]))
         else:
-            layers.append(Layer(str(project), table))
-    return layers
+            found.append((str(project), table))
+    if not found:
+        return []
+    from xpulaunch.core.config import Layer  # here: most commands run where no file exists
+
+    return [Layer(source, table) for source, table in found]
 
 
 def _is_file(path: Path) -> bool:
@@ -112,6 +117,8 @@ def _has_tool_table(path: Path) -> bool:
 
 def command_options(name: str) -> dict[str, click.Option]:
     """A command's configurable options by key (long option without dashes)."""
+    from xpulaunch.core.config import normalise_key
+
     command = load_command(name)
     keys: dict[str, click.Option] = {}
     for param in command.params:
@@ -130,6 +137,8 @@ def effective_settings(
     layers = load_layers(cwd, env)
     if not layers and profile is None:
         return {}
+    from xpulaunch.core.config import merge
+
     valid = {key for name in CONFIGURED_COMMANDS for key in command_options(name)}
     return merge(layers, valid, profile)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
 
 if TYPE_CHECKING:

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch import api
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.llama_options import llama_binary_options
-from xpulaunch.cli.options import CONTEXT_SETTINGS, option_group
 from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, BackoffType, Integer
-from xpulaunch.cli.plan_options import plan_parameters
 from xpulaunch.cli.render import print_plan
-from xpulaunch.cli.run_options import lease_parameters
+from xpulaunch.cli.run_options import lease_parameters, plan_parameters
 from xpulaunch.cli.waiting import WaitReporter
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from xpulaunch.cli.options import option_group
+from xpulaunch.cli.commands import option_group
 from xpulaunch.llamacpp.devices import LlamaBackend
 
 llama_binary_options = option_group(

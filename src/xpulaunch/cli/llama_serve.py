@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.llama_options import llama_binary_options
-from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, Size
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.waiting import lock_dir_option

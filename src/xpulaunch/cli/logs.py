@@ -20,8 +20,8 @@ from pathlib import Path
 
 import click
 
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.job_logs import is_job_id, job_log_dir
-from xpulaunch.cli.options import CONTEXT_SETTINGS
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.log_reader import LogFollower, RunLogs, open_run, run_ended

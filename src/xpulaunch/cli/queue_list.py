@@ -13,7 +13,7 @@ import shutil
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.jobqueue import actions, listing

@@ -7,10 +7,9 @@ from typing import Any
 
 import click
 
-from xpulaunch.cli.launching import launch
-from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.cli.program import AFTER_DASHDASH, ProgramCommand
-from xpulaunch.cli.run_options import run_parameters
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.group import AFTER_DASHDASH, ProgramCommand
+from xpulaunch.cli.run_options import launch, run_parameters
 
 
 def run_command(program: tuple[str, ...], dry_run: bool, as_json: bool, **values: Any) -> int:

@@ -1,5 +1,7 @@
-"""The options of ``run`` (and of ``torchrun``, which shares them), and the one function that
-turns click's converted values into a :class:`~xpulaunch.launch.request.RunRequest`.
+"""The options of ``run`` (and of ``torchrun``, which shares them; ``llama`` shares the
+planning and lease options); :func:`to_request`, which turns click's converted values into a
+:class:`~xpulaunch.launch.request.RunRequest`; and :func:`launch`, the one way both commands go
+from those values to a printed plan or a supervised job.
 
 Names follow torchrun where it has one (``--max-restarts``, ``--log-dir``,
 ``--local-ranks-filter``) and docker for the restart mode (``--restart on-failure``).
@@ -8,6 +10,7 @@ Names follow torchrun where it has one (``--max-restarts``, ``--log-dir``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,10 +27,11 @@ from xpulaunch.cli.params import (
     Count,
     Integer,
     Names,
+    Percent,
     Seconds,
     Size,
 )
-from xpulaunch.cli.plan_options import plan_parameters
+from xpulaunch.cli.waiting import WaitReporter
 from xpulaunch.core.nodes import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
 from xpulaunch.errors import UsageError
@@ -208,6 +212,37 @@ SHARE = (
 RUN_SPECS = (*RUN_ONLY, *SUPERVISION, *OPERATIONS, *MULTINODE, *LEASES, *SHARE, *ACCELERATE)
 
 
+def plan_parameters() -> list[click.Parameter]:
+    """A fresh list of the shared planning options (click parameters are not shared between
+    commands)."""
+    return [
+        click.Option(
+            ["--gpus"], default="auto", show_default=True, metavar="SPEC",
+            help="auto | all | N | device=ID[,ID...] | 0,2 | none. Ids are physical indices, "
+            "UUIDs, PCI addresses, CARD.TILE for one Intel tile, MIG-UUID, or vendor:ID "
+            "(nvidia:0) on hosts with several vendors.",
+        ),
+        click.Option(
+            ["--backend"], envvar="XPULAUNCH_BACKEND", default="auto", show_default=True,
+            metavar="auto|cuda|xpu|rocm|cpu", show_envvar=True, help="Vendor stack to use.",
+        ),
+        click.Option(["--dry-run"], is_flag=True, help="Print the plan; start nothing."),
+        click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: the plan as JSON."),
+        click.Option(
+            ["--inventory"], envvar="XPULAUNCH_INVENTORY", metavar="FILE", show_envvar=True,
+            help="Use this inventory document instead of probing this host.",
+        ),
+        click.Option(
+            ["--min-free-memory"], type=Size(), metavar="SIZE",
+            help="Only devices with at least this much free memory (e.g. 8GiB).",
+        ),
+        click.Option(
+            ["--max-utilization"], type=Percent(), metavar="PERCENT",
+            help="Only devices at most this busy.",
+        ),
+    ]  # fmt: skip
+
+
 def run_parameters(*, as_torchrun: bool = False) -> list[click.Parameter]:
     """A fresh list of ``run``'s options (click parameters are not shared between commands)."""
     return [*plan_parameters(), *(spec.option(as_torchrun=as_torchrun) for spec in RUN_SPECS)]
@@ -272,6 +307,40 @@ def to_request(
         share=_share(values["slots_per_gpu"], values["gpu_memory"]),
         cwd=os.getcwd(),
     )  # fmt: skip
+
+
+def launch(
+    program: tuple[str, ...], values: dict[str, Any], *, dry_run: bool, as_json: bool
+) -> int:
+    """``run``'s converted values (also ``torchrun``'s, mapped) -> a plan printed, or a job."""
+    env = dict(os.environ)
+    if values.get("accelerate_config"):
+        from xpulaunch.cli.accelerate import apply_accelerate_config
+
+        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
+    request = to_request(program, values, env)
+    if dry_run:
+        from xpulaunch.cli.render import print_plan
+        from xpulaunch.launch.run import dry_run as plan_only
+
+        print_plan(plan_only(request, env, _warn), as_json)
+        return 0
+    if as_json:
+        raise UsageError("--json goes with --dry-run")
+    probe = None
+    if request.inventory is None:  # probes while the supervisor is imported below
+        from xpulaunch.probing.isolated import ForkedProbe
+
+        probe = ForkedProbe(env)
+    with probe or contextlib.nullcontext():
+        from xpulaunch.launch.run import run as launch_job
+
+        with WaitReporter() as ui:
+            return launch_job(request, env, ui, probe=probe)
+
+
+def _warn(text: str) -> None:
+    click.echo(f"xpulaunch: {text}", err=True)
 
 
 def _share(slots: int | None, memory_bytes: int | None) -> DeviceShare | None:

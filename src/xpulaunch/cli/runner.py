@@ -11,7 +11,7 @@ import os
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.params import SECONDS
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.jobqueue import actions

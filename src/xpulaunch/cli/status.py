@@ -8,7 +8,7 @@ from datetime import datetime
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport

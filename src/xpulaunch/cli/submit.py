@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
-from xpulaunch.cli.program import ProgramCommand, option_arity, split_args
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.group import ProgramCommand, option_arity, split_args
 from xpulaunch.cli.run import run as run_command
 from xpulaunch.errors import UsageError
 from xpulaunch.jobqueue import actions

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
 from xpulaunch.cli.waiting import lock_dir_option

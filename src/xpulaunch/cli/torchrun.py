@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from xpulaunch.cli.options import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.params import Integer, ParamType
 from xpulaunch.cli.run_options import Spec, run_parameters
 from xpulaunch.core.nodes import parse_rdzv_conf
@@ -125,7 +125,7 @@ def torchrun_command(args: tuple[str, ...], dry_run: bool, as_json: bool, **valu
     both streams of every worker, so --tee and --redirects change nothing. --nproc-per-node
     auto is one worker per selected device (one on the CPU).
     """
-    from xpulaunch.cli.launching import launch
+    from xpulaunch.cli.run_options import launch
 
     env = os.environ
     flags = {name: _flag(name, values.pop(name), env) for name in FLAGS}
