@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.core.masks.cuda import parse_cuda_visible_devices
-from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device, Vendor
 

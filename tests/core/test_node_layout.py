@@ -9,7 +9,6 @@ from collections.abc import Mapping
 import pytest
 
 from xpulaunch.core import inventory as inventory_doc
-from xpulaunch.core.allocation import allocated_by
 from xpulaunch.core.node_protocol import (
     PROTOCOL,
     Hello,
@@ -27,6 +26,7 @@ from xpulaunch.core.plan import (
     to_dict,
     with_layout,
 )
+from xpulaunch.core.selection import allocated_by
 from xpulaunch.model import Inventory, NodeGroup, Plan
 
 GIB = 1024**3

@@ -9,7 +9,7 @@ import pytest
 from helpers import load_inventory
 from xpulaunch.core import devicemap
 from xpulaunch.core.backend import choose_backend, parse_backend
-from xpulaunch.core.placement import place, split_evenly, worker_count
+from xpulaunch.core.devicemap import place, split_evenly, worker_count
 from xpulaunch.core.selection import GpuMode, GpuRequest
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.model import Backend, Device, DeviceMap, Unit, Vendor

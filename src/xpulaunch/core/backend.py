@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.core.selection import GpuMode, GpuRequest, split_vendor, uuid_prefix_names
 from xpulaunch.errors import SelectionError, UsageError
 from xpulaunch.model import Backend, Device, Unit, Vendor

@@ -2,7 +2,9 @@
 addresses, ``CARD.TILE``, MIG UUIDs, each optionally qualified by its vendor (``nvidia:0``).
 
 Pure: ids and the visible units in, the units they name out, or a one-line error that says
-what would be valid.
+what would be valid. A PCI address is normalised here for every source too
+(:func:`normalize_bus_id`): each spells a BDF differently (NVML's 8-digit domain, sysfs's 4,
+upper or lower case).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import Device, MigDevice, Unit, Vendor
 
@@ -179,3 +180,25 @@ def uuid_prefix_names(ident: str, device: Device) -> bool:
 
 def _labels(units: Sequence[Unit]) -> str:
     return ", ".join(u.label() for u in units) or "none"
+
+
+_BDF = (
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
+    r"(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
+)
+
+
+def normalize_bus_id(text: str) -> str | None:
+    """``00000000:00:06.0``, ``0000:C1:00.0`` or ``c1:00.0`` -> ``0000:c1:00.0``; else None.
+
+    >>> normalize_bus_id("00000000:1A:00.0")
+    '0000:1a:00.0'
+    """
+    match = re.match(_BDF, text.strip())
+    if match is None:
+        return None
+    domain = int(match["domain"] or "0", 16) & 0xFFFF
+    bus, dev, fn = int(match["bus"], 16), int(match["dev"], 16), int(match["fn"])
+    if dev > 0x1F:
+        return None
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping  # also at run time: isinstance checks
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.errors import InventoryError
 from xpulaunch.model import Device, Inventory, MigDevice, Problem, Vendor
 

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from xpulaunch.core import devicemap
-from xpulaunch.core.allocation import allocated_by
 from xpulaunch.core.backend import choose_backend, elsewhere_hint, parse_backend
+from xpulaunch.core.devicemap import place, worker_count
 from xpulaunch.core.known_issues import issues_of
-from xpulaunch.core.placement import place, worker_count
 from xpulaunch.core.selection import (
     Filters,
     GpuMode,
     GpuRequest,
+    allocated_by,
     busy_reason,
     holder_of,
     parse_gpus,
@@ -218,7 +218,7 @@ def _filtered(request: LaunchRequest) -> bool:
 def _allocation(
     job: _Job, gpus: GpuRequest, units: tuple[Unit, ...], unavailable: Mapping[str, str] | None
 ) -> tuple[tuple[Unit, ...], tuple[str, ...]] | None:
-    """``--gpus auto`` under a scheduler's allocation (:mod:`xpulaunch.core.allocation`):
+    """``--gpus auto`` under a scheduler's allocation (:mod:`xpulaunch.core.selection`):
     every allocated unit that no other job of ours leases, a busy one too, with a warning.
     None where no scheduler allocated the GPUs, the user set a bar of their own (free memory,
     utilisation), or every unit is leased (auto's own refusal then names the holders)."""

@@ -148,7 +148,7 @@ def nvml_processes(
 
 
 def _nvml_bus(info: Any) -> str:
-    from xpulaunch.core.pci import normalize_bus_id
+    from xpulaunch.core.device_ids import normalize_bus_id
 
     raw = info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId)
     return normalize_bus_id(raw) or raw

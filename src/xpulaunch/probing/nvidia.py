@@ -14,7 +14,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import MigDevice, Problem, Vendor
 from xpulaunch.probing.context import ProbeContext, VendorResult, failed, not_installed, run_tool
 from xpulaunch.probing.nvml_start import NVML_LIBRARY

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probing.parsers.common import ParseError
 from xpulaunch.probing.parsers.numa import parse_cpus, parse_numa_node

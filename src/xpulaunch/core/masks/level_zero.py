@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.core.intel_family import is_xe_hpc, tiles_in_doubt
 from xpulaunch.core.masks import C_SPACE, ZE_HIDE_ALL, ZE_HIERARCHY_VAR, ZE_MASK_VAR
-from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device, Hierarchy, Unit, Vendor
 

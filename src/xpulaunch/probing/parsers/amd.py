@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import Vendor
 from xpulaunch.probing.observe import Observation
 from xpulaunch.probing.parsers.common import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xpulaunch.core.pci import normalize_bus_id
+from xpulaunch.core.device_ids import normalize_bus_id
 
 _UNITS = {"": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 _DEVICE_REGIONS = ("local", "vram")

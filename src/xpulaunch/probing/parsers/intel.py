@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.core.intel_family import XE_HPC
-from xpulaunch.core.pci import normalize_bus_id
 from xpulaunch.model import Vendor
 from xpulaunch.probing.observe import Observation
 from xpulaunch.probing.parsers.common import (
