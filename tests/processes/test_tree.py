@@ -15,7 +15,7 @@ import pytest
 
 from process_kit import alive, wait_for
 from xpulaunch.model import JOB_ID_VAR, WORKER_VAR
-from xpulaunch.processes import guardian, procfs, records, tree
+from xpulaunch.processes import guardian, procfs, records, signals
 
 Argv = Callable[..., list[str]]
 
@@ -74,17 +74,17 @@ def test_find_job_by_marker_and_session(child: Argv, procs: list) -> None:
 
 def test_signals_never_hit_init_or_ourselves() -> None:
     for target in (0, 1, -1, os.getpid()):
-        assert tree.signal_pid(target, 0) is False
+        assert signals.signal_pid(target, 0) is False
     for group in (0, 1, os.getpgrp()):
-        assert tree.signal_group(group, 0) is False
+        assert signals.signal_group(group, 0) is False
 
 
 def test_gone_is_success(child: Argv, procs: list) -> None:
     proc = start(procs, child("sleeper.py"), start_new_session=True, stdout=subprocess.DEVNULL)
-    assert tree.signal_group(proc.pid, signal.SIGKILL) is True
+    assert signals.signal_group(proc.pid, signal.SIGKILL) is True
     proc.wait(timeout=10)
-    assert tree.signal_group(proc.pid, signal.SIGKILL) is False
-    assert tree.signal_pid(proc.pid, signal.SIGKILL) is False
+    assert signals.signal_group(proc.pid, signal.SIGKILL) is False
+    assert signals.signal_pid(proc.pid, signal.SIGKILL) is False
 
 
 @pytest.mark.parametrize(
@@ -98,8 +98,8 @@ def test_gone_is_success(child: Argv, procs: list) -> None:
     ],
 )
 def test_exit_status(returncode: int, status: int, text: str) -> None:
-    assert tree.exit_status(returncode) == status
-    assert tree.describe_returncode(returncode) == text
+    assert signals.exit_status(returncode) == status
+    assert signals.describe_returncode(returncode) == text
 
 
 # "shell": the guardian as the supervisor starts it (stage 1, which execs stage 2 on EOF);

@@ -19,8 +19,8 @@ from xpulaunch.core.nodes import NodeSettings, resolve_nodes
 from xpulaunch.core.plan import skipped_text
 from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import NODES_FAILED_STATUS, UsageError, XpulaunchError
+from xpulaunch.joblog.console import Reporter
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
-from xpulaunch.joblog.report import Reporter
 from xpulaunch.launch import plan as planning
 from xpulaunch.launch.operations import LeaseEvents, Operations, open_events
 from xpulaunch.model import Backend

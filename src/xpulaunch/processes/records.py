@@ -18,7 +18,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from xpulaunch.processes.procfs import find_job, is_running
-from xpulaunch.processes.tree import signal_pid
+from xpulaunch.processes.signals import signal_pid
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

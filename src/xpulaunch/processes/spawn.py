@@ -1,4 +1,5 @@
-"""Starting one worker process: argv list, fresh env, own session, parent-death signal.
+"""Starting one worker process: argv list, fresh env, own session, parent-death signal; and
+enough open-file descriptors for all of them.
 
 Choices, each for a reason:
 
@@ -29,6 +30,15 @@ Choices, each for a reason:
   starts bound and every thread and process it creates inherits the mask (sched_setaffinity(2)),
   with no ``taskset``/``numactl`` needed on the host and the argv left as planned. That takes
   the ``preexec_fn`` way, as a cgroup does.
+* Enough open-file descriptors for the job, checked before anything starts
+  (:func:`ensure_open_files`). The supervisor holds about :data:`FDS_PER_WORKER` descriptors per
+  worker (its stdout and stderr pipes and a pidfd) besides its own. At the usual default
+  ``ulimit -n`` of 1024 that caps a job near 330 workers, and the failure surfaced as a worker
+  that "cannot be started" (EMFILE), blaming the program. So the soft limit is raised to what
+  the job needs, never above the hard limit (an unprivileged process may do that: setrlimit(2));
+  where the hard limit is too low, the error says how many are needed. Only a job that needs
+  more raises it, so most workers inherit the limit they would have had without xpulaunch (a
+  program using ``select(2)`` breaks with descriptors above 1023).
 """
 
 from __future__ import annotations
@@ -37,11 +47,13 @@ import contextlib
 import errno
 import functools
 import os
+import resource
 import signal
 import subprocess
 from shutil import which
 from typing import IO, TYPE_CHECKING
 
+from xpulaunch.errors import XpulaunchError
 from xpulaunch.model import CPUS_VAR
 from xpulaunch.processes.program import find_executable
 
@@ -227,3 +239,43 @@ def open_pidfd(pid: int) -> int | None:
     except OSError:  # ENOSYS on old kernels; the caller falls back to a waiter thread
         return None
     return fd
+
+
+FDS_PER_WORKER = 3  # stdout and stderr pipes, pidfd
+FDS_RESERVE = 64  # the interpreter, leases, the guardian's pipe, a spawn's pipes, a health check
+
+
+def needed_open_files(workers: int, log_files_per_worker: int = 0) -> int:
+    """``log_files_per_worker``: files each worker's log keeps open (``--log-dir``: 1 in
+    our layout, stdout and stderr in torchrun's)."""
+    return (FDS_PER_WORKER + log_files_per_worker) * workers + FDS_RESERVE
+
+
+def ensure_open_files(workers: int, log_files_per_worker: int = 0) -> None:
+    """Raise the soft ``RLIMIT_NOFILE`` to what ``workers`` need; an error if the hard limit
+    is too low."""
+    needed = needed_open_files(workers, log_files_per_worker)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise XpulaunchError(
+            f"{workers} workers need about {needed} open files, but 'ulimit -n' allows "
+            f"{soft} (hard limit {hard}); raise the hard limit (limits.conf, systemd "
+            f"LimitNOFILE=) or start fewer workers"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def out_of_files_message(exc: OSError) -> str | None:
+    """For EMFILE/ENFILE (this process, or the whole system, out of file descriptors): what
+    to say instead of blaming the program being started; None for any other error."""
+    if exc.errno == errno.EMFILE:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"xpulaunch itself ran out of open files ('ulimit -n' is {soft}); raise it, or "
+            "start fewer workers"
+        )
+    if exc.errno == errno.ENFILE:
+        return "the system ran out of open files (fs.file-max); close some, or raise it"
+    return None

@@ -43,7 +43,7 @@ from xpulaunch.events import (
 )
 from xpulaunch.leases.lock_files import LOCK_SUFFIX, UNIT_PREFIX, key_of_lock_file
 from xpulaunch.processes.procfs import command_line, find_job, flock_sharers
-from xpulaunch.processes.tree import (
+from xpulaunch.processes.signals import (
     describe_returncode,
     signal_group,
     signal_name,
@@ -52,8 +52,7 @@ from xpulaunch.processes.tree import (
 )
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.supervisor.guardian_keeper import GuardianKeeper
-from xpulaunch.supervisor.loop import Loop
-from xpulaunch.supervisor.status_board import StatusBoard
+from xpulaunch.supervisor.loop import Loop, StatusBoard
 from xpulaunch.supervisor.worker import START_FAILED_STATUS, Worker
 
 if TYPE_CHECKING:

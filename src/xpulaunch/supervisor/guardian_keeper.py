@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xpulaunch.processes.procfs import start_ticks
+from xpulaunch.processes.signals import signal_name
 from xpulaunch.processes.spawn import open_pidfd
-from xpulaunch.processes.tree import signal_name
 
 if TYPE_CHECKING:
     from xpulaunch.processes.guardian import GuardianHandle

@@ -35,9 +35,9 @@ from xpulaunch.joblog.logs import LogConfig, LogLayout, LogSink, rank_folders
 from xpulaunch.processes import records
 from xpulaunch.processes.cgroup import check_cgroup_setting, job_cgroup
 from xpulaunch.processes.guardian import GuardianHandle, start_guardian
-from xpulaunch.processes.limits import ensure_open_files
 from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
+from xpulaunch.processes.spawn import ensure_open_files
 from xpulaunch.supervisor.engine import Engine
 from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, Watch, WorkerSpec
 

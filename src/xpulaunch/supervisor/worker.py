@@ -26,16 +26,15 @@ from typing import TYPE_CHECKING, Protocol
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.events import Exited, Ready, Started, Unhealthy, WorkerState, WorkerStatus
 from xpulaunch.joblog.logs import KEEP_ATTEMPTS, LineBuffer
-from xpulaunch.processes.limits import out_of_files_message
 from xpulaunch.processes.procfs import process_info
-from xpulaunch.processes.spawn import open_pidfd, spawn
-from xpulaunch.processes.tree import (
+from xpulaunch.processes.signals import (
     exit_status,
     signal_group,
     signal_name,
     signal_processes,
     with_cont,
 )
+from xpulaunch.processes.spawn import open_pidfd, out_of_files_message, spawn
 from xpulaunch.supervisor.spec import heartbeat_path, start_env
 
 if TYPE_CHECKING:
