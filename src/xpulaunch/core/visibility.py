@@ -11,8 +11,8 @@ verified on MIG hardware here). A child is given at most one instance, by its MI
 nothing else: with a MIG instance in its list CUDA enumerates that instance alone (CUDA
 Programming Guide 5.2.1.1).
 
-The Intel and AMD parsers are imported by the functions that read or write those vendors'
-variables, so a CUDA or CPU plan never loads them.
+Each vendor's parser is imported by the functions that read or write that vendor's variables
+(:mod:`xpulaunch.core.masks`), so a plan loads those of the vendors on the host and no other.
 """
 
 from __future__ import annotations
@@ -29,17 +29,13 @@ from xpulaunch.core.masks import (
     ZE_HIERARCHY_VAR,
     ZE_MASK_VAR,
 )
-from xpulaunch.core.masks.cuda import (
-    CudaEntry,
-    format_cuda_visible_devices,
-    parse_cuda_visible_devices,
-)
 from xpulaunch.errors import MaskError, SelectionError
 from xpulaunch.model import Device, Hierarchy, Inventory, Unit, Vendor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from xpulaunch.core.masks.cuda import CudaEntry
     from xpulaunch.core.masks.oneapi import RootPick
 
 CUDA_ORDER_VAR = "CUDA_DEVICE_ORDER"
@@ -91,6 +87,8 @@ def parent_visible(
 
 
 def _nvidia_visible(devices: Sequence[Device], env: Mapping[str, str]) -> Visible:
+    from xpulaunch.core.masks.cuda import parse_cuda_visible_devices
+
     value = env.get(CUDA_VAR)
     parsed = parse_cuda_visible_devices(value, devices)
     notes = list(parsed.notes)
@@ -365,6 +363,8 @@ def _nvidia_env(units: Sequence[Unit]) -> dict[str, str | None]:
     if not units:  # "" hides every CUDA device (CUDA Programming Guide, "CUDA_VISIBLE_DEVICES")
         return {CUDA_VAR: ""}
     _refuse_mig_with_others(units)
+    from xpulaunch.core.masks.cuda import CudaEntry, format_cuda_visible_devices
+
     entries = [CudaEntry(u.device, u.mig) for u in units]
     # PCI_BUS_ID makes CUDA numbering match nvidia-smi; UUIDs make the mask immune to order.
     return {CUDA_ORDER_VAR: "PCI_BUS_ID", CUDA_VAR: format_cuda_visible_devices(entries)}

@@ -8,9 +8,10 @@ would be valid. Sources: compute-runtime (Level Zero), intel/llvm (SYCL), the CU
 Programming Guide, ROCm's "GPU isolation techniques".
 
 One module per runtime: :mod:`.cuda`, :mod:`.level_zero`, :mod:`.oneapi`, :mod:`.rocm`, each
-imported by the code that reads or writes that runtime's variable (a CUDA or CPU plan loads no
-Intel or AMD parser). Here: what they all share, the variables' names and C's idea of white
-space, so that naming a variable (``core.visibility`` does, for every vendor) loads no parser.
+imported by the code that reads or writes that runtime's variable (a plan for a CUDA host loads
+no Intel or AMD parser, one for a CPU-only host none). Here: what they all share, the
+variables' names and C's idea of white space, so that naming a variable (``core.visibility``
+does, for every vendor) loads no parser.
 """
 
 from __future__ import annotations
