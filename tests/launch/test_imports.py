@@ -10,7 +10,11 @@ device), and the CLI itself. Then:
 * no pynvml in the CLI's process: it probes in a forked child, so NVML's library is not
   resident in the supervisor for the life of the job (:mod:`xpulaunch.probing.isolated`);
 * no ``http.client``, ``ssl`` or ``email`` for a plain ``run``: only llama health checks
-  speak HTTP, and they import it when they run.
+  speak HTTP, and they import it when they run;
+* at most :data:`MAX_MODULES` of our own modules when the CLI starts its first worker (on
+  this host and on 8 H100s): a plain run loads what it uses, and a mode it does not use
+  (several nodes, c10d, ``--cpu-bind``, slots, waiting in line, another vendor's masks, health
+  checks) is imported where that mode begins.
 """
 
 from __future__ import annotations
@@ -28,6 +32,28 @@ from helpers import inventory_path
 # loads) a GPU stack in the process that forks the workers.
 GPU_RUNTIMES = ("torch", "accelerate", "intel_extension_for_pytorch", "cupy", "pycuda", "pyzes")
 HTTP = ("http.client", "ssl", "email")
+# Our modules (package __init__ files included) loaded when the CLI starts the first worker of
+# a plain run. A bound to keep, and to lower when a change loads fewer.
+MAX_MODULES = 60
+
+# Notes which of our modules are loaded when the first worker is started: the first Popen
+# made by processes/spawn.py's spawn() (the guardian and the probe start otherwise).
+_AT_FIRST_SPAWN = """
+import subprocess, sys
+at_spawn = []
+_popen_init = subprocess.Popen.__init__
+
+def _noting(self, *args, **kwargs):
+    frame = sys._getframe(1)
+    while frame is not None and not at_spawn:
+        code = frame.f_code
+        if code.co_name == "spawn" and code.co_filename.endswith("processes/spawn.py"):
+            at_spawn.append(sorted(m for m in sys.modules if m.split(".")[0] == "xpulaunch"))
+        frame = frame.f_back
+    _popen_init(self, *args, **kwargs)
+
+subprocess.Popen.__init__ = _noting
+"""
 
 _API = """
 import json, os, sys
@@ -61,16 +87,20 @@ with lease:
 json.dump({"statuses": statuses, "loaded": sorted(set(sys.modules) - before)}, sys.stderr)
 """
 
-_CLI = """
+_CLI = (
+    _AT_FIRST_SPAWN
+    + """
 import json, sys
 before = set(sys.modules)
 from xpulaunch.cli.main import main
 try:
-    main(["--gpus", "auto", "--", sys.executable, "-c", "pass"])
+    main(["--gpus", "auto", *sys.argv[1:], "--", sys.executable, "-c", "pass"])
 except SystemExit as exc:
     status = exc.code
-json.dump({"status": status, "loaded": sorted(set(sys.modules) - before)}, sys.stderr)
+json.dump({"status": status, "loaded": sorted(set(sys.modules) - before),
+           "at_spawn": at_spawn[0]}, sys.stderr)
 """
+)
 
 
 def _run(code: str, *args: str, env: dict[str, str]) -> dict[str, object]:
@@ -97,6 +127,16 @@ def cli_path(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("cli-imports")
     env = {**os.environ, "XDG_RUNTIME_DIR": str(root), "XPULAUNCH_LOCK_DIR": str(root / "locks")}
     result = _run(_CLI, env=env)
+    assert result["status"] == 0
+    return result
+
+
+@pytest.fixture(scope="module")
+def cli_cuda_path(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The same command on a host of 8 H100s (its inventory document, with real leases)."""
+    root = tmp_path_factory.mktemp("cli-cuda-imports")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(root), "XPULAUNCH_LOCK_DIR": str(root / "locks")}
+    result = _run(_CLI, "--inventory", str(inventory_path("8x-h100.json")), env=env)
     assert result["status"] == 0
     return result
 
@@ -136,6 +176,18 @@ def test_a_plain_run_does_not_speak_http(
 ) -> None:
     assert _loaded(api_path, name) == []
     assert _loaded(cli_path, name) == []
+
+
+def test_a_plain_run_starts_its_first_worker_with_few_modules_loaded(
+    cli_path: dict[str, object], cli_cuda_path: dict[str, object]
+) -> None:
+    paths = {"this host": cli_path, "8 H100s": cli_cuda_path}
+    at_spawn = {name: path["at_spawn"] for name, path in paths.items()}
+    for loaded in at_spawn.values():
+        assert isinstance(loaded, list)
+        assert "xpulaunch.processes.spawn" in loaded  # noted at the real spawn
+    counts = {name: len(loaded) for name, loaded in at_spawn.items()}  # type: ignore[arg-type]
+    assert max(counts.values()) <= MAX_MODULES, (counts, at_spawn)
 
 
 def test_the_names_checked_are_real_modules() -> None:
