@@ -111,7 +111,12 @@ def test_live_view_in_a_real_terminal(box: QueueBox, tmux: Tmux) -> None:
         "the job running in the queue part",
     )
     wait_for(lambda: row("nvidia 0").endswith("-"), "the device free again once the job ended")
-    assert any(line.startswith("QUEUE: empty") for line in tmux.screen())
+    # The lease ends with the job's processes; the runner records the job as done once it has
+    # reaped them, a refresh or two later.
+    wait_for(
+        lambda: any(line.startswith("QUEUE: empty") for line in tmux.screen()),
+        "the queue part empty once the runner recorded the job done",
+    )
     time.sleep(0.5)  # a few more refreshes with nothing changing
     tmux("send-keys", "-t", "top", "q")
     wait_for(lambda: not tmux.alive(), "q to quit top")
