@@ -185,7 +185,7 @@ def gpu_count(python: str, env: dict[str, str]) -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown (NVML not usable here)"
 
 
-def wrong_answer(argv: list[str], env: dict[str, str], gpus: str) -> str | None:
+def wrong_answer(name: str, argv: list[str], env: dict[str, str], gpus: str) -> str | None:
     """What is wrong with the inventory ``argv`` prints (None: every GPU NVML counts is there,
     each with its memory in use, and NVML recorded no problem; other problems are printed)."""
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
@@ -197,7 +197,7 @@ def wrong_answer(argv: list[str], env: dict[str, str], gpus: str) -> str | None:
         return "a device without its memory in use"
     nvml = [p for p in problems if p.get("source") == "nvml"]
     if problems:
-        print(f"{argv[-3]} {' '.join(argv[-2:])}: problems recorded: {problems}")
+        print(f"{name}: problems recorded: {problems}")
     return f"NVML's problems: {nvml}" if nvml else None
 
 
@@ -263,7 +263,7 @@ def main() -> int:
     count = gpu_count(args.python, env)
     print(f"GPUs: {count}")
     for name in [n for n in commands if n.startswith(ours_name)]:
-        wrong = wrong_answer(commands[name], env, count)
+        wrong = wrong_answer(name, commands[name], env, count)
         if wrong:  # a faster answer that is wrong is not faster
             print(f"{name}: {wrong}")
             return 1

@@ -23,6 +23,7 @@ from xpulaunch.probing.drivers import (
     level_zero_version,
 )
 from xpulaunch.probing.numa import TOPOLOGY_KEY, read_cpu_topology
+from xpulaunch.probing.nvml_start import SYSFS_ROOT_ENV
 from xpulaunch.probing.observe import to_devices
 from xpulaunch.probing.runner import SubprocessRunner
 from xpulaunch.probing.sysfs import list_pci_gpus, perfmon_capable
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
     _VendorProbe = Callable[[ProbeContext, list[PciGpu] | None], VendorResult]
 
 # Testing hooks: point the CLI's probe at a fake machine (a sysfs/procfs tree built by a test).
-# A fake machine has no real NVML or Sysman, so with a fake sysfs root both are switched off.
-SYSFS_ROOT_ENV = "XPULAUNCH_SYSFS_ROOT"
+# A fake machine has no real NVML or Sysman, so with a fake sysfs root both are switched off
+# (SYSFS_ROOT_ENV comes from nvml_start, which follows the same rule before this is imported).
 PROCFS_ROOT_ENV = "XPULAUNCH_PROCFS_ROOT"
 
 _ORDER = {Vendor.NVIDIA: "vendor", Vendor.INTEL: "discrete", Vendor.AMD: "pci"}

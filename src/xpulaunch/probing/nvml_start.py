@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 # What pynvml's nvmlInit loads on Linux (its _LoadNvmlLibrary).
 NVML_LIBRARY = "libnvidia-ml.so.1"
-FAKE_SYSFS_ENV = "XPULAUNCH_SYSFS_ROOT"  # a fake machine: the probe leaves NVML alone
+# The testing hook that points the probe at a fake machine, where it leaves NVML alone
+# (probing.host.probe_from_env): defined here, in the module imported first.
+SYSFS_ROOT_ENV = "XPULAUNCH_SYSFS_ROOT"
 
 
 def start_nvml(env: Mapping[str, str]) -> None:
@@ -28,7 +30,7 @@ def start_nvml(env: Mapping[str, str]) -> None:
     NVML reference ends with the process, so a long-lived process never calls this. Where the
     library does not load, or lacks NVML's calls, the thread ends at once and the probe says
     why NVML is not used, as before."""
-    if not env.get(FAKE_SYSFS_ENV):
+    if not env.get(SYSFS_ROOT_ENV):
         threading.Thread(target=_start_nvml, name="xpulaunch-nvml-start", daemon=True).start()
 
 
