@@ -24,32 +24,10 @@
 # $OUT/phase_X_summary.txt (the device returns at most 8 files).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-: "${OUT:?set OUT}"
 PHASE=${1:?a or b}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
-R=$(mktemp -d /tmp/session10-$PHASE.XXXX)
-SUMMARY=$OUT/phase_${PHASE}_summary.txt
-mkdir -p "$OUT"
-: >"$SUMMARY"
-note() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
-# gpu_env.sh: click, psutil, nvidia-ml-py, pytest... from .whl/ where python3 lacks them
-# shellcheck source=/dev/null
-source docs/hardware/gpu_env.sh >"$R/gpu_env.log" 2>&1
-note "session10 $PHASE on $(hostname): $(nvidia-smi -L | wc -l) GPUs, $(nproc) CPUs; $(python3 -V)"
-nvidia-smi -L >>"$SUMMARY"
-
-step() {  # NAME SECONDS COMMAND...: run with a bound; keep its output; summarise its verdicts
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS
-    note "--- $name (limit $limit s)"
-    mkdir -p "$R/$name"
-    OUT="$R/$name" timeout -k 10 "$limit" "$@" >"$R/$name/stdout.log" 2>&1
-    local rc=$?
-    grep -hE '^(PASS|FAIL|UNVERIFIED|INFO)|^\| [0-9]+ \|' "$R/$name"/*.log "$R/$name"/*.md \
-        2>/dev/null | sort -u >>"$SUMMARY"
-    note "--- $name: exit $rc after $((SECONDS - start)) s"
-}
+SESSION=session10
+# shellcheck source=docs/hardware/session_steps.sh
+source docs/hardware/session_steps.sh
 
 LLAMA_BUILD_DIR=/tmp/llama-cuda
 build_llama() {  # the CUDA llama-server and llama-fit-params that llama_serve_check.sh reuses
@@ -131,5 +109,4 @@ g)  # one GPU: does something NVML starts round a process's end up to a period o
     cat "$R/nvml_tick/stdout.log" >>"$SUMMARY"
     ;;
 esac
-tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
-note "phase $PHASE done after $SECONDS s"
+finish_phase

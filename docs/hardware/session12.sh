@@ -22,33 +22,11 @@
 # $OUT/phase_X_summary.txt (the device returns at most 8 files).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-: "${OUT:?set OUT}"
 PHASE=${1:?a, b, c, d, e or f}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
-R=$(mktemp -d /tmp/session12-$PHASE.XXXX)
-SUMMARY=$OUT/phase_${PHASE}_summary.txt
-mkdir -p "$OUT"
-: >"$SUMMARY"
-note() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
-# gpu_env.sh: click, psutil, nvidia-ml-py, pytest... from .whl/ where python3 lacks them
-# shellcheck source=/dev/null
-source docs/hardware/gpu_env.sh >"$R/gpu_env.log" 2>&1
-note "session12 $PHASE on $(hostname): $(nvidia-smi -L | wc -l) GPUs, $(nproc) CPUs; $(python3 -V); commit $(git log -1 --format=%h 2>/dev/null)"
-nvidia-smi -L >>"$SUMMARY"
+SESSION=session12
+# shellcheck source=docs/hardware/session_steps.sh
+source docs/hardware/session_steps.sh
 nvidia-smi topo -m >>"$SUMMARY" 2>&1
-
-step() {  # NAME SECONDS COMMAND...: run with a bound; keep its output; summarise its verdicts
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS
-    note "--- $name (limit $limit s)"
-    mkdir -p "$R/$name"
-    OUT="$R/$name" timeout -k 10 "$limit" "$@" >"$R/$name/stdout.log" 2>&1
-    local rc=$?
-    grep -hE '^(PASS|FAIL|UNVERIFIED|INFO)|^\| [0-9]+ \|' "$R/$name"/*.log "$R/$name"/*.md \
-        2>/dev/null | sort -u >>"$SUMMARY"
-    note "--- $name: exit $rc after $((SECONDS - start)) s"
-}
 
 case $PHASE in
 a)  # the bench (section 7) is phase b's: BUDGET_S=0 skips it
@@ -101,5 +79,4 @@ c)  # one GPU: this tree against .device-carry/src-before (the code before a cha
     tail -6 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
     ;;
 esac
-tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
-note "phase $PHASE done after $SECONDS s"
+finish_phase
