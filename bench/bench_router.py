@@ -23,6 +23,17 @@ reached both ways:
 
 The client is aiohttp in this process; the router and llama-server are other processes. On
 the 2-core dev machine all three share the cores, which inflates every figure alike.
+
+``--upstream stamped`` puts ``bench/stamped_upstream.py`` where llama-server was: a stand-in
+that serves every burst alike (one event per tick to every open stream, as a decode step does)
+and stamps each event with the moment it was written. A real llama-server batches a burst by
+when its requests arrive, and the router spreads their arrival, so part of the difference
+measured in 1. is llama-server's. With the stand-in, per request and per event:
+
+* request: from the client's send to the upstream handler's start;
+* event: from the upstream's write to the client's read (one clock, CLOCK_MONOTONIC).
+
+Through the router less straight is what the router adds, at p50 and p99 of each.
 """
 
 from __future__ import annotations
@@ -61,7 +72,20 @@ def find_llama_server() -> str:
     return found
 
 
-def start_router(work: Path, binary: str, requests: int) -> tuple[subprocess.Popen[str], str]:
+STAMPED = ROOT / "bench" / "stamped_upstream.py"
+
+
+def stamped_binary(work: Path) -> str:
+    """An executable that runs the stand-in with this Python (it needs aiohttp)."""
+    script = work / "stamped-server"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STAMPED}" "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def start_router(
+    work: Path, binary: str, requests: int, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[str], str]:
     model = write_tiny_model(work / "long.gguf", 1 << 17)
     slots = max(requests, 8)
     config = work / "models.toml"
@@ -71,7 +95,7 @@ def start_router(work: Path, binary: str, requests: int) -> tuple[subprocess.Pop
     )
     proc = subprocess.Popen(
         [*XPULAUNCH, "llama", "serve", "--config", str(config), "--port", "0", "--binary", binary,
-         "--lock-dir", str(work / "locks")],
+         "--lock-dir", str(work / "locks"), *extra],
         stdout=subprocess.PIPE, stderr=open(work / "router.err", "w"), text=True,  # noqa: SIM115
         env={**os.environ, "XDG_RUNTIME_DIR": str(work)},
     )  # fmt: skip
@@ -190,6 +214,89 @@ async def router_cpu(
     return round((await spent(router) - await spent(direct)) * 1e6)
 
 
+# -- 1b. added latency against the stamped stand-in --------------------------------------------
+async def stamped_stream(
+    session: aiohttp.ClientSession, url: str
+) -> tuple[float, list[float], bool]:
+    """Seconds from sending to the upstream's start; each event's seconds from the upstream's
+    write to our read; whether it ended with [DONE]."""
+    sent = time.monotonic()
+    delays: list[float] = []
+    recv = None
+    buffer = b""
+    ended = False
+    async with session.post(url + "/v1/chat/completions", json=CHAT) as answer:
+        async for chunk in answer.content.iter_any():
+            now = time.monotonic()
+            buffer += chunk
+            *events, buffer = buffer.split(b"\n\n")
+            for raw in events:
+                data = raw.removeprefix(b"data: ")
+                if data == b"[DONE]":
+                    ended = True
+                    continue
+                stamp = json.loads(data)
+                recv = stamp["recv"]
+                delays.append(now - stamp["sent"])
+    ok = answer.status == 200 and ended and recv is not None and len(delays) == CHAT["max_tokens"]
+    if not ok:
+        LOST.append(f"{url}: HTTP {answer.status}, {len(delays)} events, ended {ended}")
+    return (recv - sent if recv is not None else float("nan")), delays, ok
+
+
+async def stamped(router: str, direct: str, rounds: int, count: int) -> dict[str, object]:
+    ways = {"direct": direct, "router": router}
+    requests: dict[str, list[float]] = {"direct": [], "router": []}
+    events: dict[str, list[float]] = {"direct": [], "router": []}
+    alone: dict[str, list[float]] = {"direct": [], "router": []}
+    lost = {"direct": 0, "router": 0}
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for url in ways.values():  # warm both paths
+            await asyncio.gather(*(stamped_stream(session, url) for _ in range(4)))
+        for round_ in range(rounds):
+            order = ["direct", "router"] if round_ % 2 == 0 else ["router", "direct"]
+            for way in order:
+                done = await asyncio.gather(
+                    *(stamped_stream(session, ways[way]) for _ in range(count))
+                )
+                for request_s, delays, ok in done:
+                    requests[way].append(request_s * 1e3)
+                    events[way] += [d * 1e3 for d in delays]
+                    lost[way] += not ok
+            for way in order:
+                for _ in range(SEQUENTIAL):
+                    request_s, _delays, ok = await stamped_stream(session, ways[way])
+                    alone[way].append(request_s * 1e3)
+                    lost[way] += not ok
+    return {
+        way: {"requests": len(requests[way]), "events": len(events[way]), "lost": lost[way],
+              "request_p50_ms": pct(requests[way], 50), "request_p99_ms": pct(requests[way], 99),
+              "event_p50_ms": pct(events[way], 50), "event_p99_ms": pct(events[way], 99),
+              "alone_p50_ms": pct(alone[way], 50), "alone_p99_ms": pct(alone[way], 99)}
+        for way in ways
+    }  # fmt: skip
+
+
+def report_stamped(summary: dict[str, object], count: int) -> None:
+    direct, router = summary["direct"], summary["router"]
+    assert isinstance(direct, dict) and isinstance(router, dict)
+    print(f"stamped stand-in, {count} concurrent streams a round, {direct['requests']} requests "
+          f"and {direct['events']} events each way:")  # fmt: skip
+    for key, label in (("request", "request reaches upstream"),
+                       ("event", "event reaches the client"),
+                       ("alone", "one at a time, request")):  # fmt: skip
+        for q in ("p50", "p99"):
+            d, r = direct[f"{key}_{q}_ms"], router[f"{key}_{q}_ms"]
+            print(
+                f"  {label:28} {q}: direct {d:7.2f} ms  router {r:7.2f} ms  added {r - d:+6.2f} ms"
+            )
+    print(f"  lost: direct {direct['lost']}, router {router['lost']}")
+    for line in LOST:
+        print(f"  lost: {line}")
+    print(json.dumps(summary))
+
+
 # -- 2. clients that leave ----------------------------------------------------------------------
 LONG = {"model": "tiny", "prompt": "hi", "max_tokens": 20000, "stream": True, "ignore_eos": True}
 
@@ -246,16 +353,38 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--leavers", type=int, default=200)
     parser.add_argument("--binary", default=None)
+    parser.add_argument(
+        "--front-processes", type=int, default=0, help="the router's --front-processes"
+    )
+    parser.add_argument(
+        "--upstream",
+        choices=("llama-server", "stamped"),
+        default="llama-server",
+        help="stamped: the stand-in of bench/stamped_upstream.py",
+    )
     args = parser.parse_args()
-    binary = args.binary or find_llama_server()
     with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp:
-        proc, router = start_router(Path(tmp), binary, args.requests)
+        if args.upstream == "stamped":
+            binary = stamped_binary(Path(tmp))
+            extra: tuple[str, ...] = ("--llama-backend", "cpu")
+        else:
+            binary, extra = args.binary or find_llama_server(), ()
+        extra += ("--front-processes", str(args.front_processes))
+        proc, router = start_router(Path(tmp), binary, args.requests, extra)
         try:
             post_json(router + "/models/load", {"model": "tiny"})
             status = get_json(router + "/models/status")
             direct = str(status["models"][0]["replicas"][0]["url"])  # type: ignore[index]
             print(f"router {router}, llama-server {direct} ({binary})")
-            print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
+            print(
+                f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start; "
+                f"router with --front-processes {args.front_processes}"
+            )
+            if args.upstream == "stamped":
+                report_stamped(asyncio.run(stamped(router, direct, args.rounds, args.requests)),
+                               args.requests)  # fmt: skip
+                print(f"load average {os.getloadavg()[0]:.1f} at the end")
+                return
             summary = asyncio.run(latency(router, direct, args.rounds, args.requests, proc.pid))
             report(summary, args.requests)
             gone = asyncio.run(leavers(router, direct, args.leavers))

@@ -16,8 +16,9 @@ import importlib.util
 import os
 import shutil
 import stat
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ if _HERE not in sys.path:  # make llama_fakes next to this file importable
 
 from llama_fakes import LISTINGS  # noqa: E402
 from tiny_model import write_tiny_model  # noqa: E402
+
+from helpers import processes_marked  # noqa: E402
 
 INSTALL = (
     'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF '
@@ -100,3 +103,18 @@ def fake_build(tmp_path: Path) -> Callable[[str], str]:
         return str(path)
 
     return make
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts (``xpulaunch llama serve``): killed at its end if still
+    running, and any llama-server of the test left behind (only when it failed)."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+    left = [p for p in processes_marked((f"{tmp_path}/",)) if "llama-server" in p.name()]
+    for proc in left:
+        proc.kill()

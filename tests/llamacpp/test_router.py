@@ -202,7 +202,8 @@ class long_stream:
         head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
                 f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
         self.sock.sendall(head + body)
-        assert b" 200 " in self.sock.recv(4096).split(b"\r\n")[0]
+        self.head = self.sock.recv(4096)  # the status line and headers, at least
+        assert b" 200 " in self.head.split(b"\r\n")[0]
 
     def __enter__(self) -> socket.socket:
         return self.sock

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,19 +140,6 @@ def test_a_pinned_model_is_never_evicted(
 
 
 # -- the command -----------------------------------------------------------------------------
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
-    left = [p for p in processes_marked((f"{tmp_path}/",)) if "llama-server" in p.name()]
-    for proc in left:  # only when the test failed: do not leave its servers running
-        proc.kill()
-
-
 def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path,
     started: list[subprocess.Popen[str]],

@@ -46,6 +46,9 @@ STATUS_TIMEOUT_S = 10.0
               help="After SIGTERM to a server, wait this long before SIGKILL.")  # fmt: skip
 @click.option("--max-request-size", type=Size(), default="32MiB", show_default=True, metavar="SIZE",
               help="Larger request bodies get 413.")  # fmt: skip
+@click.option("--front-processes", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N", help="Processes that forward on the port beside the router's own "
+              "(for many requests at once).")  # fmt: skip
 @click.option("--log-dir", type=click.Path(file_okay=False), envvar="XPULAUNCH_LOG_DIR",
               help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.")  # fmt: skip
 @click.option("--events", metavar="FILE|-", envvar="XPULAUNCH_EVENTS",
@@ -106,7 +109,7 @@ def _router(config_path: str, inventory: Inventory, env: dict[str, str], options
         backend=None if options["backend"] == "auto" else options["backend"], parent_env=env,
         health=health, grace_s=options["grace"], log_dir=options["log_dir"],
         max_body_bytes=options["max_request_size"] or 1,
-        reprobe=not options["inventory"], **extra,
+        front_processes=options["front_processes"], reprobe=not options["inventory"], **extra,
     )  # fmt: skip
 
 

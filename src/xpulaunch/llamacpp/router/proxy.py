@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -26,6 +26,7 @@ from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.plan import Replica
+    from xpulaunch.llamacpp.router.config import RouterConfig
     from xpulaunch.llamacpp.router.models import ModelManager
     from xpulaunch.llamacpp.router.slot import Slot
 
@@ -73,38 +74,38 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(exc.status, message)
 
 
-class Proxy:
-    """The aiohttp application of one router."""
+class Models(Protocol):
+    """What forwarding needs of the models: the router's :class:`ModelManager`, or in a front
+    process (:mod:`~xpulaunch.llamacpp.router.fronts`) the manager's answers over a pipe."""
+
+    @property
+    def config(self) -> RouterConfig: ...
+    @property
+    def slots(self) -> Mapping[str, Slot]: ...
+    async def acquire(self, slot: Slot) -> Replica: ...
+    def release(self, slot: Slot) -> None: ...
+
+
+class Forwarder:
+    """Forwards a request to a replica of the model it names, and its answer back."""
 
     def __init__(
         self,
-        manager: ModelManager,
+        models: Models,
         *,
         max_body_bytes: int,
-        metrics: Callable[[], Awaitable[str]],
         on_request: Callable[[Slot, str, int, float], None],
+        via: str = "xpulaunch",
     ) -> None:
-        self.manager = manager
-        self._metrics, self._on_request = metrics, on_request
+        """``via``: this process's name in each answer's ``Via`` header (RFC 9110 7.6.3):
+        ``xpulaunch``, or ``xpulaunch-frontN`` for a front process."""
+        self.models = models
+        self._via = f"1.1 {via}"
+        self._on_request = on_request
         self._max_body_bytes = max_body_bytes
         self.session: aiohttp.ClientSession | None = None
-        self.started_s = int(time.time())
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[json_errors])
-        routes = [web.post(path, self.forward) for path in PROXIED]
-        routes += [
-            web.get("/health", self.health), web.get("/v1/models", self.models),
-            web.get("/v1/models/{model}", self.one_model), web.get("/metrics", self.metrics),
-            web.get("/models/status", self.status), web.post("/models/load", self.load),
-            web.post("/models/unload", self.unload),
-        ]  # fmt: skip
-        app.add_routes(routes)
-        app.on_startup.append(self._open)
-        app.on_cleanup.append(self._close)
-        return app
-
-    async def _open(self, app: web.Application) -> None:
+    async def open_session(self, app: web.Application) -> None:
         # No pool limit (llama-server queues requests in its slots itself); no total timeout
         # (a long generation is not a failure); answers pass through undecoded. An idle
         # connection is dropped well before llama-server's own keep-alive ends (cpp-httplib's
@@ -112,16 +113,17 @@ class Proxy:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=2.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
         self.session = aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=False
-        )
+            connector=connector, timeout=timeout, auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )  # fmt: skip
 
-    async def _close(self, app: web.Application) -> None:
+    async def close_session(self, app: web.Application) -> None:
         if self.session is not None:
             await self.session.close()
 
     # -- the model a request names -----------------------------------------------------------
     def _slot(self, name: object) -> Slot:
-        config = self.manager.config
+        config = self.models.config
         if not isinstance(name, str) or not name:
             raise web.HTTPBadRequest(
                 text='the request needs a "model" field naming one of: ' + ", ".join(config.ids)
@@ -130,7 +132,7 @@ class Proxy:
         if found is None:
             raise _Refused(404, f"model {name!r} is not served here; models: "
                            + ", ".join(config.ids), "model_not_found")  # fmt: skip
-        return self.manager.slots[found.id]
+        return self.models.slots[found.id]
 
     async def _body_model(self, request: web.Request) -> tuple[bytes, Slot, bool]:
         """The body, the model it names, and whether it asks for a streamed answer."""
@@ -151,7 +153,7 @@ class Proxy:
             return refused.response()
         began = time.monotonic()
         try:
-            replica = await self.manager.acquire(slot)
+            replica = await self.models.acquire(slot)
         except RouteError as exc:
             self._on_request(slot, "", exc.status, time.monotonic() - began)
             return error_response(exc.status, exc.message, exc.kind,
@@ -165,7 +167,7 @@ class Proxy:
             status = exc.status
             return error_response(exc.status, exc.message, exc.kind)
         finally:
-            self.manager.release(slot)
+            self.models.release(slot)
             self._on_request(slot, replica.name, status, time.monotonic() - began)
 
     async def _send(
@@ -206,6 +208,7 @@ class Proxy:
         upstream: aiohttp.ClientResponse,
     ) -> web.StreamResponse:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers["Via"] = self._via
         streamed = upstream.content_type == _EVENT_STREAM or upstream.content_length is None
         if not streamed:
             try:
@@ -227,6 +230,37 @@ class Proxy:
         await response.write_eof()
         return response
 
+
+class Proxy(Forwarder):
+    """The aiohttp application of one router: forwarding, and the router's own routes."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        *,
+        max_body_bytes: int,
+        metrics: Callable[[], Awaitable[str]],
+        on_request: Callable[[Slot, str, int, float], None],
+    ) -> None:
+        super().__init__(manager, max_body_bytes=max_body_bytes, on_request=on_request)
+        self.manager = manager
+        self._metrics = metrics
+        self.started_s = int(time.time())
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[json_errors])
+        routes = [web.post(path, self.forward) for path in PROXIED]
+        routes += [
+            web.get("/health", self.health), web.get("/v1/models", self.models_list),
+            web.get("/v1/models/{model}", self.one_model), web.get("/metrics", self.metrics),
+            web.get("/models/status", self.status), web.post("/models/load", self.load),
+            web.post("/models/unload", self.unload),
+        ]  # fmt: skip
+        app.add_routes(routes)
+        app.on_startup.append(self.open_session)
+        app.on_cleanup.append(self.close_session)
+        return app
+
     # -- the router's own routes -------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -237,7 +271,7 @@ class Proxy:
             "aliases": list(slot.config.aliases), "status": {"value": slot.state.value},
         }  # fmt: skip
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def models_list(self, request: web.Request) -> web.Response:
         data = [self._model_object(s) for s in self.manager.slots.values()]
         return web.json_response({"object": "list", "data": data})
 

@@ -34,6 +34,7 @@ from xpulaunch.processes.signals import wait_answering
 
 if TYPE_CHECKING:
     from xpulaunch.events import Event
+    from xpulaunch.llamacpp.router.fronts import Fronts
     from xpulaunch.llamacpp.router.models import ModelManager
     from xpulaunch.llamacpp.router.setup import Setup
 
@@ -51,15 +52,22 @@ class Router:
         host: str = "127.0.0.1",
         port: int = 8080,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        front_processes: int = 0,
         on_event: Callable[[Event, str | None], None] | None = None,
         on_message: Callable[[str], None] | None = None,
     ) -> None:
-        """``port`` 0: a free port (see :attr:`url`). ``on_event(event, model)`` gets the
+        """``port`` 0: a free port (see :attr:`url`). ``front_processes``: processes that
+        forward on the same port beside the router's own loop
+        (:mod:`~xpulaunch.llamacpp.router.fronts`). ``on_event(event, model)`` gets the
         router's model events (``model`` None) and each replica's supervisor events (with
         its model's id); ``on_message`` one line at a time of what happens (default:
         ``xpulaunch: ...`` lines on stderr). Both run on the router's thread."""
+        if front_processes < 0:
+            raise UsageError("must be 0 or more", option="front_processes",
+                             value=front_processes)  # fmt: skip
         self.config, self.setup = config, setup
         self.host, self.port = host, port
+        self.front_processes = front_processes
         self._max_body_bytes = max_body_bytes
         self._on_event = on_event
         self._on_message = on_message or _to_stderr
@@ -92,7 +100,7 @@ class Router:
 
     def _run(self) -> None:
         try:
-            _run_loop(self._main(), _loop_factory())
+            run_loop(self._main(), loop_factory())
         except BaseException as exc:  # reported to the thread that called start()  # noqa: BLE001
             self._error = exc if self._error is None else self._error
             self._status = 1 if self._status is None else self._status
@@ -122,25 +130,57 @@ class Router:
         runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None,
                                shutdown_timeout=self.setup.grace_s)  # fmt: skip
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
         try:
-            await site.start()
-        except OSError as exc:
+            site, fronts = await self._listen(runner, manager)
+        except BaseException:
             await runner.cleanup()
-            raise UsageError(
-                f"cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); choose "
-                "another --port", option="port", value=self.port,
-            ) from None  # fmt: skip
-        self.port = _bound_port(site, self.port)
+            raise
         self._bound.set()
         manager.warm_up()
         watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
         await self._stop.wait()
         await site.stop()  # no new connections; the ones open see their servers go
+        if fronts is not None:
+            await fronts.close(self.setup.grace_s)
         await manager.close()
         watcher.cancel()
         await runner.cleanup()
         self._status = 128 + self._signum if self._signum is not None else 0
+
+    async def _listen(self, runner: Any, manager: ModelManager) -> tuple[Any, Fronts | None]:
+        """The public site, and the front processes beside it (with a private site of the
+        router's own, where they send what is not a model request)."""
+        from aiohttp import web
+
+        if not self.front_processes:
+            site = web.TCPSite(runner, self.host, self.port)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); choose "
+                    "another --port", option="port", value=self.port,
+                ) from None  # fmt: skip
+            self.port = _bound_port(site, self.port)
+            return site, None
+        from xpulaunch.llamacpp.router.fronts import Fronts, listening_sockets
+
+        sockets = listening_sockets(self.host, self.port, self.front_processes + 1)
+        self.port = sockets[0].getsockname()[1]
+        shared = web.SockSite(runner, sockets[0])
+        private = web.TCPSite(runner, "127.0.0.1", 0)
+        fronts = Fronts(manager, on_request=_count, say=self._on_message)
+        try:
+            await shared.start()
+            await private.start()
+            private_url = f"http://127.0.0.1:{_bound_port(private, 0)}"
+            await fronts.start(sockets[1:], max_body_bytes=self._max_body_bytes,
+                               private_url=private_url)  # fmt: skip
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        return shared, fronts
 
     def _event(self, event: Event, model: str | None) -> None:
         if self._on_event is not None:
@@ -211,7 +251,7 @@ class Router:
         self.stop()
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop when it is installed (the serve extra has it): it forwards a
     streamed token in about half the CPU time of asyncio's own loop; else asyncio's."""
     try:
@@ -222,7 +262,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def _run_loop(
+def run_loop(
     main: Coroutine[Any, Any, None], factory: Callable[[], asyncio.AbstractEventLoop] | None
 ) -> None:
     """``asyncio.run`` with the loop of ``factory`` (``asyncio.Runner`` from Python 3.11)."""

@@ -59,6 +59,7 @@ def make_router(
     grace_s: float = 10.0,
     log_dir: str | os.PathLike[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    front_processes: int = 0,
     on_event: Callable[[Event, str | None], None] | None = None,
     on_message: Callable[[str], None] | None = None,
     reprobe: bool = False,
@@ -86,7 +87,8 @@ def make_router(
         log_dir=os.fspath(log_dir) if log_dir else None, reprobe=reprobe,
     )  # fmt: skip
     return Router(checked, setup, host=host, port=port, max_body_bytes=max_body_bytes,
-                  on_event=on_event, on_message=on_message)  # fmt: skip
+                  front_processes=front_processes, on_event=on_event,
+                  on_message=on_message)  # fmt: skip
 
 
 def serve_models(

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The thirteenth session's GPU evidence (2026-11-26/27). Carry .whl/ (gpu_env.sh's wheels, and
+# aiohttp's and uvloop's for the router bench).
+#
+#     OUT=... bash docs/hardware/session13.sh a   # any kind: the router bench against the
+#                                                 # stamped stand-in (what the router adds,
+#                                                 # without llama-server's batching), the probe
+#                                                 # bench, the launch overhead on one GPU
+#     OUT=... bash docs/hardware/session13.sh r   # any kind: the router bench alone
+#     OUT=... bash docs/hardware/session13.sh f   # any kind: the router bench with 0, 2, 4, 7
+#                                                 # front processes (--front-processes)
+#     OUT=... bash docs/hardware/session13.sh p   # any kind: the probe bench alone
+#
+# Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
+# lines into $OUT/phase_X_summary.txt.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+PHASE=${1:?a, r, f or p}
+SESSION=session13
+# shellcheck source=docs/hardware/session_steps.sh
+source docs/hardware/session_steps.sh
+# aiohttp and uvloop for the router, installed as users get them (bytecode compiled)
+python3 -m pip install -q --no-index --target /tmp/xpulaunch-site --find-links .whl \
+    aiohttp uvloop >>"$R/gpu_env.log" 2>&1
+python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site .whl/gguf-*.whl \
+    >>"$R/gpu_env.log" 2>&1  # the tests' tiny GGUF writer (numpy is the image's)
+python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
+    | tee -a "$SUMMARY"
+
+case $PHASE in
+a)
+    step router_stamped 200 python3 bench/bench_router.py --upstream stamped --rounds 5
+    tail -12 "$R/router_stamped/stdout.log" >>"$SUMMARY"
+    step probe_bench 150 python3 bench/bench_probe.py --runs 40 --no-torch
+    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    step overhead_gpu 150 python3 bench/bench_overhead.py --runs 11 --gpus 1
+    tail -6 "$R/overhead_gpu/stdout.log" >>"$SUMMARY"
+    ;;
+r)
+    step router_stamped 200 python3 bench/bench_router.py --upstream stamped --rounds 5
+    tail -12 "$R/router_stamped/stdout.log" >>"$SUMMARY"
+    ;;
+f)  # the router bench against the stamped stand-in with 0, 2, 4 and 7 front processes
+    for n in 0 2 4 7; do
+        step "router_fronts_$n" 130 python3 bench/bench_router.py --upstream stamped --rounds 4 \
+            --front-processes "$n"
+        tail -12 "$R/router_fronts_$n/stdout.log" | head -10 >>"$SUMMARY"
+    done
+    ;;
+p)
+    step probe_bench 200 python3 bench/bench_probe.py --runs 40 --no-torch
+    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+esac
+finish_phase

@@ -1,0 +1,362 @@
+"""Front processes: more event loops forwarding on the router's port (``--front-processes N``).
+
+One event loop forwards a burst of requests one after the other: each costs it about a
+millisecond (accepting, parsing, a new connection to llama-server, which closes it after
+every streamed answer), so the last of 64 requests sent at once waits for the 63 before it.
+With N front processes the port has N + 1 listening sockets (``SO_REUSEPORT``): the kernel
+spreads new connections over the router and its fronts, and each forwards on its own core.
+
+The router keeps every decision. A front asks it, over a socket pair, for a replica of the
+model a request names (which may load the model, as for the router's own requests), and says
+when the request is answered; a request that waits in a front counts as in flight, so it is
+never evicted from under it. What is not a model request (``/health``, ``/v1/models``,
+``/metrics``, ``/models/...``) the front forwards to the router's private port. A front
+ends when its pipe closes: when the router stops, and when the router's process dies, even by
+SIGKILL (the kernel closes the pipe).
+
+Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": ID}``,
+``{"op": "release", "model": ID}``, ``{"op": "count", "model": ID, "replica": NAME, "status":
+S, "seconds": T}``, ``{"op": "ready"}``. Router -> front: first ``{"config": ..., "private":
+URL, "max_body_bytes": N}``, then ``{"id": N, "name": ..., "host": ..., "port": ...}`` or
+``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
+from xpulaunch.llamacpp.router.slot import RouteError, Slot
+
+if TYPE_CHECKING:
+    from xpulaunch.llamacpp.plan import Replica
+    from xpulaunch.llamacpp.router.models import ModelManager
+
+READY_TIMEOUT_S = 30.0
+_BACKLOG = 1024
+_LINE_LIMIT = 1 << 20  # the first message carries the config
+
+
+# -- the router's side ---------------------------------------------------------------------------
+def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """``count`` sockets listening on one address with ``SO_REUSEPORT`` (``port`` 0: the
+    first gets a free port, the others join it). A port that cannot be had is one line."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sockets = [_listen(family, address)]
+        address = (address[0], sockets[0].getsockname()[1], *address[2:])
+        sockets += [_listen(family, address) for _ in range(count - 1)]
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port",
+            option="port", value=port,
+        ) from None  # fmt: skip
+    return sockets
+
+
+def _listen(family: int, address: tuple[Any, ...]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class _Front:
+    number: int
+    process: subprocess.Popen[bytes]
+    writer: asyncio.StreamWriter
+    held: Counter[str] = field(default_factory=Counter)  # model -> requests acquired
+    ready: asyncio.Future[None] | None = None
+    closed: bool = False
+
+
+class Fronts:
+    """The router's front processes, and the requests they hold."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        *,
+        on_request: Callable[[Slot, str, int, float], None],
+        say: Callable[[str], None],
+    ) -> None:
+        self._manager, self._on_request, self._say = manager, on_request, say
+        self._fronts: list[_Front] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    async def start(
+        self, sockets: Sequence[socket.socket], *, private_url: str, max_body_bytes: int
+    ) -> None:
+        """One front per socket (each socket is closed here once its front has it); returns
+        when every front listens."""
+        config = self._manager.config
+        hello = {"config": {"models": [m.as_dict() for m in config.models],
+                            "names": dict(config.names), "source": config.source},
+                 "private": private_url, "max_body_bytes": max_body_bytes}  # fmt: skip
+        line = json.dumps(hello).encode() + b"\n"
+        for number, sock in enumerate(sockets, start=1):
+            front = await self._spawn(number, sock)
+            front.writer.write(line)
+        try:
+            waits = [f.ready for f in self._fronts if f.ready is not None]
+            await asyncio.wait_for(asyncio.gather(*waits), READY_TIMEOUT_S)
+        except (asyncio.TimeoutError, ConnectionError) as exc:
+            await self.close(0.0)
+            raise UsageError(f"the router's front processes did not start ({exc!r})") from None
+
+    async def _spawn(self, number: int, sock: socket.socket) -> _Front:
+        ours, theirs = socket.socketpair()
+        with sock, theirs:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "xpulaunch.llamacpp.router.fronts",
+                 str(sock.fileno()), str(theirs.fileno()), str(number)],
+                pass_fds=(sock.fileno(), theirs.fileno()), stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_LINE_LIMIT)
+        front = _Front(number, process, writer, ready=asyncio.get_running_loop().create_future())
+        self._fronts.append(front)
+        self._keep(self._serve(front, reader))
+        return front
+
+    def _keep(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, front: _Front, reader: asyncio.StreamReader) -> None:
+        slots = self._manager.slots
+        try:
+            while line := await reader.readline():
+                message = json.loads(line)
+                op = message["op"]
+                if op == "acquire":
+                    self._keep(self._acquire(front, message["id"], slots[message["model"]]))
+                elif op == "release":
+                    front.held[message["model"]] -= 1
+                    self._manager.release(slots[message["model"]])
+                elif op == "count":
+                    self._on_request(slots[message["model"]], message["replica"],
+                                     message["status"], message["seconds"])  # fmt: skip
+                elif op == "ready" and front.ready is not None and not front.ready.done():
+                    front.ready.set_result(None)
+        except (ConnectionError, ValueError, KeyError) as exc:
+            self._say(f"router front {front.number}: bad message ({exc!r}); closing it")
+        finally:
+            await self._gone(front)
+
+    async def _acquire(self, front: _Front, ident: int, slot: Slot) -> None:
+        try:
+            replica = await self._manager.acquire(slot)
+        except RouteError as exc:
+            error = {"status": exc.status, "message": exc.message, "kind": exc.kind,
+                     "retry_after_s": exc.retry_after_s}  # fmt: skip
+            self._reply(front, {"id": ident, "error": error})
+            return
+        if front.closed:  # the front went while the request waited for the load
+            self._manager.release(slot)
+            return
+        front.held[slot.id] += 1
+        self._reply(front, {"id": ident, "name": replica.name, "host": replica.host,
+                            "port": replica.port})  # fmt: skip
+
+    def _reply(self, front: _Front, message: Mapping[str, Any]) -> None:
+        if not front.closed:
+            front.writer.write(json.dumps(message).encode() + b"\n")
+
+    async def _gone(self, front: _Front) -> None:
+        """A front's pipe closed: what its requests held is released, and unless the router
+        stops, the front ended early (it is reaped and reported)."""
+        front.closed = True
+        slots = self._manager.slots
+        for model, count in front.held.items():
+            for _ in range(count):
+                self._manager.release(slots[model])
+        front.held.clear()
+        front.writer.close()
+        if front.ready is not None and not front.ready.done():
+            front.ready.set_exception(ConnectionError(f"front {front.number} ended at start"))
+        if not self._closing:
+            status = await asyncio.get_running_loop().run_in_executor(None, front.process.wait)
+            self._say(f"router front {front.number} ended (exit status {status}); the router "
+                      "and the other fronts go on serving the port")  # fmt: skip
+
+    async def close(self, grace_s: float) -> None:
+        """Close every pipe (each front then stops), wait up to ``grace_s``, kill the rest."""
+        self._closing = True
+        for front in self._fronts:
+            if not front.closed:
+                front.writer.close()
+        deadline = time.monotonic() + grace_s
+        for front in self._fronts:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, front.process.wait, left)
+            except subprocess.TimeoutExpired:
+                front.process.kill()
+                front.process.wait()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+# -- a front process -----------------------------------------------------------------------------
+class RemoteModels:
+    """The :class:`~xpulaunch.llamacpp.router.proxy.Models` of a front: the router's answers."""
+
+    def __init__(self, config: RouterConfig, writer: asyncio.StreamWriter) -> None:
+        self.config = config
+        self.slots = {m.id: Slot(m) for m in config.models}
+        self._writer = writer
+        self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], str]] = {}
+        self._next = 0
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        if not self._writer.is_closing():
+            self._writer.write(json.dumps(message).encode() + b"\n")
+
+    async def acquire(self, slot: Slot) -> Replica:
+        from xpulaunch.llamacpp.plan import Replica
+
+        self._next += 1
+        ident = self._next
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[ident] = (answer, slot.id)
+        self._send({"op": "acquire", "id": ident, "model": slot.id})
+        reply = await answer  # cancelled (the client left): answered() releases it
+        error = reply.get("error")
+        if error is not None:
+            exc = RouteError(error["message"], retry_after_s=error["retry_after_s"])
+            exc.status, exc.kind = error["status"], error["kind"]
+            raise exc
+        return Replica(reply["name"], reply["host"], reply["port"], port_fixed=True)
+
+    def answered(self, reply: dict[str, Any]) -> None:
+        answer, model = self._pending.pop(reply["id"], (None, ""))
+        if answer is None:
+            return
+        if answer.cancelled():
+            if "error" not in reply:  # acquired for a client that left meanwhile
+                self._send({"op": "release", "model": model})
+            return
+        answer.set_result(reply)
+
+    def release(self, slot: Slot) -> None:
+        self._send({"op": "release", "model": slot.id})
+
+    def count(self, slot: Slot, replica: str, status: int, seconds: float) -> None:
+        self._send({"op": "count", "model": slot.id, "replica": replica, "status": status,
+                    "seconds": seconds})  # fmt: skip
+
+    def stop_waiting(self) -> None:
+        for answer, _ in self._pending.values():
+            if not answer.done():
+                answer.set_exception(ConnectionResetError("the router stopped"))
+        self._pending.clear()
+
+
+def _config(document: Mapping[str, Any]) -> RouterConfig:
+    models = tuple(
+        ModelConfig(
+            m["id"],
+            m["model"],
+            m["gpus"],
+            m["replicas"],
+            m["ttl"],
+            m["pinned"],
+            tuple(m["aliases"]),
+            tuple(m["args"]),
+        )  # ModelConfig.as_dict's
+        for m in document["models"]
+    )
+    return RouterConfig(models, source=document["source"], names=dict(document["names"]))
+
+
+async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
+    from aiohttp import web
+
+    from xpulaunch.llamacpp.router.proxy import PROXIED, Forwarder, json_errors
+
+    pipe = socket.socket(fileno=pipe_fd)
+    reader, writer = await asyncio.open_unix_connection(sock=pipe, limit=_LINE_LIMIT)
+    hello = json.loads(await reader.readline())
+    models = RemoteModels(_config(hello["config"]), writer)
+    forwarder = Forwarder(
+        models,
+        max_body_bytes=hello["max_body_bytes"],
+        on_request=models.count,
+        via=f"xpulaunch-front{number}",
+    )
+    private = hello["private"]
+
+    async def to_router(request: web.Request) -> web.StreamResponse:
+        """Anything but a model request: answered by the router itself."""
+        assert forwarder.session is not None
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        async with forwarder.session.request(
+            request.method, private + request.path_qs, data=body, headers=headers
+        ) as answer:
+            data = await answer.read()
+            kept = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
+            return web.Response(status=answer.status, body=data, headers=kept)
+
+    app = web.Application(client_max_size=hello["max_body_bytes"], middlewares=[json_errors])
+    app.add_routes([web.post(path, forwarder.forward) for path in PROXIED])
+    app.add_routes([web.route("*", "/{tail:.*}", to_router)])
+    app.on_startup.append(forwarder.open_session)
+    app.on_cleanup.append(forwarder.close_session)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.SockSite(runner, socket.socket(fileno=listen_fd))
+    await site.start()
+    writer.write(b'{"op": "ready"}\n')
+    try:
+        while line := await reader.readline():
+            models.answered(json.loads(line))
+    finally:
+        models.stop_waiting()
+        await site.stop()
+        await runner.cleanup()
+
+
+_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length",
+                  "server", "date", "content-encoding"})  # fmt: skip
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m xpulaunch.llamacpp.router.fronts LISTEN_FD PIPE_FD NUMBER``: a front."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the router, which ends us
+    from xpulaunch.llamacpp.router.router import loop_factory, run_loop
+
+    listen_fd, pipe_fd, number = (int(a) for a in argv)
+    run_loop(_front(listen_fd, pipe_fd, number), loop_factory())
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError, ConnectionError):
+        sys.exit(main(sys.argv[1:]))
+    os._exit(0)

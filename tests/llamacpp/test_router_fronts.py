@@ -1,0 +1,141 @@
+"""The router with front processes (``--front-processes N``): N more processes accept on the
+router's port (``SO_REUSEPORT``) and forward, while the router keeps every decision. With the
+REAL llama-server (CPU build) and tiny models. Each answer's ``Via`` header names the process
+that forwarded it, so the tests see that the fronts really serve."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from router_kit import call, chat, cuda_shim, models_in, router
+from test_router import long_stream, metric_samples, processing, servers
+
+from helpers import inventory_path, process_gone, wait_for
+from xpulaunch.leases import LeaseManager
+
+pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
+
+XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
+FRONT = "xpulaunch.llamacpp.router.fronts"
+TWO = inventory_path("2x-h200.json")
+
+
+def fronts_of(pid: int) -> list[psutil.Process]:
+    return [p for p in psutil.Process(pid).children() if FRONT in " ".join(p.cmdline())]
+
+
+def via(url: str, path: str, body: dict[str, object]) -> tuple[int, str]:
+    """One request on a new connection: its status and its Via header."""
+    status, _, headers = call(url, path, body)
+    return status, headers.get("Via", "")
+
+
+def test_fronts_share_the_port_and_the_routers_decisions(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, a={"aliases": ["alpha"]}, b={})
+    with router(config, llama_server, tmp_path, front_processes=2) as (served, _):
+        fronts = fronts_of(os.getpid())
+        assert len(fronts) == 2, [p.cmdline() for p in psutil.Process().children()]
+        # 60 connections over 3 listening sockets: each process forwards some of them.
+        answers = [via(served.url, "/v1/chat/completions", chat(m)) for m in ("a", "alpha") * 30]
+        assert {status for status, _ in answers} == {200}
+        assert {name for _, name in answers} == {
+            "1.1 xpulaunch", "1.1 xpulaunch-front1", "1.1 xpulaunch-front2",
+        }  # fmt: skip
+        # One load for all of them, wherever they arrived; b was never asked for.
+        models = {m["id"]: m for m in call(served.url, "/models/status")[1]["models"]}
+        assert models["a"]["state"] == "ready" and models["b"]["state"] == "unloaded"
+        assert len(servers(tmp_path)) == 1
+        key = ("xpulaunch_requests_total", (("code", "200"), ("model", "a"), ("replica", "0")))
+        assert metric_samples(served.url)[key] == 60  # counted wherever they were forwarded
+        # The router's own routes and its errors, the same from every process.
+        for _ in range(12):
+            assert call(served.url, "/health")[:2] == (200, {"status": "ok"})
+            assert sorted(m["id"] for m in call(served.url, "/v1/models")[1]["data"]) == ["a", "b"]
+            status, body, _ = call(served.url, "/v1/chat/completions", b"{not json")
+            assert status == 400 and "not valid JSON" in body["error"]["message"]
+            status, body, _ = call(served.url, "/v1/chat/completions", chat("nope"))
+            assert status == 404 and body["error"]["type"] == "model_not_found"
+            status, body, _ = call(served.url, "/v2/nothing")
+            assert status == 404 and "no route GET /v2/nothing" in body["error"]["message"]
+    assert all(process_gone(p) for p in fronts)  # stopped with the router
+    assert servers(tmp_path) == []
+
+
+def test_a_request_held_by_a_front_keeps_its_model_and_leaving_cancels_it(
+    llama_server: str, long_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, long_model, m={"args": ["-c", "131072", "-t", "1", "-np", "12"]})
+    with router(config, llama_server, tmp_path, front_processes=2) as (served, _):
+        upstream = call(served.url, "/models/load", {"model": "m"})[1]["replicas"][0]["url"]
+        streams = [long_stream(served.url, "m") for _ in range(12)]
+        held = [s for s in streams if b"xpulaunch-front" in s.head]
+        assert held, [s.head for s in streams]  # 12 connections, 3 sockets: some reached a front
+        for stream in streams:
+            if stream not in held:
+                stream.sock.close()
+        wait_for(lambda: processing(upstream) == len(held), "the other streams to be dropped")
+        status, body, _ = call(served.url, "/models/unload", {"model": "m"})
+        assert status == 409 and f"{len(held)} request(s) in flight" in body["error"]["message"]
+        for stream in held:
+            stream.sock.close()  # the clients leave: the fronts cancel, and release
+        wait_for(lambda: processing(upstream) == 0, "llama-server to drop the requests", 10)
+        wait_for(lambda: call(served.url, "/models/status")[1]["models"][0]["in_flight"] == 0,
+                 "the fronts to release the requests")  # fmt: skip
+        assert call(served.url, "/models/unload", {"model": "m"})[0] == 200
+
+
+def test_a_front_that_dies_leaves_the_port_served(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = models_in(tmp_path, tiny_model, a={})
+    with router(config, llama_server, tmp_path, front_processes=2) as (served, seen):
+        gone, kept = fronts_of(os.getpid())
+        kept_name = f"1.1 xpulaunch-front{kept.cmdline()[-1]}"
+        gone.send_signal(signal.SIGKILL)
+        wait_for(lambda: any("router front" in m and "ended" in m for m in seen.messages),
+                 "the router to see its front end")  # fmt: skip
+        answers = [via(served.url, "/v1/chat/completions", chat("a")) for _ in range(30)]
+        assert {status for status, _ in answers} == {200}
+        assert {name for _, name in answers} == {"1.1 xpulaunch", kept_name}
+
+
+def test_kill_9_of_the_router_ends_its_fronts_servers_and_lease(
+    llama_server: str, tiny_model: Path, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    config = tmp_path / "models.toml"
+    table = models_in(tmp_path, tiny_model, a={})["models"]["a"]
+    config.write_text(f'[models.a]\nmodel = "{table["model"]}"\n'
+                      f"args = {json.dumps(table['args'])}\n")  # fmt: skip
+    # A CUDA build's stand-in on two "GPUs" (router_kit.cuda_shim), so that the model is leased
+    binary = cuda_shim(tmp_path / "bin", llama_server)
+    (tmp_path / "records").mkdir()
+    env = {"FAKE_LLAMA_INVENTORY": str(TWO), "SHIM_RECORD_DIR": str(tmp_path / "records")}
+    router_proc = subprocess.Popen(
+        [XPULAUNCH, "llama", "serve", "--config", str(config), "--port", "0", "--binary", binary,
+         "--inventory", str(TWO), "--lock-dir", str(tmp_path / "locks"),
+         "--front-processes", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+    )  # fmt: skip
+    started.append(router_proc)
+    assert router_proc.stdout is not None
+    line = router_proc.stdout.readline()
+    url = line.split(" at ")[1].split("/v1")[0]
+    assert {call(url, "/v1/chat/completions", chat("a"))[0] for _ in range(8)} == {200}
+    fronts = fronts_of(router_proc.pid)
+    model_servers = servers(tmp_path)
+    assert len(fronts) == 3 and len(model_servers) == 1
+    assert len(LeaseManager(tmp_path / "locks").status().leases) == 1
+    router_proc.kill()
+    router_proc.wait(timeout=10)
+    wait_for(lambda: all(process_gone(p) for p in fronts + model_servers),
+             "the fronts and the server to end", timeout_s=20)  # fmt: skip
+    wait_for(lambda: not LeaseManager(tmp_path / "locks").status().leases, "the lease to end")
