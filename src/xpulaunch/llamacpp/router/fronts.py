@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
-from xpulaunch.llamacpp.router.slot import RouteError, Slot
+from xpulaunch.llamacpp.router.slot import RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.plan import Replica
@@ -273,7 +273,7 @@ class RemoteModels:
     def stop_waiting(self) -> None:
         for answer, _ in self._pending.values():
             if not answer.done():
-                answer.set_exception(ConnectionResetError("the router stopped"))
+                answer.set_exception(Unavailable("the router is stopping"))
         self._pending.clear()
 
 
@@ -295,9 +295,16 @@ def _config(document: Mapping[str, Any]) -> RouterConfig:
 
 
 async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
+    import aiohttp
     from aiohttp import web
 
-    from xpulaunch.llamacpp.router.proxy import PROXIED, Forwarder, json_errors
+    from xpulaunch.llamacpp.router.proxy import (
+        NOT_FORWARDED,
+        PROXIED,
+        Forwarder,
+        error_response,
+        json_errors,
+    )
 
     pipe = socket.socket(fileno=pipe_fd)
     reader, writer = await asyncio.open_unix_connection(sock=pipe, limit=_LINE_LIMIT)
@@ -315,13 +322,16 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         """Anything but a model request: answered by the router itself."""
         assert forwarder.session is not None
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with forwarder.session.request(
-            request.method, private + request.path_qs, data=body, headers=headers
-        ) as answer:
-            data = await answer.read()
-            kept = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
-            return web.Response(status=answer.status, body=data, headers=kept)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        try:
+            async with forwarder.session.request(
+                request.method, private + request.path_qs, data=body, headers=headers
+            ) as answer:
+                data = await answer.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return error_response(503, "the router is stopping", retry_after_s=1)
+        kept = {k: v for k, v in answer.headers.items() if k.lower() not in NOT_FORWARDED}
+        return web.Response(status=answer.status, body=data, headers=kept)
 
     app = web.Application(client_max_size=hello["max_body_bytes"], middlewares=[json_errors])
     app.add_routes([web.post(path, forwarder.forward) for path in PROXIED])
@@ -340,10 +350,6 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         models.stop_waiting()
         await site.stop()
         await runner.cleanup()
-
-
-_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length",
-                  "server", "date", "content-encoding"})  # fmt: skip
 
 
 def main(argv: Sequence[str]) -> int:

@@ -38,7 +38,7 @@ PROXIED = (
     "/apply-template",
 )  # fmt: skip
 # RFC 9110 7.6.1 hop-by-hop fields, and those aiohttp sets itself.
-_NOT_FORWARDED = frozenset(
+NOT_FORWARDED = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
      "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "server", "date"}
 )  # fmt: skip
@@ -174,7 +174,7 @@ class Forwarder:
         self, request: web.Request, slot: Slot, replica: Replica, body: bytes, streamed: bool
     ) -> web.StreamResponse:
         assert self.session is not None  # opened at startup
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
         if streamed:
             # llama-server closes its connection after a streamed answer although it says
             # keep-alive (cpp-httplib), and aiohttp would pool it again at the answer's end:
@@ -207,7 +207,7 @@ class Forwarder:
         replica: Replica,
         upstream: aiohttp.ClientResponse,
     ) -> web.StreamResponse:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in NOT_FORWARDED}
         headers["Via"] = self._via
         streamed = upstream.content_type == _EVENT_STREAM or upstream.content_length is None
         if not streamed:
