@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from router_kit import call, chat, cuda_shim, models_in, router
 from test_router import long_stream, metric_samples, processing, servers
 
 from helpers import inventory_path, process_gone, wait_for
+from xpulaunch.errors import UsageError
 from xpulaunch.leases import LeaseManager
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -139,3 +141,25 @@ def test_kill_9_of_the_router_ends_its_fronts_servers_and_lease(
     wait_for(lambda: all(process_gone(p) for p in fronts + model_servers),
              "the fronts and the server to end", timeout_s=20)  # fmt: skip
     wait_for(lambda: not LeaseManager(tmp_path / "locks").status().leases, "the lease to end")
+
+
+def test_fronts_listen_on_one_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xpulaunch.llamacpp.router import fronts
+
+    sockets = fronts.listening_sockets("127.0.0.1", 0, 3)
+    try:
+        assert len(sockets) == 3 and len({s.getsockname() for s in sockets}) == 1
+        with socket.socket() as other, pytest.raises(UsageError, match="cannot listen on"):
+            other.bind(("127.0.0.1", 0))
+            other.listen()
+            fronts.listening_sockets("127.0.0.1", other.getsockname()[1], 2)  # not REUSEPORT
+    finally:
+        for sock in sockets:
+            sock.close()
+    # A name of two addresses (localhost on a host with IPv6): one socket would leave the
+    # other address unanswered, so it is refused.
+    both = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 0, 0, 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))]  # fmt: skip
+    monkeypatch.setattr(fronts.socket, "getaddrinfo", lambda *a, **k: both)
+    with pytest.raises(UsageError, match=r"localhost is 2 addresses \(::1, 127.0.0.1\)"):
+        fronts.listening_sockets("localhost", 0, 2)

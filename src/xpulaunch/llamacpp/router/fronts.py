@@ -55,9 +55,15 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     """``count`` sockets listening on one address with ``SO_REUSEPORT`` (``port`` 0: the
     first gets a free port, the others join it). A port that cannot be had is one line."""
     try:
-        family, _, _, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        if len(addresses) > 1:
+            raise UsageError(
+                f"{host} is {len(addresses)} addresses ({', '.join(addresses)}); with "
+                "front processes the router listens on one: give it as --host",
+                option="host", value=host,
+            )  # fmt: skip
+        family, _, _, _, address = found[0]
         sockets = [_listen(family, address)]
         address = (address[0], sockets[0].getsockname()[1], *address[2:])
         sockets += [_listen(family, address) for _ in range(count - 1)]
@@ -355,7 +361,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
 def main(argv: Sequence[str]) -> int:
     """``python -m xpulaunch.llamacpp.router.fronts LISTEN_FD PIPE_FD NUMBER``: a front."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the router, which ends us
-    from xpulaunch.llamacpp.router.router import loop_factory, run_loop
+    from xpulaunch.llamacpp.router.loops import loop_factory, run_loop
 
     listen_fd, pipe_fd, number = (int(a) for a in argv)
     run_loop(_front(listen_fd, pipe_fd, number), loop_factory())

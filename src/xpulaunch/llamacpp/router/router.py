@@ -23,13 +23,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError, XpulaunchError
 from xpulaunch.llamacpp.plan import url_host
 from xpulaunch.llamacpp.router.config import RouterConfig, parse_config, read_config
+from xpulaunch.llamacpp.router.loops import loop_factory, run_loop
 from xpulaunch.processes.signals import wait_answering
 
 if TYPE_CHECKING:
@@ -249,33 +250,6 @@ class Router:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop when it is installed (the serve extra has it): it forwards a
-    streamed token in about half the CPU time of asyncio's own loop; else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
-def run_loop(
-    main: Coroutine[Any, Any, None], factory: Callable[[], asyncio.AbstractEventLoop] | None
-) -> None:
-    """``asyncio.run`` with the loop of ``factory`` (``asyncio.Runner`` from Python 3.11)."""
-    if sys.version_info >= (3, 11):
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(main)
-        return
-    loop = factory() if factory is not None else asyncio.new_event_loop()  # pragma: no cover
-    try:  # pragma: no cover - Python 3.10
-        loop.run_until_complete(main)
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    finally:  # pragma: no cover
-        loop.close()
 
 
 def _count(slot: Any, replica: str, status: int, seconds: float) -> None:
