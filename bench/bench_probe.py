@@ -227,7 +227,18 @@ def main() -> int:
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE as inherited (every run recompiles every module)",
     )
+    parser.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="the folder every command runs in (default: a new empty one). Not the checkout: "
+        "its pyproject.toml names xpulaunch, so every command of ours would parse it as a "
+        "possible config file, which a user's folder without one does not cost",
+    )
     args = parser.parse_args()
+    if args.compare_src:
+        args.compare_src = os.path.abspath(args.compare_src)
+    os.chdir(args.cwd or tempfile.mkdtemp(prefix="bench-probe-cwd-"))
+    print(f"commands run in {os.getcwd()}")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     if not args.no_bytecode:

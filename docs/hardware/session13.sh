@@ -9,7 +9,8 @@
 #     OUT=... bash docs/hardware/session13.sh r   # any kind: the router bench alone
 #     OUT=... bash docs/hardware/session13.sh f   # any kind: the router bench with 0, 2, 4, 7
 #                                                 # front processes (--front-processes)
-#     OUT=... bash docs/hardware/session13.sh p   # any kind: the probe bench alone
+#     OUT=... bash docs/hardware/session13.sh p   # any kind: the probe bench, and its phases
+#                                                 # (bench/probe_phases.py)
 #
 # Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
 # lines into $OUT/phase_X_summary.txt.
@@ -47,7 +48,9 @@ f)  # the router bench against the stamped stand-in with 0, 2, 4 and 7 front pro
         tail -12 "$R/router_fronts_$n/stdout.log" | head -10 >>"$SUMMARY"
     done
     ;;
-p)
+p)  # the probe bench (now run in an empty folder) and where its time goes, phase by phase
+    step probe_phases 120 python3 bench/probe_phases.py --runs 20
+    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
     step probe_bench 200 python3 bench/bench_probe.py --runs 40 --no-torch
     tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     ;;
