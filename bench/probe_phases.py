@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -58,10 +59,14 @@ print(json.dumps([(n, (v - t[0][1]) * 1e3) for n, v in t[1:]]), file=sys.stderr)
 
 
 def runs(code: str, count: int) -> list[tuple[str, float]]:
+    # Bytecode cached for every run, as bench_probe.py does (an installed package has it; a
+    # machine that sets PYTHONDONTWRITEBYTECODE would recompile every module every run).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="probe-phases-pyc-")
     seen: list[list[tuple[str, float]]] = []
-    for _ in range(count + 1):  # the first warms the caches
+    for _ in range(count + 1):  # the first writes the bytecode
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              check=True, cwd=CWD)  # fmt: skip
+                              check=True, cwd=CWD, env=env)  # fmt: skip
         seen.append(json.loads(done.stderr.strip().splitlines()[-1]))
     names = [name for name, _ in seen[1]]
     return [(name, statistics.median(r[i][1] for r in seen[1:])) for i, name in enumerate(names)]

@@ -53,6 +53,10 @@ p)  # the probe bench (now run in an empty folder) and where its time goes, phas
     cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
     step probe_bench 200 python3 bench/bench_probe.py --runs 40 --no-torch
     tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    # the same with every command run in the checkout (as before), whose pyproject.toml names
+    # xpulaunch: what reading it as a possible config file costs
+    step probe_bench_checkout 200 python3 bench/bench_probe.py --runs 40 --no-torch --cwd "$PWD"
+    tail -10 "$R/probe_bench_checkout/stdout.log" >>"$SUMMARY"
     ;;
 esac
 finish_phase
