@@ -72,10 +72,41 @@ def runs(code: str, count: int) -> list[tuple[str, float]]:
     return [(name, statistics.median(r[i][1] for r in seen[1:])) for i, name in enumerate(names)]
 
 
+PROFILE = r"""
+import cProfile, io, os, pstats, sys, time
+import click
+from xpulaunch.cli.group import cli
+from xpulaunch.probing.nvml_start import start_nvml
+start_nvml(os.environ)
+from xpulaunch.probing import host
+time.sleep(0.2)  # NVML started: the profile is of the probe itself
+profile = cProfile.Profile()
+profile.enable()
+host.probe_from_env(os.environ, use_torch=False, report_missing=False)
+profile.disable()
+out = io.StringIO()
+pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(45)
+print(out.getvalue(), file=sys.stderr)
+"""
+
+
+def profile() -> None:
+    """One probe (its modules imported, NVML started) under cProfile, by cumulative time."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="probe-phases-pyc-")
+    for _ in range(2):  # the first writes the bytecode
+        done = subprocess.run([sys.executable, "-c", PROFILE], capture_output=True, text=True,
+                              check=True, cwd=CWD, env=env)  # fmt: skip
+    print(done.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="also profile one probe")
     args = parser.parse_args()
+    if args.profile:
+        profile()
     for label, code in (("xpulaunch devices --json", OURS), ("bare pynvml process", BARE)):
         print(f"{label} (median of {args.runs}, ms since the interpreter's first line):")
         before = 0.0

@@ -49,8 +49,11 @@ f)  # the router bench against the stamped stand-in with 0, 2, 4 and 7 front pro
     done
     ;;
 p)  # the probe bench (now run in an empty folder) and where its time goes, phase by phase
-    step probe_phases 120 python3 bench/probe_phases.py --runs 20
+    step probe_phases 120 python3 bench/probe_phases.py --runs 20 --profile
     cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
+    python3 -X importtime -c 'import click, xpulaunch.cli.group, xpulaunch.probing.nvml_start, xpulaunch.probing.host' \
+        2>"$R/probe_phases/importtime.log"
+    sort -t'|' -k1.13n "$R/probe_phases/importtime.log" | tail -25 >>"$SUMMARY"
     step probe_bench 200 python3 bench/bench_probe.py --runs 40 --no-torch
     tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     # the same with every command run in the checkout (as before), whose pyproject.toml names
