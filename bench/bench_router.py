@@ -50,6 +50,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -283,18 +284,25 @@ def report_stamped(summary: dict[str, object], count: int) -> None:
     assert isinstance(direct, dict) and isinstance(router, dict)
     print(f"stamped stand-in, {count} concurrent streams a round, {direct['requests']} requests "
           f"and {direct['events']} events each way:")  # fmt: skip
-    for key, label in (("request", "request reaches upstream"),
-                       ("event", "event reaches the client"),
-                       ("alone", "one at a time, request")):  # fmt: skip
+    print_added(direct, router, (("request", "request reaches upstream"),
+                                 ("event", "event reaches the client"),
+                                 ("alone", "one at a time, request")))  # fmt: skip
+    for line in LOST:
+        print(f"  lost: {line}")
+    print(json.dumps(summary))
+
+
+def print_added(
+    direct: dict[str, Any], router: dict[str, Any], rows: tuple[tuple[str, str], ...]
+) -> None:
+    """Each row's p50 and p99 both ways and the router's difference; the requests lost."""
+    for key, label in rows:
         for q in ("p50", "p99"):
             d, r = direct[f"{key}_{q}_ms"], router[f"{key}_{q}_ms"]
             print(
                 f"  {label:28} {q}: direct {d:7.2f} ms  router {r:7.2f} ms  added {r - d:+6.2f} ms"
             )
     print(f"  lost: direct {direct['lost']}, router {router['lost']}")
-    for line in LOST:
-        print(f"  lost: {line}")
-    print(json.dumps(summary))
 
 
 # -- 2. clients that leave ----------------------------------------------------------------------
@@ -401,14 +409,8 @@ def report(summary: dict[str, object], count: int) -> None:
     direct, router = summary["direct"], summary["router"]
     assert isinstance(direct, dict) and isinstance(router, dict)
     print(f"{count} concurrent streaming requests a round, {direct['requests']} each way:")
-    for key, label in (("first", "first token"), ("total", "whole answer"),
-                       ("sequential", "one at a time, whole answer")):  # fmt: skip
-        for q in ("p50", "p99"):
-            d, r = direct[f"{key}_{q}_ms"], router[f"{key}_{q}_ms"]
-            print(
-                f"  {label:28} {q}: direct {d:7.2f} ms  router {r:7.2f} ms  added {r - d:+6.2f} ms"
-            )
-    print(f"  lost: direct {direct['lost']}, router {router['lost']}")
+    print_added(direct, router, (("first", "first token"), ("total", "whole answer"),
+                                 ("sequential", "one at a time, whole answer")))  # fmt: skip
     print(f"  router CPU per streamed request: {summary['router_cpu_us_per_request']} us")
     for line in LOST:
         print(f"  lost: {line}")
