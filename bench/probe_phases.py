@@ -40,6 +40,9 @@ from xpulaunch.core.inventory import dumps; text = dumps(inventory); note("docum
 print(json.dumps([(n, (v - t[0][1]) * 1e3) for n, v in t[1:]]), file=sys.stderr)
 """
 
+# The same without NVML's thread: how much of the thread's start the main thread waits for.
+NO_THREAD = OURS.replace("start_nvml(os.environ)", "pass")
+
 BARE = r"""
 import time; t = [("start", time.perf_counter())]
 import sys, json
@@ -107,7 +110,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.profile:
         profile()
-    for label, code in (("xpulaunch devices --json", OURS), ("bare pynvml process", BARE)):
+    for label, code in (("xpulaunch devices --json", OURS),
+                        ("the same, NVML not started in a thread", NO_THREAD),
+                        ("bare pynvml process", BARE)):  # fmt: skip
         print(f"{label} (median of {args.runs}, ms since the interpreter's first line):")
         before = 0.0
         for name, at in runs(code, args.runs):

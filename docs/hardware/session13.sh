@@ -9,6 +9,7 @@
 #     OUT=... bash docs/hardware/session13.sh r   # any kind: the router bench alone
 #     OUT=... bash docs/hardware/session13.sh f   # any kind: the router bench with 0, 2, 4, 7
 #                                                 # front processes (--front-processes)
+#     OUT=... bash docs/hardware/session13.sh q   # any kind: the probe's phases alone
 #     OUT=... bash docs/hardware/session13.sh p   # any kind: the probe bench, and its phases
 #                                                 # (bench/probe_phases.py)
 #
@@ -16,7 +17,7 @@
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?a, r, f or p}
+PHASE=${1:?a, r, f, q or p}
 SESSION=session13
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -47,6 +48,10 @@ f)  # the router bench against the stamped stand-in with 0, 2, 4 and 7 front pro
             --front-processes "$n"
         tail -12 "$R/router_fronts_$n/stdout.log" | head -10 >>"$SUMMARY"
     done
+    ;;
+q)  # the probe's phases alone, with and without NVML's thread
+    step probe_phases 120 python3 bench/probe_phases.py --runs 30
+    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
     ;;
 p)  # the probe bench (now run in an empty folder) and where its time goes, phase by phase
     step probe_phases 120 python3 bench/probe_phases.py --runs 20 --profile
