@@ -245,7 +245,48 @@ async def stamped_stream(
     return (recv - sent if recv is not None else float("nan")), delays, ok
 
 
-async def stamped(router: str, direct: str, rounds: int, count: int) -> dict[str, object]:
+def burst_at(url: str, count: int, start_at: float) -> list[tuple[float, list[float], bool]]:
+    """In a client process: ``count`` stamped streams at once, from ``start_at`` on the one
+    clock of the host (so that several client processes send their share together)."""
+
+    async def run() -> list[tuple[float, list[float], bool]]:
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+            return list(await asyncio.gather(*(stamped_stream(session, url) for _ in range(count))))
+
+    return asyncio.run(run())
+
+
+async def stamped(
+    router: str, direct: str, rounds: int, count: int, clients: int = 1
+) -> dict[str, object]:
+    """``clients`` > 1: each burst is sent by that many client processes, ``count / clients``
+    streams each, so that the bench's own event loop does not space the requests out."""
+    import concurrent.futures
+    import multiprocessing
+
+    pool = concurrent.futures.ProcessPoolExecutor(
+        clients, mp_context=multiprocessing.get_context("spawn")
+    )
+
+    async def burst(
+        session: aiohttp.ClientSession, url: str
+    ) -> list[tuple[float, list[float], bool]]:
+        if clients == 1:
+            return list(await asyncio.gather(*(stamped_stream(session, url) for _ in range(count))))
+        start_at = time.monotonic() + 0.3
+        shares = [count // clients + (i < count % clients) for i in range(clients)]
+        futures = [pool.submit(burst_at, url, share, start_at) for share in shares]
+        return [row for f in futures for row in await asyncio.wrap_future(f)]
+
+    try:
+        return await _stamped(router, direct, rounds, burst)
+    finally:
+        pool.shutdown()
+
+
+async def _stamped(router: str, direct: str, rounds: int, burst: Any) -> dict[str, object]:
     ways = {"direct": direct, "router": router}
     requests: dict[str, list[float]] = {"direct": [], "router": []}
     events: dict[str, list[float]] = {"direct": [], "router": []}
@@ -258,10 +299,7 @@ async def stamped(router: str, direct: str, rounds: int, count: int) -> dict[str
         for round_ in range(rounds):
             order = ["direct", "router"] if round_ % 2 == 0 else ["router", "direct"]
             for way in order:
-                done = await asyncio.gather(
-                    *(stamped_stream(session, ways[way]) for _ in range(count))
-                )
-                for request_s, delays, ok in done:
+                for request_s, delays, ok in await burst(session, ways[way]):
                     requests[way].append(request_s * 1e3)
                     events[way] += [d * 1e3 for d in delays]
                     lost[way] += not ok
@@ -365,6 +403,12 @@ def main() -> None:
         "--front-processes", type=int, default=0, help="the router's --front-processes"
     )
     parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="with --upstream stamped: client processes that send each burst together",
+    )
+    parser.add_argument(
         "--upstream",
         choices=("llama-server", "stamped"),
         default="llama-server",
@@ -389,8 +433,10 @@ def main() -> None:
                 f"router with --front-processes {args.front_processes}"
             )
             if args.upstream == "stamped":
-                report_stamped(asyncio.run(stamped(router, direct, args.rounds, args.requests)),
-                               args.requests)  # fmt: skip
+                summary = asyncio.run(stamped(router, direct, args.rounds, args.requests,
+                                              args.client_processes))  # fmt: skip
+                print(f"each burst sent by {args.client_processes} client process(es)")
+                report_stamped(summary, args.requests)
                 print(f"load average {os.getloadavg()[0]:.1f} at the end")
                 return
             summary = asyncio.run(latency(router, direct, args.rounds, args.requests, proc.pid))

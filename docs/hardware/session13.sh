@@ -9,6 +9,8 @@
 #     OUT=... bash docs/hardware/session13.sh r   # any kind: the router bench alone
 #     OUT=... bash docs/hardware/session13.sh f   # any kind: the router bench with 0, 2, 4, 7
 #                                                 # front processes (--front-processes)
+#     OUT=... bash docs/hardware/session13.sh g   # any kind: f's bench, each burst sent by 4
+#                                                 # client processes, with 0, 2, 4, 8 fronts
 #     OUT=... bash docs/hardware/session13.sh q   # any kind: the probe's phases alone
 #     OUT=... bash docs/hardware/session13.sh p   # any kind: the probe bench, and its phases
 #                                                 # (bench/probe_phases.py)
@@ -17,7 +19,7 @@
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?a, r, f, q or p}
+PHASE=${1:?a, r, f, g, q or p}
 SESSION=session13
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -47,6 +49,13 @@ f)  # the router bench against the stamped stand-in with 0, 2, 4 and 7 front pro
         step "router_fronts_$n" 130 python3 bench/bench_router.py --upstream stamped --rounds 4 \
             --front-processes "$n"
         tail -12 "$R/router_fronts_$n/stdout.log" | head -10 >>"$SUMMARY"
+    done
+    ;;
+g)  # the router bench with 4 client processes sending each burst: 0, 2, 4, 8 fronts
+    for n in 0 2 4 8; do
+        step "router_clients4_fronts_$n" 130 python3 bench/bench_router.py --upstream stamped \
+            --rounds 4 --client-processes 4 --front-processes "$n"
+        tail -12 "$R/router_clients4_fronts_$n/stdout.log" | head -10 >>"$SUMMARY"
     done
     ;;
 q)  # the probe's phases alone, with and without NVML's thread
