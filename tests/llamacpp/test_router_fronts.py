@@ -21,6 +21,7 @@ from test_router import long_stream, metric_samples, processing, servers
 from helpers import inventory_path, process_gone, wait_for
 from xpulaunch.errors import UsageError
 from xpulaunch.leases import LeaseManager
+from xpulaunch.llamacpp.router import fronts
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -95,19 +96,34 @@ def test_a_request_held_by_a_front_keeps_its_model_and_leaving_cancels_it(
         assert call(served.url, "/models/unload", {"model": "m"})[0] == 200
 
 
-def test_a_front_that_dies_leaves_the_port_served(
-    llama_server: str, tiny_model: Path, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("respawn_after_s", [0.0, 3600.0])
+def test_a_front_that_dies_is_started_again_or_leaves_the_port_served(
+    llama_server: str, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    respawn_after_s: float,
+) -> None:  # fmt: skip
+    # A front that ran long enough is started again; one that ends soon after its start
+    # (here: any, with an hour's bound) is not, and the others go on serving.
+    monkeypatch.setattr(fronts, "RESPAWN_AFTER_S", respawn_after_s)
     config = models_in(tmp_path, tiny_model, a={})
     with router(config, llama_server, tmp_path, front_processes=2) as (served, seen):
         gone, kept = fronts_of(os.getpid())
-        kept_name = f"1.1 xpulaunch-front{kept.cmdline()[-1]}"
+        number = gone.cmdline()[-1]
         gone.send_signal(signal.SIGKILL)
-        wait_for(lambda: any("router front" in m and "ended" in m for m in seen.messages),
-                 "the router to see its front end")  # fmt: skip
-        answers = [via(served.url, "/v1/chat/completions", chat("a")) for _ in range(30)]
+        said = wait_for(lambda: [m for m in seen.messages if f"router front {number} ended" in m],
+                        "the router to see its front end")  # fmt: skip
+        names = {"1.1 xpulaunch", f"1.1 xpulaunch-front{kept.cmdline()[-1]}"}
+        if respawn_after_s == 0:
+            assert said[0].endswith("; started again"), said
+            again = wait_for(lambda: [p for p in fronts_of(os.getpid()) if p.pid != kept.pid],
+                             "the new front")  # fmt: skip
+            assert again[0].pid != gone.pid and again[0].cmdline()[-1] == number
+            names.add(f"1.1 xpulaunch-front{number}")
+        else:
+            assert "not started again" in said[0], said
+            assert fronts_of(os.getpid()) == [kept]
+        answers = [via(served.url, "/v1/chat/completions", chat("a")) for _ in range(40)]
         assert {status for status, _ in answers} == {200}
-        assert {name for _, name in answers} == {"1.1 xpulaunch", kept_name}
+        assert {name for _, name in answers} == names
 
 
 def test_kill_9_of_the_router_ends_its_fronts_servers_and_lease(
@@ -144,8 +160,6 @@ def test_kill_9_of_the_router_ends_its_fronts_servers_and_lease(
 
 
 def test_fronts_listen_on_one_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xpulaunch.llamacpp.router import fronts
-
     sockets = fronts.listening_sockets("127.0.0.1", 0, 3)
     try:
         assert len(sockets) == 3 and len({s.getsockname() for s in sockets}) == 1

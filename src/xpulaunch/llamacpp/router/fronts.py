@@ -12,7 +12,9 @@ when the request is answered; a request that waits in a front counts as in fligh
 never evicted from under it. What is not a model request (``/health``, ``/v1/models``,
 ``/metrics``, ``/models/...``) the front forwards to the router's private port. A front
 ends when its pipe closes: when the router stops, and when the router's process dies, even by
-SIGKILL (the kernel closes the pipe).
+SIGKILL (the kernel closes the pipe). A front that dies is started again on a new socket of the
+same port (unless it died within :data:`RESPAWN_AFTER_S` of its start); what its requests held
+is released at once.
 
 Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": ID}``,
 ``{"op": "release", "model": ID}``, ``{"op": "count", "model": ID, "replica": NAME, "status":
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
     from xpulaunch.llamacpp.router.models import ModelManager
 
 READY_TIMEOUT_S = 30.0
+# A front that ends after this long is started again; one that ends sooner is not (a front
+# that cannot run would otherwise be started over and over).
+RESPAWN_AFTER_S = 5.0
 _BACKLOG = 1024
 _LINE_LIMIT = 1 << 20  # the first message carries the config
 
@@ -97,6 +102,7 @@ class _Front:
     held: Counter[str] = field(default_factory=Counter)  # model -> requests acquired
     ready: asyncio.Future[None] | None = None
     closed: bool = False
+    started_s: float = field(default_factory=time.monotonic)
 
 
 class Fronts:
@@ -113,6 +119,8 @@ class Fronts:
         self._fronts: list[_Front] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._hello = b""
+        self._address: tuple[int, tuple[Any, ...]] | None = None  # family, address
 
     async def start(
         self, sockets: Sequence[socket.socket], *, private_url: str, max_body_bytes: int
@@ -123,10 +131,11 @@ class Fronts:
         hello = {"config": {"models": [m.as_dict() for m in config.models],
                             "names": dict(config.names), "source": config.source},
                  "private": private_url, "max_body_bytes": max_body_bytes}  # fmt: skip
-        line = json.dumps(hello).encode() + b"\n"
+        self._hello = json.dumps(hello).encode() + b"\n"
+        if sockets:
+            self._address = (sockets[0].family, sockets[0].getsockname())
         for number, sock in enumerate(sockets, start=1):
-            front = await self._spawn(number, sock)
-            front.writer.write(line)
+            await self._spawn(number, sock)
         try:
             waits = [f.ready for f in self._fronts if f.ready is not None]
             await asyncio.wait_for(asyncio.gather(*waits), READY_TIMEOUT_S)
@@ -144,6 +153,7 @@ class Fronts:
             )  # fmt: skip
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_LINE_LIMIT)
         front = _Front(number, process, writer, ready=asyncio.get_running_loop().create_future())
+        writer.write(self._hello)
         self._fronts.append(front)
         self._keep(self._serve(front, reader))
         return front
@@ -205,10 +215,20 @@ class Fronts:
         front.writer.close()
         if front.ready is not None and not front.ready.done():
             front.ready.set_exception(ConnectionError(f"front {front.number} ended at start"))
-        if not self._closing:
-            status = await asyncio.get_running_loop().run_in_executor(None, front.process.wait)
-            self._say(f"router front {front.number} ended (exit status {status}); the router "
-                      "and the other fronts go on serving the port")  # fmt: skip
+        if self._closing:
+            return
+        status = await asyncio.get_running_loop().run_in_executor(None, front.process.wait)
+        said = f"router front {front.number} ended (exit status {status})"
+        if time.monotonic() - front.started_s < RESPAWN_AFTER_S or self._address is None:
+            self._say(f"{said} within {RESPAWN_AFTER_S:g} s of its start; not started again: "
+                      "the router and the other fronts go on serving the port")  # fmt: skip
+            return
+        try:
+            await self._spawn(front.number, _listen(*self._address))
+        except OSError as exc:
+            self._say(f"{said}; cannot start it again ({exc}); the others go on serving")
+            return
+        self._say(f"{said}; started again")
 
     async def close(self, grace_s: float) -> None:
         """Close every pipe (each front then stops), wait up to ``grace_s``, kill the rest."""
