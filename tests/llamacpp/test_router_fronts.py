@@ -31,7 +31,15 @@ TWO = inventory_path("2x-h200.json")
 
 
 def fronts_of(pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(pid).children() if FRONT in " ".join(p.cmdline())]
+    """The front processes among ``pid``'s children (others may end while they are read)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if FRONT in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def via(url: str, path: str, body: dict[str, object]) -> tuple[int, str]:
