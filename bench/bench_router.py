@@ -266,14 +266,15 @@ async def stamped(
     import concurrent.futures
     import multiprocessing
 
-    pool = concurrent.futures.ProcessPoolExecutor(
-        clients, mp_context=multiprocessing.get_context("spawn")
-    )
+    pool = None
+    if clients > 1:
+        spawn = multiprocessing.get_context("spawn")
+        pool = concurrent.futures.ProcessPoolExecutor(clients, mp_context=spawn)
 
     async def burst(
         session: aiohttp.ClientSession, url: str
     ) -> list[tuple[float, list[float], bool]]:
-        if clients == 1:
+        if pool is None:
             return list(await asyncio.gather(*(stamped_stream(session, url) for _ in range(count))))
         start_at = time.monotonic() + 0.3
         shares = [count // clients + (i < count % clients) for i in range(clients)]
@@ -283,7 +284,8 @@ async def stamped(
     try:
         return await _stamped(router, direct, rounds, burst)
     finally:
-        pool.shutdown()
+        if pool is not None:
+            pool.shutdown()
 
 
 async def _stamped(router: str, direct: str, rounds: int, burst: Any) -> dict[str, object]:

@@ -34,7 +34,6 @@ from xpulaunch.cli.config_files import apply_config_files
 ctx = click.Context(cli); apply_config_files(ctx, None); note("config files")
 from xpulaunch.probing.nvml_start import start_nvml; start_nvml(os.environ); note("start NVML")
 from xpulaunch.probing import host; note("probe modules")
-from xpulaunch.probing import nvml_start
 inventory = host.probe_from_env(os.environ, use_torch=False, report_missing=False); note("probe")
 from xpulaunch.core.inventory import dumps; text = dumps(inventory); note("document")
 print(json.dumps([(n, (v - t[0][1]) * 1e3) for n, v in t[1:]]), file=sys.stderr)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -40,11 +39,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp.plan import Replica
 from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
 from xpulaunch.llamacpp.router.slot import RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
-    from xpulaunch.llamacpp.plan import Replica
     from xpulaunch.llamacpp.router.models import ModelManager
 
 READY_TIMEOUT_S = 30.0
@@ -99,8 +98,8 @@ class _Front:
     number: int
     process: subprocess.Popen[bytes]
     writer: asyncio.StreamWriter
+    ready: asyncio.Future[None]  # done when the front listens
     held: Counter[str] = field(default_factory=Counter)  # model -> requests acquired
-    ready: asyncio.Future[None] | None = None
     closed: bool = False
     started_s: float = field(default_factory=time.monotonic)
 
@@ -137,7 +136,7 @@ class Fronts:
         for number, sock in enumerate(sockets, start=1):
             await self._spawn(number, sock)
         try:
-            waits = [f.ready for f in self._fronts if f.ready is not None]
+            waits = [f.ready for f in self._fronts]
             await asyncio.wait_for(asyncio.gather(*waits), READY_TIMEOUT_S)
         except (asyncio.TimeoutError, ConnectionError) as exc:
             await self.close(0.0)
@@ -152,7 +151,7 @@ class Fronts:
                 pass_fds=(sock.fileno(), theirs.fileno()), stdin=subprocess.DEVNULL,
             )  # fmt: skip
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_LINE_LIMIT)
-        front = _Front(number, process, writer, ready=asyncio.get_running_loop().create_future())
+        front = _Front(number, process, writer, asyncio.get_running_loop().create_future())
         writer.write(self._hello)
         self._fronts.append(front)
         self._keep(self._serve(front, reader))
@@ -177,7 +176,7 @@ class Fronts:
                 elif op == "count":
                     self._on_request(slots[message["model"]], message["replica"],
                                      message["status"], message["seconds"])  # fmt: skip
-                elif op == "ready" and front.ready is not None and not front.ready.done():
+                elif op == "ready" and not front.ready.done():
                     front.ready.set_result(None)
         except (ConnectionError, ValueError, KeyError) as exc:
             self._say(f"router front {front.number}: bad message ({exc!r}); closing it")
@@ -213,7 +212,7 @@ class Fronts:
                 self._manager.release(slots[model])
         front.held.clear()
         front.writer.close()
-        if front.ready is not None and not front.ready.done():
+        if not front.ready.done():
             front.ready.set_exception(ConnectionError(f"front {front.number} ended at start"))
         if self._closing:
             return
@@ -264,8 +263,6 @@ class RemoteModels:
             self._writer.write(json.dumps(message).encode() + b"\n")
 
     async def acquire(self, slot: Slot) -> Replica:
-        from xpulaunch.llamacpp.plan import Replica
-
         self._next += 1
         ident = self._next
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -370,8 +367,10 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
     await site.start()
     writer.write(b'{"op": "ready"}\n')
     try:
-        while line := await reader.readline():
-            models.answered(json.loads(line))
+        # Ends at the pipe's end: the router stopped, or died (a reset, when it was killed).
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                models.answered(json.loads(line))
     finally:
         models.stop_waiting()
         await site.stop()
@@ -389,6 +388,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError, ConnectionError):
-        sys.exit(main(sys.argv[1:]))
-    os._exit(0)
+    sys.exit(main(sys.argv[1:]))
