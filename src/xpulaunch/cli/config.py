@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import click
 
@@ -43,7 +42,7 @@ def config(ctx: click.Context) -> None:
 def show(ctx: click.Context, command_name: str, as_json: bool) -> None:
     """Print each option's effective value and where it came from."""
     profile = ctx.find_root().params.get("profile")
-    cwd = Path.cwd()
+    cwd = os.getcwd()
     settings = effective_settings(profile, cwd, os.environ)
     default_map(settings)  # a value its option would refuse is an error here too
     rows = explain(_option_infos(command_name), settings, os.environ)

@@ -10,8 +10,8 @@ click's ``default_map``, which click ranks below the command line and the enviro
 from __future__ import annotations
 
 import os
+import stat
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,35 +32,41 @@ CONFIGURED_COMMANDS = ("run", "llama", "devices")
 NOT_CONFIGURABLE = frozenset({"help", "dry-run", "json"})
 
 
-def user_config_path(env: Mapping[str, str]) -> Path:
+# Paths are plain strings (os.path): ``pathlib`` would be imported for this lookup alone on
+# every command.
+def user_config_path(env: Mapping[str, str]) -> str:
     base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "~"), ".config")
-    return Path(os.path.expanduser(base)) / "xpulaunch" / "config.toml"
+    return os.path.join(os.path.expanduser(base), "xpulaunch", "config.toml")
 
 
-def find_project_file(start: Path) -> Path | None:
-    for directory in (start, *start.parents):
-        candidate = directory / PROJECT_FILE
+def find_project_file(start: str) -> str | None:
+    """The nearest ``xpulaunch.toml``, or ``pyproject.toml`` with a ``[tool.xpulaunch]`` table,
+    in ``start`` or a folder above it."""
+    directory, parent = start, None
+    while directory != parent:
+        candidate = os.path.join(directory, PROJECT_FILE)
         if _is_file(candidate):
             return candidate
-        pyproject = directory / PYPROJECT
+        pyproject = os.path.join(directory, PYPROJECT)
         if _is_file(pyproject) and _has_tool_table(pyproject):
             return pyproject
+        directory, parent = os.path.dirname(directory), directory
     return None
 
 
-def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
+def load_layers(cwd: str, env: Mapping[str, str]) -> list[Layer]:
     """The user layer, then the project layer: the files that exist, lowest first."""
     found: list[tuple[str, dict[str, Any]]] = []  # (source, table)
     user = user_config_path(env)
     if _is_file(user):
-        found.append((str(user), read_toml(user)))
+        found.append((user, read_toml(user)))
     project = find_project_file(cwd)
     if project is not None:
         table = read_toml(project)
-        if project.name == PYPROJECT:
+        if os.path.basename(project) == PYPROJECT:
             found.append((f"{project} [tool.xpulaunch]", table["tool"]["xpulaunch"]))
         else:
-            found.append((str(project), table))
+            found.append((project, table))
     if not found:
         return []
     from xpulaunch.core.config import Layer  # here: most commands run where no file exists
@@ -68,13 +74,15 @@ def load_layers(cwd: Path, env: Mapping[str, str]) -> list[Layer]:
     return [Layer(source, table) for source, table in found]
 
 
-def _is_file(path: Path) -> bool:
+def _is_file(path: str) -> bool:
     """Whether a config file is there. A folder above it that is closed to us (another user's
     HOME, kept by ``setpriv`` or ``su`` without ``-l``), or a path the system cannot look up
     (a name too long), hides it: said, and gone on without, as git does with a config file it
     cannot reach. A file we see but cannot read is an error (``read_toml``): ours to fix."""
     try:
-        return path.is_file()
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
     except OSError as exc:
         click.echo(
             f"xpulaunch: warning: cannot look for {path} ({exc.strerror}); going on without it",
@@ -83,14 +91,14 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: str) -> dict[str, Any]:
     # Imported here: most commands run where no config file exists, and never need a parser.
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - the backport, on 3.10
         import tomli as tomllib
     try:
-        with path.open("rb") as stream:
+        with open(path, "rb") as stream:
             table: dict[str, Any] = tomllib.load(stream)
             return table
     except OSError as exc:
@@ -103,12 +111,13 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: nested too deeply to be a config file") from exc
 
 
-def _has_tool_table(path: Path) -> bool:
+def _has_tool_table(path: str) -> bool:
     """Cheap first look (the text names the table), then a real parse, whose errors are the
     user's to see: a project that means to configure us must not be ignored silently."""
     try:
-        if "xpulaunch" not in path.read_text(encoding="utf-8", errors="replace"):
-            return False
+        with open(path, encoding="utf-8", errors="replace") as stream:
+            if "xpulaunch" not in stream.read():
+                return False
     except OSError:
         return False
     tool = read_toml(path).get("tool")
@@ -130,9 +139,7 @@ def command_options(name: str) -> dict[str, click.Option]:
     return keys
 
 
-def effective_settings(
-    profile: str | None, cwd: Path, env: Mapping[str, str]
-) -> dict[str, Setting]:
+def effective_settings(profile: str | None, cwd: str, env: Mapping[str, str]) -> dict[str, Setting]:
     """Every key the files set, with its source; ``{}`` when there are no files."""
     layers = load_layers(cwd, env)
     if not layers and profile is None:
@@ -178,6 +185,6 @@ def _checked(option: click.Option, key: str, setting: Setting) -> Any:
 
 def apply_config_files(ctx: click.Context, profile: str | None) -> None:
     """Give the group's context the files' values as ``default_map`` (no files: nothing)."""
-    settings = effective_settings(profile, Path.cwd(), os.environ)
+    settings = effective_settings(profile, os.getcwd(), os.environ)
     if settings:
         ctx.default_map = default_map(settings)

@@ -10,9 +10,7 @@ A program option that shares a name with ours goes after ``--``.
 
 from __future__ import annotations
 
-import difflib
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 
 import click
@@ -62,6 +60,9 @@ class DefaultRunGroup(click.Group):
 def mistyped_command(word: str) -> str | None:
     """The command ``word`` is close to (``dev`` -> ``devices``), unless ``word`` is an
     option, an existing file or a program on PATH: then it is what the user meant to run."""
+    import difflib
+    import shutil
+
     if word.startswith("-"):
         return None
     close = difflib.get_close_matches(word, COMMANDS, n=1)

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -20,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from xpulaunch.model import Problem
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterable, Mapping, Sequence
 
 
@@ -55,15 +53,21 @@ class Runner(Protocol):
 
 
 class SubprocessRunner:
-    """The real runner: a new session per tool, so a timeout kills the tool's whole group."""
+    """The real runner: a new session per tool, so a timeout kills the tool's whole group.
+    ``shutil`` and ``subprocess`` are imported when a tool is first looked for: a probe that
+    NVML answers runs none."""
 
     def which(self, tool: str, env: Mapping[str, str]) -> str | None:
+        import shutil
+
         # The tool's own PATH, not this process's: ``env`` is what the tool will run with.
         return shutil.which(tool, path=env.get("PATH", os.defpath))
 
     def run(
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout_s: float
     ) -> RunResult | Problem:
+        import subprocess
+
         tool = os.path.basename(argv[0])
         started = time.monotonic()
         try:
@@ -99,6 +103,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     3. Reap with a short bound: a grandchild that escaped the group could keep our pipes open,
        and a probe must never hang on it (closing the pipes ends that wait).
     """
+    import signal
+    import subprocess
+
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     try:
