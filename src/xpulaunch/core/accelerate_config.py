@@ -17,50 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core.accelerate_env import launch_env
+from xpulaunch.core.masks import CUDA_VAR, HIP_VAR, ODS_VAR, ROCR_VAR, ZE_MASK_VAR
 from xpulaunch.errors import UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-# Every key of accelerate's ClusterConfig (commands/config/config_args.py), plus the two old
-# spellings that its process_config still converts.
-KNOWN_KEYS = frozenset(
-    [
-        "compute_environment",
-        "distributed_type",
-        "mixed_precision",
-        "use_cpu",
-        "debug",
-        "num_processes",
-        "machine_rank",
-        "num_machines",
-        "gpu_ids",
-        "main_process_ip",
-        "main_process_port",
-        "rdzv_backend",
-        "same_network",
-        "main_training_function",
-        "enable_cpu_affinity",
-        "fp8_config",
-        "deepspeed_config",
-        "fsdp_config",
-        "parallelism_config",
-        "megatron_lm_config",
-        "mpirun_config",
-        "downcast_bf16",
-        "tpu_name",
-        "tpu_zone",
-        "tpu_use_cluster",
-        "tpu_use_sudo",
-        "command_file",
-        "commands",
-        "tpu_vm",
-        "tpu_env",
-        "dynamo_config",
-        "fp16",
-        "dynamo_backend",
-    ]
-)
 # distributed_type -> the launcher accelerate picks for it (launch_command).
 LAUNCHERS = {
     "NO": "simple",
@@ -93,13 +55,35 @@ IGNORED_UNLESS_DEFAULT: dict[str, object] = {
     "mpirun_config": {},
 }
 _EMPTY: tuple[object, ...] = (None, False, "no", [], {})
-VISIBILITY_VARS = (
-    "CUDA_VISIBLE_DEVICES",
-    "ZE_AFFINITY_MASK",
-    "ONEAPI_DEVICE_SELECTOR",
-    "ROCR_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
+# Every key of accelerate's ClusterConfig (commands/config/config_args.py), plus the two old
+# spellings that its process_config still converts: those read here (same_network is ignored
+# unnamed, as said above), then those ignored with a warning.
+KNOWN_KEYS = frozenset(
+    [
+        "compute_environment",
+        "distributed_type",
+        "mixed_precision",
+        "use_cpu",
+        "debug",
+        "num_processes",
+        "machine_rank",
+        "num_machines",
+        "gpu_ids",
+        "main_process_ip",
+        "main_process_port",
+        "same_network",
+        "fp8_config",
+        "deepspeed_config",
+        "fsdp_config",
+        "parallelism_config",
+        "megatron_lm_config",
+        "dynamo_config",
+        "fp16",
+        "dynamo_backend",
+        *IGNORED_UNLESS_DEFAULT,
+    ]
 )
+VISIBILITY_VARS = (CUDA_VAR, ZE_MASK_VAR, ODS_VAR, ROCR_VAR, HIP_VAR)
 
 
 @dataclass(frozen=True)
@@ -249,11 +233,8 @@ def _gpus(args: Mapping[str, Any], launcher: str, per_node: int) -> str:
 
 def _gpu_ids(args: Mapping[str, Any]) -> str | None:
     ids = args.get("gpu_ids")
-    if ids is None or str(ids) == "all" or args.get("use_cpu"):
-        return None
-    if args["distributed_type"] == "MULTI_CPU":
-        return None
-    return str(ids)
+    cpu = args.get("use_cpu") or args["distributed_type"] == "MULTI_CPU"
+    return None if ids is None or str(ids) == "all" or cpu else str(ids)
 
 
 def _mask_clash(args: Mapping[str, Any], parent_env: Mapping[str, str]) -> tuple[str, ...]:

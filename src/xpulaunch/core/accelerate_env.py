@@ -257,9 +257,8 @@ def _deepspeed_env(config_args: Mapping[str, Any], args: Mapping[str, Any]) -> d
 def _parallelism_env(args: Mapping[str, Any]) -> dict[str, str]:
     prefix = "PARALLELISM_CONFIG_"
     env = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true"}
-    for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend"):
-        env[prefix + name.upper()] = str(args[f"parallelism_config_{name}"])
-    for name in ("sp_size", "sp_backend"):
+    always = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "sp_size")
+    for name in (*always, "sp_backend"):
         env[prefix + name.upper()] = str(args[f"parallelism_config_{name}"])
     if int(args["parallelism_config_cp_size"]) > 1:
         env[prefix + "CP_COMM_STRATEGY"] = str(args["parallelism_config_cp_comm_strategy"])

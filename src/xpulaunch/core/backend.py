@@ -32,10 +32,6 @@ def parse_backend(text: str | None) -> Backend | None:
         ) from None
 
 
-def backend_for(vendor: Vendor) -> Backend:
-    return _BACKEND_OF[vendor]
-
-
 def choose_backend(
     requested: Backend | None,
     gpus: GpuRequest,
@@ -61,8 +57,8 @@ def choose_backend(
         )
         raise SelectionError(f"{_NAMES[named]} GPUs are {where}", option="gpus", value=gpus.text)
     if named is not None:
-        return backend_for(named), (
-            f"backend {backend_for(named).value}: the devices named in "
+        return _BACKEND_OF[named], (
+            f"backend {_BACKEND_OF[named].value}: the devices named in "
             f"--gpus are {_NAMES[named]} GPUs",
         )
     return _automatic(gpus, devices, visible)
@@ -117,21 +113,16 @@ def _automatic(
             option="gpus",
             value=gpus.text,
         )
-    chosen = usable[0]
+    chosen, name = usable[0], _NAMES[usable[0]]
+    why = f"the visible accelerators are {name} GPUs"
     if len(usable) > 1:
         others = " and ".join(_NAMES[v] for v in usable[1:])
-        alt = ", ".join(f"--backend {backend_for(v).value}" for v in usable[1:])
-        name = _NAMES[chosen]
-        notes.append(
-            f"backend {backend_for(chosen).value}: {name} and {others} GPUs are visible; "
-            f"{name} is preferred (use {alt} for the others)"
+        alt = ", ".join(f"--backend {_BACKEND_OF[v].value}" for v in usable[1:])
+        why = (
+            f"{name} and {others} GPUs are visible; {name} is preferred (use {alt} for the others)"
         )
-    else:
-        notes.append(
-            f"backend {backend_for(chosen).value}: the visible accelerators are "
-            f"{_NAMES[chosen]} GPUs"
-        )
-    return backend_for(chosen), tuple(notes)
+    notes.append(f"backend {_BACKEND_OF[chosen].value}: {why}")
+    return _BACKEND_OF[chosen], tuple(notes)
 
 
 def _vendor_named_by_ids(
@@ -144,8 +135,7 @@ def _vendor_named_by_ids(
     vendors = set()
     for ident in gpus.ids:
         qualifier, bare = split_vendor(ident)
-        named = {qualifier} if qualifier else _vendors_of(bare, devices, visible, ident)
-        vendors |= named
+        vendors |= {qualifier} if qualifier else _vendors_of(bare, devices, visible, ident)
     if len(vendors) > 1:
         raise SelectionError(
             "these ids name GPUs of "
@@ -191,7 +181,7 @@ def _vendors_of(
 def elsewhere_hint(chosen: Vendor, visible: Mapping[Vendor, Sequence[Unit]]) -> str:
     """What other vendors' visible GPUs there are, for an error about too few ``chosen``."""
     others = [
-        f"{len(units)} {_NAMES[v]} unit(s) are visible too (--backend {backend_for(v).value})"
+        f"{len(units)} {_NAMES[v]} unit(s) are visible too (--backend {_BACKEND_OF[v].value})"
         for v, units in visible.items()
         if v is not chosen and units
     ]

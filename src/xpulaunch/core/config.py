@@ -50,14 +50,13 @@ def merge(
             settings = _settings(section, f"{layer.source} [{PROFILES}.{name}]", valid)
             if name == profile:
                 merged.update(settings)
-    if profile is not None and not any(_profile_table(lay, profile) for lay in layers):
+    if profile is not None and not any(_profiles(lay).get(profile) for lay in layers):
         raise UsageError(_unknown_profile(profile, layers))
     return merged
 
 
 def profile_names(layers: Sequence[Layer]) -> list[str]:
-    names = {name for layer in layers for name in _profiles(layer)}
-    return sorted(names)
+    return sorted({name for layer in layers for name in _profiles(layer)})
 
 
 def _settings(table: Mapping[str, Any], source: str, valid: frozenset[str]) -> dict[str, Setting]:
@@ -87,13 +86,6 @@ def _profiles(layer: Layer) -> Mapping[str, Any]:
     if not isinstance(profiles, dict) or not all(isinstance(p, dict) for p in profiles.values()):
         raise UsageError(f"{layer.source}: {PROFILES}: expected tables such as [profiles.big]")
     return profiles
-
-
-def _profile_table(layer: Layer, profile: str | None) -> Mapping[str, Any] | None:
-    if profile is None:
-        return None
-    table: Mapping[str, Any] | None = _profiles(layer).get(profile)
-    return table
 
 
 def _unknown_profile(profile: str, layers: Sequence[Layer]) -> str:

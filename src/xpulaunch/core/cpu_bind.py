@@ -82,8 +82,6 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 
 
 def parse_cpu_bind(value: str | CpuBind | None) -> CpuBind:
-    if isinstance(value, CpuBind):
-        return value
     try:
         return CpuBind((value or "none").strip().lower())
     except ValueError:
@@ -231,13 +229,12 @@ def bind_workers(
             option="cpu_bind",
             value=mode.value,
         )
-    near: list[_Near] = []
-    notes: list[str] = []
-    for rank, units in enumerate(used):
-        cpus, nodes, why = _near(units, topology)
-        near.append((cpus, nodes, why))
-        if not cpus:
-            notes.append(f"warning: --cpu-bind {mode.value}: rank {rank} is not bound: {why}")
+    near = [_near(units, topology) for units in used]
+    notes = [
+        f"warning: --cpu-bind {mode.value}: rank {rank} is not bound: {why}"
+        for rank, (cpus, _, why) in enumerate(near)
+        if not cpus
+    ]
     bindings = _numa(near, topology) if mode is CpuBind.NUMA else _exclusive(near, topology)
     for rank, (binding, (_, _, why)) in enumerate(zip(bindings, near, strict=True)):
         if binding is not None:
@@ -261,14 +258,11 @@ def _near(units: Sequence[Unit], topology: CpuTopology) -> _Near:
     for device in dict.fromkeys(u.device for u in units):
         mine, node = device_cpus(device, topology)
         if not mine:
-            return (
-                frozenset(),
-                (),
-                (
-                    f"the NUMA node of {device.label()} is unknown (sysfs numa_node -1 and no "
-                    f"narrower local_cpulist) on a host of {len(topology.nodes)} NUMA nodes"
-                ),
+            why = (
+                f"the NUMA node of {device.label()} is unknown (sysfs numa_node -1 and no "
+                f"narrower local_cpulist) on a host of {len(topology.nodes)} NUMA nodes"
             )
+            return frozenset(), (), why
         cpus |= mine
         if node is not None and node not in nodes:
             nodes.append(node)
@@ -293,6 +287,8 @@ def _exclusive(near: Sequence[_Near], topology: CpuTopology) -> tuple[Binding | 
     """The cores near a group of ranks split among them, in rank order (torch's rule); a
     core already given to an earlier group (ranks whose devices span several nodes) is not
     given again."""
+    from xpulaunch.core.devicemap import split_evenly  # the probe imports this module too
+
     bindings: list[Binding | None] = [None] * len(near)
     groups: dict[frozenset[int], list[int]] = {}
     for rank, (cpus, _, _) in enumerate(near):
@@ -308,12 +304,8 @@ def _exclusive(near: Sequence[_Near], topology: CpuTopology) -> tuple[Binding | 
                 option="cpu_bind",
                 value=CpuBind.EXCLUSIVE.value,
             )
-        size, extra = divmod(len(cores), len(ranks))
-        start = 0
-        for i, rank in enumerate(ranks):
-            end = start + size + (1 if i < extra else 0)
-            mine = frozenset().union(*cores[start:end])
-            bindings[rank] = Binding(mine, near[rank][1], end - start)
-            start = end
+        for rank, share in zip(ranks, split_evenly(range(len(cores)), len(ranks)), strict=True):
+            mine = frozenset().union(*(cores[i] for i in share))
+            bindings[rank] = Binding(mine, near[rank][1], len(share))
         taken = taken.union(*cores)
     return tuple(bindings)

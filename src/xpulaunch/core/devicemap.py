@@ -14,6 +14,7 @@ context on every device.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import TYPE_CHECKING
 
@@ -44,27 +45,22 @@ def max_memory(units: Sequence[Unit]) -> dict[str, int]:
     """
     budget: dict[str, int] = {}
     for ordinal, unit in enumerate(units):
-        base = unit.memory_free_bytes
-        if base is None:
-            base = unit.memory_total_bytes
+        base = unit.memory_total_bytes if unit.memory_free_bytes is None else unit.memory_free_bytes
         if base is not None:
             budget[str(ordinal)] = int(base * (1 - HEADROOM_FRACTION))
     return budget
 
 
-def max_memory_json(units: Sequence[Unit]) -> str:
-    return json.dumps(max_memory(units), separators=(",", ":"))
-
-
-def share_memory_json(units: Sequence[Unit], share: DeviceShare) -> str:
-    """``XPULAUNCH_MAX_MEMORY`` of a job sharing its devices: its share of each, the whole
-    budget (other jobs' use of the device is already counted by the share itself); a device
-    whose share is unknown (K slots of a device of unknown memory) is left out."""
-    budget = {}
-    for ordinal, unit in enumerate(units):
-        claim = share.claim_bytes(unit.memory_total_bytes)
-        if claim is not None:
-            budget[str(ordinal)] = claim
+def max_memory_json(units: Sequence[Unit], share: DeviceShare | None = None) -> str:
+    """``XPULAUNCH_MAX_MEMORY``: :func:`max_memory`, or for a job sharing its devices its
+    share of each, the whole budget (other jobs' use of the device is already counted by the
+    share itself); a device whose share is unknown (K slots of a device of unknown memory) is
+    left out."""
+    if share is None:
+        budget = max_memory(units)
+    else:
+        claims = {str(i): share.claim_bytes(u.memory_total_bytes) for i, u in enumerate(units)}
+        budget = {ordinal: claim for ordinal, claim in claims.items() if claim is not None}
     return json.dumps(budget, separators=(",", ":"))
 
 
@@ -156,10 +152,5 @@ def place(units: int, workers: int, *, isolate: bool) -> tuple[tuple[int, ...], 
 def split_evenly(items: Sequence[int], parts: int) -> tuple[tuple[int, ...], ...]:
     """Consecutive shares; the first ``len % parts`` shares get one more."""
     size, extra = divmod(len(items), parts)
-    shares: list[tuple[int, ...]] = []
-    start = 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        shares.append(tuple(items[start:end]))
-        start = end
-    return tuple(shares)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return tuple(tuple(items[start:end]) for start, end in itertools.pairwise(bounds))

@@ -7,6 +7,7 @@ the bad key as a path (``devices[1].memory_total_bytes``) and what would be vali
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping  # also at run time: isinstance checks
@@ -21,19 +22,9 @@ if TYPE_CHECKING:
 
 SCHEMA = "xpulaunch.inventory/1"
 
-_DEVICE_KEYS = (
-    "vendor",
-    "index",
-    "name",
-    "pci_bus_id",
-    "uuid",
-    "integrated",
-    "tiles",
-    "memory_total_bytes",
-    "memory_used_bytes",
-    "utilization_percent",
-    "mig_devices",
-)
+# A device's keys are the model's fields (Device is the document's device); anything else a
+# document holds for a device is kept in ``extra``.
+_DEVICE_KEYS = tuple(f.name for f in dataclasses.fields(Device) if f.name != "extra")
 
 
 # Bounds on what a document may hold: far above any machine, far below what would make
@@ -98,26 +89,9 @@ def dumps(inventory: Inventory) -> str:
 
 
 def _device_doc(d: Device) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "vendor": d.vendor.value,
-        "index": d.index,
-        "name": d.name,
-        "pci_bus_id": d.pci_bus_id,
-        "uuid": d.uuid,
-        "integrated": d.integrated,
-        "tiles": d.tiles,
-        "memory_total_bytes": d.memory_total_bytes,
-        "memory_used_bytes": d.memory_used_bytes,
-        "utilization_percent": d.utilization_percent,
-        "mig_devices": [
-            {
-                "uuid": m.uuid,
-                "memory_total_bytes": m.memory_total_bytes,
-                "memory_used_bytes": m.memory_used_bytes,
-            }
-            for m in d.mig_devices
-        ],
-    }
+    doc: dict[str, Any] = {key: getattr(d, key) for key in _DEVICE_KEYS}
+    doc["vendor"] = d.vendor.value
+    doc["mig_devices"] = [dataclasses.asdict(m) for m in d.mig_devices]
     doc.update({k: v for k, v in d.extra.items() if k not in doc})
     return doc
 
@@ -132,18 +106,16 @@ def _device(raw: object, where: str) -> Device:
         valid = ", ".join(v.value for v in Vendor)
         raise InventoryError(f"{where}.vendor: {vendor_text!r} is not one of {valid}") from None
     bus = _opt_str(raw, "pci_bus_id", where)
-    if bus is not None:
-        normalized = normalize_bus_id(bus)
-        if normalized is None:
-            raise InventoryError(
-                f"{where}.pci_bus_id: {bus!r} is not a PCI address like '0000:29:00.0'"
-            )
-        bus = normalized
+    normalized = None if bus is None else normalize_bus_id(bus)
+    if bus is not None and normalized is None:
+        raise InventoryError(
+            f"{where}.pci_bus_id: {bus!r} is not a PCI address like '0000:29:00.0'"
+        )
     return Device(
         vendor=vendor,
         index=_int(raw, "index", where, minimum=0, maximum=MAX_INDEX, required=True) or 0,
         name=_opt_str(raw, "name", where),
-        pci_bus_id=bus,
+        pci_bus_id=normalized,
         uuid=_identifier(raw, "uuid", where),
         integrated=_bool(raw, "integrated", where),
         tiles=_int(raw, "tiles", where, minimum=1, maximum=MAX_TILES) or 1,

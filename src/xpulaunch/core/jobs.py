@@ -107,7 +107,8 @@ def dependency(job: Job, by_id: Mapping[int, Job]) -> Dependency:
         if other.state is JobState.DONE:
             continue
         if other.state.ended:
-            how = "was cancelled" if other.state is JobState.CANCELLED else _failed(other)
+            status = "" if other.exit_code is None else f" (exit status {other.exit_code})"
+            how = "was cancelled" if other.state is JobState.CANCELLED else f"failed{status}"
             return Dependency(False, f"--after {other_id}: job {other_id} {how}", never=True)
         waiting.append(f"job {other_id} ({other.state.value})")
     if waiting:
@@ -118,13 +119,8 @@ def dependency(job: Job, by_id: Mapping[int, Job]) -> Dependency:
 def never_runs(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
     """Jobs not started whose ``--after`` job failed, was cancelled or is gone, and why."""
     by_id = {j.id: j for j in jobs}
-    found = []
-    for job in jobs:
-        if job.state.pending and job.after:
-            dep = dependency(job, by_id)
-            if dep.never:
-                found.append((job, dep.text))
-    return found
+    deps = ((job, dependency(job, by_id)) for job in jobs if job.state.pending and job.after)
+    return [(job, dep.text) for job, dep in deps if dep.never]
 
 
 def next_to_start(jobs: Sequence[Job], runner_uids: Collection[int]) -> Job | None:
@@ -233,10 +229,7 @@ def _starting(job: Job, holdings: Sequence[Holding], waiters: Sequence[Waiter]) 
         return f"waiting behind {count} earlier launch(es) in the lease line" + (
             f": {who}" if who else ""
         )
-    wanted = wanted_text(job)
-    if not holdings:
-        return f"waiting for {wanted}: {reason}"
-    return f"waiting for {wanted}: " + _holdings_text(holdings)
+    return f"waiting for {wanted_text(job)}: " + (_holdings_text(holdings) if holdings else reason)
 
 
 def wanted_text(job: Job) -> str:
@@ -255,11 +248,7 @@ def _holdings_text(holdings: Sequence[Holding]) -> str:
     """``nvidia 0, 1 leased by job 17; nvidia 2 shared by job 18, job 19``."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for holding in holdings:
-        who = (
-            f"job {holding.job}"
-            if holding.job is not None
-            else f"pid {holding.pid} ({holding.user})"
-        )
+        who = f"pid {holding.pid} ({holding.user})" if holding.job is None else f"job {holding.job}"
         verb = "shared by" if holding.slot else "leased by"
         grouped.setdefault((short_devices(holding.devices), verb), []).append(who)
     return "; ".join(
@@ -303,9 +292,3 @@ def format_duration(seconds: float | None) -> str:
         return f"{hours}h{minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d{hours:02d}h"
-
-
-def _failed(job: Job) -> str:
-    if job.exit_code is None:
-        return "failed"
-    return f"failed (exit status {job.exit_code})"

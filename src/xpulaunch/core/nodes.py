@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 # NodeGroup.source of --nnodes auto where no cluster environment was found.
 NO_CLUSTER = "none"
-RDZV_BACKENDS = ("static", "c10d")
 # torchrun's default; every node must agree on it, so several nodes never guess a free port.
 DEFAULT_PORT = 29500
 

@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from xpulaunch.core.cpu_bind import Binding
 
 SCHEMA = "xpulaunch.plan/1"
-ONE_NODE = NodeGroup()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +140,9 @@ def make_plan(
 def _share_note(share: DeviceShare, units: tuple[Unit, ...]) -> str:
     from xpulaunch.core.slots import describe_share  # a job sharing its devices only
 
-    claims = [share.claim_bytes(u.memory_total_bytes) for u in units]
     each = ", ".join(
-        f"{u.label()}: {devicemap.format_share(c)}" for u, c in zip(units, claims, strict=True)
+        f"{u.label()}: {devicemap.format_share(share.claim_bytes(u.memory_total_bytes))}"
+        for u in units
     )
     return (
         f"sharing: one slot of each device ({describe_share(share)}), shared with other small "
@@ -301,13 +300,12 @@ def skipped_text(notes: tuple[str, ...] | list[str]) -> str:
     """The devices a plan skipped, in a few words (``nvidia 3 busy, nvidia 1 leased``), from
     its ``"<device> (<PCI address>): skipped, <reason>"`` notes; integrated GPUs (never chosen
     unless named) are left out."""
-    words = []
-    for note in notes:
-        label, sep, reason = note.partition(": skipped, ")
-        if not sep or reason.startswith("integrated"):
-            continue
-        words.append(f"{label.partition(' (')[0]} {_short_reason(reason)}")
-    return ", ".join(words)
+    parts = (note.partition(": skipped, ") for note in notes)
+    return ", ".join(
+        f"{label.partition(' (')[0]} {_short_reason(reason)}"
+        for label, skipped, reason in parts
+        if skipped and not reason.startswith("integrated")
+    )
 
 
 def _short_reason(reason: str) -> str:
@@ -367,11 +365,7 @@ def _worker(
     env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
     chosen_map = devicemap.choose_device_map(len(mine), request.device_map)
     env["XPULAUNCH_DEVICE_MAP"] = chosen_map.value if chosen_map else None
-    if request.share is not None:
-        budget = devicemap.share_memory_json(mine, request.share) if mine else None
-    else:
-        budget = devicemap.max_memory_json(mine) if mine else None
-    env["XPULAUNCH_MAX_MEMORY"] = budget
+    env["XPULAUNCH_MAX_MEMORY"] = devicemap.max_memory_json(mine, request.share) if mine else None
     return WorkerPlan(
         name=str(rank),
         rank=request.nodes.rank_offset(count) + rank,
@@ -387,25 +381,20 @@ def rank_env(
     nproc: int,
     master_addr: str,
     master_port: int,
-    nodes: NodeGroup = ONE_NODE,
+    nodes: NodeGroup,
 ) -> dict[str, str]:
     """torchrun's per-worker variables, as its local elastic agent writes them for one role
     (``default``) under a static rendezvous: node ``node_rank`` of ``nnodes`` runs ``nproc``
     workers, and a worker's global rank is the count of the workers of the nodes before it
     plus its ``local_rank`` (``node_rank * nproc + local_rank`` while every node is assumed
     to run ``nproc``, before the nodes have met)."""
-    rank = nodes.rank_offset(nproc) + local_rank
-    world = nodes.world_size(nproc)
     return {
-        "RANK": str(rank),
+        **layout_env(nodes, nproc, local_rank),
         "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(world),
         "LOCAL_WORLD_SIZE": str(nproc),
         "GROUP_RANK": str(nodes.node_rank),
         "GROUP_WORLD_SIZE": str(nodes.nnodes),
         "ROLE_NAME": "default",
-        "ROLE_RANK": str(rank),
-        "ROLE_WORLD_SIZE": str(world),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
     }
@@ -461,14 +450,12 @@ def env_diff(
 ) -> dict[str, str | None]:
     """Keep only real differences: a value the parent lacks or has otherwise, or a removal of
     a variable the parent has (``None``)."""
-    diff: dict[str, str | None] = {}
-    for name, value in changes.items():
-        if value is None:
-            if name in parent_env:
-                diff[name] = None
-        elif parent_env.get(name) != value:
-            diff[name] = value
-    return dict(sorted(diff.items()))
+    kept = (
+        (name, value)
+        for name, value in changes.items()
+        if (name in parent_env if value is None else parent_env.get(name) != value)
+    )
+    return dict(sorted(kept))
 
 
 def to_dict(plan: Plan) -> dict[str, Any]:

@@ -142,9 +142,9 @@ def parse_gpus(text: str) -> GpuRequest:
             )
         return GpuRequest(GpuMode.COUNT, count=count)
     _, bare = split_vendor(value)
-    if normalize_bus_id(bare) is not None or re.match(_UUIDISH, bare) or re.match(_TILE, bare):
-        return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
-    if bare != value and bare.isascii() and bare.isdigit():  # nvidia:0 is an id, not a count
+    named = normalize_bus_id(bare) is not None or re.match(_UUIDISH, bare) or re.match(_TILE, bare)
+    # A PCI address, a UUID, CARD.TILE, or vendor:N (nvidia:0 is an id, not a count).
+    if named or (bare != value and bare.isascii() and bare.isdigit()):
         return GpuRequest(GpuMode.EXPLICIT, ids=(value,))
     raise UsageError(f"expected {_VALID}", option="gpus", value=text, malformed=True)
 
@@ -205,15 +205,9 @@ def _select_free(
     held: Mapping[str, str],
     elsewhere: str,
 ) -> Selection:
-    notes: list[str] = []
-    eligible: list[Unit] = []
-    for unit in units:
-        reason = _rejection(unit, filters, held)
-        if reason is None:
-            eligible.append(unit)
-        else:
-            notes.append(f"{unit.label()}: skipped, {reason}")
-    eligible.sort(key=_rank)
+    rejections = [(unit, _rejection(unit, filters, held)) for unit in units]
+    notes = [f"{unit.label()}: skipped, {why}" for unit, why in rejections if why is not None]
+    eligible = sorted((unit for unit, why in rejections if why is None), key=_rank)
     if request.mode is GpuMode.COUNT:
         if len(eligible) < request.count:
             why = "; ".join(notes) or ("all of them free" if units else "none is visible")
@@ -224,8 +218,7 @@ def _select_free(
                 value=request.text,
             )
         eligible = eligible[: request.count]
-    for unit in eligible:
-        notes.append(f"{unit.label()}: chosen, {_describe_free(unit)}")
+    notes += [f"{unit.label()}: chosen, {_describe_free(unit)}" for unit in eligible]
     if any(u.memory_free_bytes is None for u in eligible):
         notes.append(UNKNOWN_FREE_POLICY)
     chosen = physical_order(eligible)
@@ -255,14 +248,13 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
         return f"leased by {holder}"
     if unit.device.integrated:
         return "integrated GPUs are only used when named explicitly"
-    free = unit.memory_free_bytes
-    if filters.min_free_memory_bytes is not None:
-        total = unit.memory_total_bytes
-        if free is None and total is not None and total < filters.min_free_memory_bytes:
-            need = format_bytes(filters.min_free_memory_bytes)
+    free, total = unit.memory_free_bytes, unit.memory_total_bytes
+    minimum = filters.min_free_memory_bytes
+    if minimum is not None:
+        need = format_bytes(minimum)
+        if free is None and total is not None and total < minimum:
             return f"only {format_bytes(total)} in all < the {need} minimum asked for"
-        if free is not None and free < filters.min_free_memory_bytes:
-            need = format_bytes(filters.min_free_memory_bytes)
+        if free is not None and free < minimum:
             return f"{format_bytes(free)} free < the {need} minimum asked for"
     util = unit.device.utilization_percent
     limit = filters.max_utilization_percent
@@ -272,18 +264,11 @@ def _rejection(unit: Unit, filters: Filters, held: Mapping[str, str]) -> str | N
         from xpulaunch.core.slots import unit_rejection  # a job sharing its devices only
 
         return unit_rejection(unit, filters.share)
-    busy = _busy(unit)
-    if busy is not None and filters.min_free_memory_bytes is None:
-        return busy
-    return None
+    return busy_reason(unit) if minimum is None else None
 
 
 def busy_reason(unit: Unit) -> str | None:
     """Why ``unit`` counts as busy (``busy, 40.0 GiB of 80.0 GiB in use``), or None."""
-    return _busy(unit)
-
-
-def _busy(unit: Unit) -> str | None:
     total, used = unit.memory_total_bytes, unit.memory_used_bytes
     if total and used is not None and used > BUSY_MEMORY_FRACTION * total:
         return f"busy, {format_bytes(used)} of {format_bytes(total)} in use"
@@ -294,7 +279,7 @@ def _busy(unit: Unit) -> str | None:
 
 
 def _busy_suffix(unit: Unit) -> str:
-    busy = _busy(unit)
+    busy = busy_reason(unit)
     return f" (warning: {busy})" if busy else ""
 
 
@@ -333,14 +318,10 @@ def _describe_free(unit: Unit) -> str:
 def holder_of(unit: Unit, held: Mapping[str, str]) -> str | None:
     """Who holds ``unit``: its own key, its whole card, or (for a card) any of its parts."""
     card = unit.device.key
-    for key in (unit.key, card):
-        if key in held:
-            return held[key]
+    found = [held[key] for key in (unit.key, card) if key in held]
     if unit.tile is None and unit.mig is None:
-        for key, holder in held.items():
-            if key.startswith(card + "/"):
-                return holder
-    return None
+        found += [holder for key, holder in held.items() if key.startswith(card + "/")]
+    return found[0] if found else None
 
 
 def _refuse_held(units: Sequence[Unit], held: Mapping[str, str]) -> None:

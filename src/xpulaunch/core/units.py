@@ -39,11 +39,11 @@ def format_bytes(value: int | None) -> str:
     if value is None:
         return "?"
     size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return f"{size:.1f} TiB"  # pragma: no cover - loop always returns
+    return f"{size:.1f} TiB"
 
 
 def iso_utc(wall_s: float) -> str:

@@ -17,6 +17,7 @@ Each vendor's parser is imported by the functions that read or write that vendor
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -145,9 +146,8 @@ def _intel_visible(
     if ods.positions and not kept:
         raise MaskError(_selects_nothing(env.get(ODS_VAR) or "", parent_h))
     units = level_zero.regroup_units(dict.fromkeys(kept), devices, child_h, pci_order=pci_order)
-    notes = [*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units)]
-    notes += _two_driver_note(devices)
-    return Visible(units, not units, tuple(notes), child_h)
+    notes = (*ze.notes, *ods.notes, *_intel_notes(env, parent_h, child_h, units))
+    return Visible(units, not units, (*notes, *_two_driver_note(devices)), child_h)
 
 
 def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit]]:
@@ -155,13 +155,7 @@ def _root_devices(units: Sequence[Unit], hierarchy: Hierarchy) -> list[list[Unit
     visible part of one) under COMPOSITE."""
     if hierarchy.hands_out_tiles:
         return [[unit] for unit in units]
-    roots: list[list[Unit]] = []
-    for unit in units:
-        if roots and roots[-1][0].device.key == unit.device.key:
-            roots[-1].append(unit)
-        else:
-            roots.append([unit])
-    return roots
+    return [list(card) for _, card in itertools.groupby(units, key=lambda u: u.device.key)]
 
 
 def _kept_of(root: list[Unit], pick: RootPick, hierarchy: Hierarchy) -> list[Unit]:
@@ -257,8 +251,7 @@ def _shared_uuid_notes(devices: Sequence[Device], rocr: str | None) -> list[str]
     """A parent mask naming a UUID that several partitions of one card share (ROCm before
     7.0.1): ROCr refuses the ambiguous token, so the parent's own processes see no GPU."""
     tokens = {t.strip().upper() for t in (rocr or "").split(",")} - {""}
-    shared = {d: str(d.extra.get("rocr_uuid_shared") or "").upper() for d in devices}
-    sharing = [d for d, uuid in shared.items() if uuid and uuid in tokens]
+    sharing = [d for d in devices if str(d.extra.get("rocr_uuid_shared") or "").upper() in tokens]
     if not sharing:
         return []
     mode = sharing[0].extra.get("partition_mode") or "partitioned"

@@ -10,8 +10,8 @@ Programming Guide, ROCm's "GPU isolation techniques".
 One module per runtime: :mod:`.cuda`, :mod:`.level_zero`, :mod:`.oneapi`, :mod:`.rocm`, each
 imported by the code that reads or writes that runtime's variable (a plan for a CUDA host loads
 no Intel or AMD parser, one for a CPU-only host none). Here: what they all share, the
-variables' names and C's idea of white space, so that naming a variable (``core.visibility``
-does, for every vendor) loads no parser.
+variables' names, C's idea of white space and C++'s way of splitting a list, so that naming a
+variable (``core.visibility`` does, for every vendor) loads no parser.
 """
 
 from __future__ import annotations
@@ -29,3 +29,11 @@ HIP_VAR = "HIP_VISIBLE_DEVICES"
 ZE_HIDE_ALL = "999"
 
 C_SPACE = " \t\n\v\f\r"  # C isspace(): what strtoul/stoul skip and ROCr's trim() strips
+
+
+def split_list(text: str, delimiter: str = ",") -> list[str]:
+    """``text`` split at ``delimiter`` as the runtimes' C++ does (``std::getline`` in ROCr and
+    ROCclr, compute-runtime's ``StringHelpers::split``): empty pieces are kept, except a
+    trailing one, and ``""`` holds none."""
+    pieces = text.split(delimiter)
+    return pieces[:-1] if pieces[-1] == "" else pieces

@@ -67,7 +67,11 @@ def parse_cuda_visible_devices(value: str | None, devices: Sequence[Device]) -> 
     for position, raw in enumerate(raw_entries):
         entry = _cuda_entry(raw.strip(C_SPACE), ordered, notes)
         if entry is None:
-            notes.append(_cuda_stop_note(value, raw, position, len(raw_entries)))
+            later = ", and CUDA ignores every entry after it" if raw_entries[position + 1 :] else ""
+            notes.append(
+                f"{CUDA_VAR}={value!r}: entry {raw.strip()!r} names no GPU of this host "
+                f"(not an index, a unique GPU-/MIG- UUID prefix){later}"
+            )
             break
         token = raw.strip(C_SPACE).lower()
         if any(e.ident == entry.ident for e in entries):
@@ -127,14 +131,6 @@ def _cuda_entry(text: str, devices: Sequence[Device], notes: list[str]) -> CudaE
     if match.end() != len(text):
         notes.append(f"{CUDA_VAR}: {text!r} is read as {index} (trailing text ignored)")
     return next((CudaEntry(d) for d in devices if d.index == index), None)
-
-
-def _cuda_stop_note(value: str, raw: str, position: int, count: int) -> str:
-    later = "" if position + 1 == count else ", and CUDA ignores every entry after it"
-    return (
-        f"{CUDA_VAR}={value!r}: entry {raw.strip()!r} names no GPU of this host "
-        f"(not an index, a unique GPU-/MIG- UUID prefix){later}"
-    )
 
 
 def format_cuda_visible_devices(entries: Iterable[CudaEntry]) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.core.intel_family import is_xe_hpc, tiles_in_doubt
-from xpulaunch.core.masks import C_SPACE, ZE_HIDE_ALL, ZE_HIERARCHY_VAR, ZE_MASK_VAR
+from xpulaunch.core.masks import C_SPACE, ZE_HIDE_ALL, ZE_HIERARCHY_VAR, ZE_MASK_VAR, split_list
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device, Hierarchy, Unit, Vendor
 
@@ -117,10 +117,10 @@ def parse_ze_affinity_mask(
     notes: list[str] = []
     enabled: dict[int, set[int]] = {}
     seen: list[tuple[int, ...]] = []
-    for entry in _neo_split(value, ","):
+    for entry in split_list(value, ","):
         numbers = _ze_numbers(value, entry, notes)
         seen.append(numbers)
-        if len(_neo_split(entry, ".")) > 2:
+        if len(split_list(entry, ".")) > 2:
             _deep_entry(value, entry, numbers, cards, hierarchy=hierarchy, notes=notes)
         elif hierarchy.hands_out_tiles:
             _enable_flat(entry, numbers, cards, enabled, notes=notes)
@@ -133,25 +133,13 @@ def parse_ze_affinity_mask(
     return ZeVisible(_units(cards, enabled, hierarchy), tuple(notes))
 
 
-def _neo_split(text: str, delimiter: str) -> list[str]:
-    """compute-runtime ``StringHelpers::split``: keeps empty pieces except a trailing one."""
-    pieces: list[str] = []
-    position = 0
-    while position < len(text):
-        found = text.find(delimiter, position)
-        end = len(text) if found < 0 else found
-        pieces.append(text[position:end])
-        position = len(text) if found < 0 else found + 1
-    return pieces
-
-
 _STOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
 _ULONG_MAX = 2**64 - 1
 
 
 def _ze_numbers(value: str, entry: str, notes: list[str]) -> tuple[int, ...]:
     """The card and tile numbers of an entry, read as the driver reads them (first two parts)."""
-    parts = _neo_split(entry, ".")
+    parts = split_list(entry, ".")
     if not parts:  # subEntries[0] of an empty entry reads past the end inside the driver
         raise MaskError(
             f"{ZE_MASK_VAR}={value!r}: an empty entry would crash the Intel driver; "
@@ -174,7 +162,7 @@ def _deep_entry(
     COMPOSITE hit ``UNRECOVERABLE_IF`` and abort the process."""
     card = numbers[0]
     real_tile = card < len(cards) and numbers[1] < _tiles(cards[card])
-    if len(_neo_split(entry, ".")) > 3 and real_tile and not hierarchy.hands_out_tiles:
+    if len(split_list(entry, ".")) > 3 and real_tile and not hierarchy.hands_out_tiles:
         raise MaskError(
             f"{ZE_MASK_VAR}={value!r}: {entry!r} has more than three parts, which aborts the "
             "Intel driver; use N or N.M entries"
@@ -305,11 +293,9 @@ def format_ze_affinity_mask(
     if hierarchy.hands_out_tiles:
         offsets = [sum(_tiles(c) for c in cards[:i]) for i in range(len(cards))]
         return ",".join(str(offsets[p] + t) for p in sorted(enabled) for t in sorted(enabled[p]))
-    parts: list[str] = []
-    for position in sorted(enabled):
-        tiles = sorted(enabled[position])
-        if len(tiles) == _tiles(cards[position]):
-            parts.append(str(position))
-        else:
-            parts.extend(f"{position}.{t}" for t in tiles)
-    return ",".join(parts)
+    # A whole card is N, a tile of a card shown in part N.M: as the parser reads them back.
+    position = {c.key: p for p, c in enumerate(cards)}
+    return ",".join(
+        f"{position[u.device.key]}" + ("" if u.tile is None else f".{u.tile}")
+        for u in _units(cards, enabled, hierarchy)
+    )

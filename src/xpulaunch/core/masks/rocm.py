@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.masks import C_SPACE, HIP_VAR, ROCR_VAR
+from xpulaunch.core.masks import C_SPACE, HIP_VAR, ROCR_VAR, split_list
 from xpulaunch.errors import MaskError
 from xpulaunch.model import Device
 
@@ -84,7 +84,7 @@ def _rocr(value: str | None, devices: Sequence[Device], notes: list[str]) -> tup
     if value == "":  # RvdFilter::SelectZeroDevices: set but empty surfaces zero devices
         notes.append(f"{ROCR_VAR} is set but empty: ROCm sees no GPU")
         return ()
-    tokens = value.split(",")[:-1] if value.endswith(",") else value.split(",")  # getline
+    tokens = split_list(value)
     chosen: list[Device] = []
     # BuildUsrDeviceList reads at most one token per GPU; later tokens are never looked at.
     # The surviving devices are ranked in list order (usrDeviceList_[index] = rank).
@@ -137,7 +137,7 @@ def _hip(
                 f"indices relative to {ROCR_VAR}"
             )
     chosen: list[Device] = []
-    for text in value.split(",")[:-1] if value.endswith(",") else value.split(","):
+    for text in split_list(value):
         device = _hip_entry(text, after_rocr)
         if device is None:  # "anything to the right of invalid deviceId has to be discarded"
             notes.append(f"{name}={value!r}: HIP stops at {text!r}; later entries ignored")
@@ -150,10 +150,7 @@ def _hip(
 def _hip_entry(text: str, after_rocr: Sequence[Device]) -> Device | None:
     # A substring of an agent UUID; case compared loosely (not verified on hardware).
     if "GPU-" in text:
-        for device in after_rocr:
-            if device.uuid and text.upper() in device.uuid.upper():
-                return device
-        return None
+        return next((d for d in after_rocr if d.uuid and text.upper() in d.uuid.upper()), None)
     # atoi() plus "str_id == std::to_string(index)": plain decimal, nothing else.
     if re.fullmatch(r"0|[1-9][0-9]*", text) is None or int(text) >= len(after_rocr):
         return None
