@@ -60,7 +60,77 @@ CLOSE_WAIT_S = 2.0  # how long the end of a job waits for a slow reader to take 
 _READER_GONE = frozenset({errno.EPIPE})
 
 
-class Console:
+class QueuedWriter:
+    """A bounded buffer of chunks and the one daemon thread that writes them out (in
+    :meth:`_write_chunk`): what the console streams and ``--events`` share, so that a reader
+    who does not read never blocks the thread that queues."""
+
+    def __init__(self, limit_bytes: int, thread_name: str) -> None:
+        self._limit_bytes, self._thread_name = limit_bytes, thread_name
+        self._idle = threading.Condition()
+        self._chunks: deque[bytes] = deque()
+        self._buffered_bytes = 0
+        self._closed = False
+        self._busy = False  # the writer thread holds a chunk it has not written yet
+        self._broken = False  # nothing more is written (the reader went away, say)
+        self._thread: threading.Thread | None = None
+
+    def _queue(self, data: bytes) -> bool:
+        """Queue ``data`` (the caller holds ``_idle``); False when the buffer has no room."""
+        if self._buffered_bytes + len(data) > self._limit_bytes:
+            return False
+        self._chunks.append(data)
+        self._buffered_bytes += len(data)
+        self._idle.notify_all()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name=self._thread_name, daemon=True)
+            self._thread.start()
+        return True
+
+    def _drain(self) -> None:
+        while (data := self._next_chunk()) is not None:
+            self._write_chunk(data)
+            with self._idle:
+                self._busy = False
+                self._idle.notify_all()  # close() waits for the writer to be idle
+
+    def _next_chunk(self) -> bytes | None:
+        with self._idle:
+            while not (self._chunks or self._closed or self._broken):
+                self._idle.wait()
+            if self._broken or not self._chunks:
+                return None
+            data = self._chunks.popleft()
+            self._buffered_bytes -= len(data)
+            self._busy = True
+        return data
+
+    def _write_chunk(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        """Write nothing more; what is buffered is dropped."""
+        with self._idle:
+            self._broken = True
+            self._chunks.clear()
+            self._buffered_bytes = 0
+            self._busy = False
+            self._idle.notify_all()
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Give the reader up to ``wait_s`` to take what is buffered; then abandon it (the
+        writer is a daemon thread: a reader that never reads cannot keep us alive)."""
+        deadline_s = time.monotonic() + wait_s
+        with self._idle:
+            self._closed = True
+            self._idle.notify_all()
+            while (self._chunks or self._busy) and self._thread is not None:
+                left_s = deadline_s - time.monotonic()
+                if left_s <= 0 or not self._idle.wait(left_s):
+                    break
+
+
+class Console(QueuedWriter):
     """One output stream. :meth:`write` never blocks; a writer thread drains the buffer.
 
     ``on_error(exc)``: called once (from the writer thread) when writing fails for another
@@ -74,42 +144,32 @@ class Console:
         *,
         on_error: Callable[[OSError], None] | None = None,
     ) -> None:
+        super().__init__(limit_bytes, "xpulaunch-console")
         self._fd = _file_descriptor(stream)
-        self._stream: BinaryIO | None = stream
-        self._limit_bytes = limit_bytes
+        self._stream = stream
         self._on_error = on_error
-        self._chunks: deque[bytes] = deque()
-        self._buffered_bytes = 0
         self._dropped_lines = 0  # since the last write that fitted
         self.dropped_lines_total = 0
-        self._closed = False
-        self._writing = False  # the writer thread holds a chunk it has not written yet
-        self._idle = threading.Condition()
-        self._thread: threading.Thread | None = None
 
     @property
     def broken(self) -> bool:
         """The reader went away (EPIPE, EIO): nothing more is written."""
-        return self._stream is None
+        return self._broken
 
     def write(self, data: bytes) -> None:
-        if self._stream is None:
+        if self._broken:
             return
         if self._fd is None:  # an in-memory stream (tests, embedding): it cannot block
             self._write_now(data)
             return
         with self._idle:
             data = self._gap_note() + data  # the reader caught up after a gap: mark it
-            if self._buffered_bytes + len(data) > self._limit_bytes:
+            if not self._queue(data):
                 lines = data.count(b"\n") - (1 if self._dropped_lines else 0)
                 self._dropped_lines += lines
                 self.dropped_lines_total += lines
                 return
             self._dropped_lines = 0
-            self._chunks.append(data)
-            self._buffered_bytes += len(data)
-            self._idle.notify_all()
-        self._ensure_thread()
 
     def _gap_note(self) -> bytes:
         if not self._dropped_lines:
@@ -117,45 +177,7 @@ class Console:
         text = f"xpulaunch: {self._dropped_lines} lines of output dropped here: "
         return (text + "the console was not reading\n").encode()
 
-    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
-        """Give the reader up to ``wait_s`` to take what is buffered; then abandon it (the
-        writer is a daemon thread: a reader that never reads cannot keep us alive)."""
-        deadline_s = time.monotonic() + wait_s
-        with self._idle:
-            self._closed = True
-            self._idle.notify_all()
-            while (self._chunks or self._writing) and self._stream is not None:
-                left_s = deadline_s - time.monotonic()
-                if left_s <= 0 or not self._idle.wait(left_s):
-                    break
-
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._drain, name="xpulaunch-console", daemon=True
-            )
-            self._thread.start()
-
-    def _drain(self) -> None:
-        while (data := self._next_chunk()) is not None:
-            if not self._write_fd(data):
-                return
-
-    def _next_chunk(self) -> bytes | None:
-        with self._idle:
-            self._writing = False
-            if not self._chunks:
-                self._idle.notify_all()  # close() waits for the writer to be idle
-            while not self._chunks:
-                if self._closed:
-                    return None
-                self._idle.wait()
-            data = self._chunks.popleft()
-            self._buffered_bytes -= len(data)
-            self._writing = True
-        return data
-
-    def _write_fd(self, data: bytes) -> bool:
+    def _write_chunk(self, data: bytes) -> None:
         assert self._fd is not None
         view = memoryview(data)
         try:
@@ -166,11 +188,8 @@ class Console:
             # (EIO) or the disk is full. Keep supervising and keep the log files; stop
             # writing to that stream, saying so (on the other one) unless nobody reads it.
             self._failed(exc)
-            return False
-        return True
 
     def _write_now(self, data: bytes) -> None:
-        assert self._stream is not None
         try:
             self._stream.write(data)
             self._stream.flush()
@@ -178,16 +197,10 @@ class Console:
             self._failed(exc)
 
     def _failed(self, exc: OSError) -> None:
-        self._give_up()
+        self._stop()
         if self._on_error is not None and exc.errno not in _READER_GONE:
             report, self._on_error = self._on_error, None
             report(exc)
-
-    def _give_up(self) -> None:
-        with self._idle:
-            self._stream = None
-            self._chunks.clear()
-            self._idle.notify_all()
 
 
 def _file_descriptor(stream: BinaryIO) -> int | None:

@@ -28,14 +28,18 @@ import os
 import re
 import stat
 import sys
-import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING
 
 from xpulaunch.core.units import iso_utc
 from xpulaunch.errors import UsageError
-from xpulaunch.joblog.console import BUFFER_LIMIT_BYTES, CLOSE_WAIT_S, append_whole, warn_on_stderr
+from xpulaunch.joblog.console import (
+    BUFFER_LIMIT_BYTES,
+    CLOSE_WAIT_S,
+    QueuedWriter,
+    append_whole,
+    warn_on_stderr,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -68,10 +72,12 @@ def _plain(value: object) -> object:
     return as_dict() if callable(as_dict) else value
 
 
-class EventStream:
+class EventStream(QueuedWriter):
     """Writes events to a file (appending) or to standard output (``-``); thread-safe, and
     :meth:`write` never blocks. ``warn(text)`` reports a failed or stalled stream (default: a
     line on stderr)."""
+
+    _open_later: str | None  # a FIFO nobody reads yet: the writer thread waits for a reader
 
     def __init__(
         self,
@@ -80,9 +86,8 @@ class EventStream:
         warn: Callable[[str], None] = warn_on_stderr,
         limit_bytes: int = BUFFER_LIMIT_BYTES,
     ) -> None:
-        self._name = "--events -" if target == "-" else f"--events {target}"
-        self._warn, self._limit_bytes = warn, limit_bytes
-        self._open_later: str | None = None
+        name = "--events -" if target == "-" else f"--events {target}"
+        self._setup(name, warn, limit_bytes, None)
         if target == "-":
             with contextlib.suppress(OSError, ValueError):
                 sys.stdout.flush()
@@ -91,112 +96,67 @@ class EventStream:
         else:
             self._fd, self._owned = _open(target), True
             if self._fd is None:
-                self._open_later = target  # a FIFO nobody reads yet: the writer waits for one
-        self._setup(None)
+                self._open_later = target
 
     @classmethod
     def to(cls, stream: TextIO, *, warn: Callable[[str], None] = warn_on_stderr) -> EventStream:
         """A stream over an open file, closed by :meth:`close`."""
         self = cls.__new__(cls)
-        self._name, self._warn, self._limit_bytes = "--events -", warn, BUFFER_LIMIT_BYTES
-        self._open_later = None
+        self._setup("--events -", warn, BUFFER_LIMIT_BYTES, stream)
         self._fd, self._owned = stream.fileno(), True
-        self._setup(stream)
         return self
 
-    def _setup(self, file: TextIO | None) -> None:
+    def _setup(
+        self, name: str, warn: Callable[[str], None], limit_bytes: int, file: TextIO | None
+    ) -> None:
+        super().__init__(limit_bytes, "xpulaunch-events")
+        self._name, self._warn = name, warn
         self._file = file  # the file object to close instead of the bare descriptor
-        self._idle = threading.Condition()
-        self._lines: deque[bytes] = deque()
-        self._buffered_bytes = 0
-        self._closed = False
-        self._busy = False  # the writer holds a line it has not finished writing
-        self._broken = False  # the reader went away: nothing more is written
+        self._open_later = None
         self.dropped = 0  # events that did not fit the buffer (a reader not reading)
         self.failed = 0  # events whose write failed (a full disk)
-        self._thread: threading.Thread | None = None
 
     def write(self, event: Event, extra: Mapping[str, object] | None = None) -> None:
         """One whole line, queued for the writer thread; ``extra`` keys go first (the model
         router names the model)."""
         record = {**(extra or {}), **event_record(event, time.time())}
         line = json.dumps(record, separators=(",", ":")) + "\n"
-        data = line.encode()
         with self._idle:
             if self._broken or self._closed:
                 return
-            if self._buffered_bytes + len(data) > self._limit_bytes:
+            if not self._queue(line.encode()):
                 self.dropped += 1
-                return
-            self._lines.append(data)
-            self._buffered_bytes += len(data)
-            self._idle.notify_all()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._drain, name="xpulaunch-events", daemon=True
-                )
-                self._thread.start()
 
     def _drain(self) -> None:
         if self._open_later is not None:
             try:
-                self._fd = _open_blocking(self._open_later)
+                self._fd = os.open(self._open_later, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
             except OSError as exc:
-                self._stop(f"{self._name}: {exc.strerror or exc}; events are not written")
+                self._stop()
+                self._warn(f"{self._name}: {exc.strerror or exc}; events are not written")
                 return
-        while (data := self._next()) is not None:
-            self._write(data)
-            with self._idle:
-                self._busy = False
-                self._idle.notify_all()
+        super()._drain()
 
-    def _next(self) -> bytes | None:
-        with self._idle:
-            while not self._lines:
-                if self._closed or self._broken:
-                    return None
-                self._idle.wait()
-            data = self._lines.popleft()
-            self._buffered_bytes -= len(data)
-            self._busy = True
-            return data
-
-    def _write(self, data: bytes) -> None:
+    def _write_chunk(self, data: bytes) -> None:
         assert self._fd is not None
         try:
             append_whole(self._fd, data)
         except OSError as exc:
             if exc.errno == errno.EPIPE:  # the reader went away: supervising matters more
-                self._stop(None)
+                self._stop()
                 return
             self.failed += 1
             if self.failed == 1:
                 self._warn(f"{self._name}: {exc.strerror or exc}; events are lost while it fails")
 
-    def _stop(self, warning: str | None) -> None:
-        with self._idle:
-            self._broken = True
-            self._lines.clear()
-            self._buffered_bytes = 0
-            self._busy = False
-            self._idle.notify_all()
-        if warning is not None:
-            self._warn(warning)
-
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """Give the reader up to ``wait_s`` to take what is buffered, say what was lost, and
         close the file (not while the writer is stuck in a write: the process ends soon)."""
-        deadline_s = time.monotonic() + wait_s
+        super().close(wait_s)
         with self._idle:
-            self._closed = True
-            self._idle.notify_all()
-            while (self._lines or self._busy) and self._thread is not None:
-                left_s = deadline_s - time.monotonic()
-                if left_s <= 0 or not self._idle.wait(left_s):
-                    break
-            stuck = bool(self._lines or self._busy)
+            stuck = bool(self._chunks or self._busy)
             waiting_for_reader = self._fd is None and self._open_later is not None
-            lost = self.dropped + len(self._lines) + (1 if self._busy else 0)
+            lost = self.dropped + len(self._chunks) + (1 if self._busy else 0)
         if waiting_for_reader and self._thread is not None:
             self._warn(f"{self._name}: no process opened it for reading; {lost} events not written")
         elif lost:
@@ -222,10 +182,6 @@ def _open(target: str) -> int | None:
         raise UsageError(f"--events {target}: cannot write it ({exc.strerror})") from exc
     os.set_blocking(fd, True)  # the writer thread may block; the loop never writes
     return fd
-
-
-def _open_blocking(target: str) -> int:
-    return os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
 
 
 def _is_fifo(path: str) -> bool:

@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import threading
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,16 +43,15 @@ class JobCounters:
     """What the events say that statuses do not: exits by code, hangs, lease wait."""
 
     def __init__(self) -> None:
-        self.exits: dict[tuple[str, str], int] = {}
-        self.hangs: dict[str, int] = {}
+        self.exits: Counter[tuple[str, str]] = Counter()
+        self.hangs: Counter[str] = Counter()
         self.lease_wait_s: float | None = None
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Exited):
-            key = (event.name, str(event.exit_code))
-            self.exits[key] = self.exits.get(key, 0) + 1
+            self.exits[(event.name, str(event.exit_code))] += 1
         elif isinstance(event, HangDetected):
-            self.hangs[event.name] = self.hangs.get(event.name, 0) + 1
+            self.hangs[event.name] += 1
         elif isinstance(event, LeaseAcquired):
             self.lease_wait_s = event.waited_s
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpulaunch.errors import LeaseError, UsageError
+from xpulaunch.leases.lock_files import read_record, write_record
 
 LOCK_DIR_VAR = "XPULAUNCH_LOCK_DIR"
 ALLOCATION_LOCK = "allocate.lock"
@@ -156,15 +157,50 @@ class LockDirectory:
             raise LeaseError(f"cannot create {self.join(name)}")
         return fd
 
-    def try_lock(self, fd: int) -> bool:
-        """Take an exclusive flock without blocking; False when someone else holds it."""
+    def try_lock(self, fd: int, *, shared: bool = False) -> bool:
+        """Take an exclusive (or ``shared``) flock without blocking; False when someone else
+        holds it."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in _HELD_ERRNOS:
                 return False
             raise self._lock_failure(exc) from exc
         return True
+
+    def is_held(self, name: str) -> bool:
+        """Whether another process holds the lock on ``name``; a missing file is not held."""
+        fd = self.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+        if fd is None:
+            return False
+        try:
+            return not self.try_lock(fd)
+        finally:
+            os.close(fd)  # drops the probe's own lock on a free file
+
+    def write(self, name: str, record: Mapping[str, object]) -> None:
+        """Replace the JSON record in ``name`` (a holder file)."""
+        fd = self.must_open(name, os.O_WRONLY)
+        try:
+            write_record(fd, record)
+        except OSError as exc:
+            raise LeaseError(f"cannot write {self.join(name)}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+
+    def read(self, name: str) -> dict[str, object] | None:
+        """The JSON record in ``name``; None when it is missing or unreadable (an unreadable
+        holder file only costs the holder's details)."""
+        try:
+            fd = self.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+        except LeaseError:
+            return None
+        if fd is None:
+            return None
+        try:
+            return read_record(fd)
+        finally:
+            os.close(fd)
 
     @contextmanager
     def allocation_lock(self) -> Iterator[None]:
@@ -191,10 +227,12 @@ class LockDirectory:
             delay_s = min(delay_s * 2, 0.1)
 
     def _held_too_long(self, fd: int, timeout_s: float) -> LeaseError:
+        from xpulaunch.processes.procfs import is_stopped
+
         pid = lock_holder_pid(fd)
         holder = "another process" if pid is None else _describe_pid(pid)
         where = f"{self.join(ALLOCATION_LOCK)} has been locked for {timeout_s:g} s by {holder}"
-        if pid is not None and _is_stopped(pid):
+        if pid is not None and is_stopped(pid):
             # SIGSTOP cannot be deferred as Ctrl-Z is (see _stop_deferred), and a stopped
             # holder never lets go: say so, and how to let it go on.
             return LeaseError(
@@ -263,12 +301,6 @@ def allocation_lock_timeout_s() -> float:
     return value
 
 
-def lock_holder(fd: int) -> str:
-    """Who holds the flock on ``fd``'s file (``pid 12 (flock ..., user bob)``)."""
-    pid = lock_holder_pid(fd)
-    return "another process" if pid is None else _describe_pid(pid)
-
-
 def lock_holder_pid(fd: int) -> int | None:
     """The pid holding the flock on ``fd``'s file, from ``/proc/locks``; None if unknown."""
     st = os.fstat(fd)
@@ -284,13 +316,6 @@ def lock_holder_pid(fd: int) -> int | None:
             pid = int(fields[4])
             return pid if pid > 0 else None  # 0 or -1: a process of another pid namespace
     return None
-
-
-def _is_stopped(pid: int) -> bool:
-    from xpulaunch.processes.procfs import process_info
-
-    info = process_info(pid)
-    return info is not None and info.state in ("T", "t")
 
 
 def _describe_pid(pid: int) -> str:

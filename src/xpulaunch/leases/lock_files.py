@@ -16,9 +16,11 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from urllib.parse import quote, unquote
+
+from xpulaunch.processes.procfs import start_time_s
 
 UNIT_PREFIX = "unit-"
 LOCK_SUFFIX, HOLDER_SUFFIX = ".lock", ".holder"
@@ -76,19 +78,11 @@ class HolderInfo:
             since_s=time.time(),
             job_id=job_id,
             hostname=host_name(),
-            pid_started_s=_start_time_s(os.getpid()),
+            pid_started_s=start_time_s(os.getpid()),
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "pid": self.pid,
-            "argv": list(self.argv),
-            "user": self.user,
-            "since_s": self.since_s,
-            "job_id": self.job_id,
-            "hostname": self.hostname,
-            "pid_started_s": self.pid_started_s,
-        }
+        return {**asdict(self), "argv": list(self.argv)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object] | None) -> HolderInfo | None:
@@ -137,7 +131,7 @@ class HolderInfo:
         """
         if self.hostname != host_name():
             return None
-        started_s = _start_time_s(self.pid)
+        started_s = start_time_s(self.pid)  # None: gone, or a zombie (it holds no files)
         if started_s is None or self.pid_started_s is None:
             return started_s is not None
         return abs(started_s - self.pid_started_s) < 1.0  # another start time: a reused pid
@@ -152,14 +146,6 @@ def user_name(uid: int) -> str:
 
 def host_name() -> str:
     return os.uname().nodename  # what socket.gethostname() returns on Linux
-
-
-def _start_time_s(pid: int) -> float | None:
-    """When ``pid`` started (seconds since the epoch); None when it is gone or a zombie,
-    which holds no files."""
-    from xpulaunch.processes.procfs import start_time_s
-
-    return start_time_s(pid)
 
 
 def write_record(fd: int, record: Mapping[str, object]) -> None:

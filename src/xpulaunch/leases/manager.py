@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xpulaunch.errors import DeviceBusyError, LeaseError, SelectionError
+from xpulaunch.errors import DeviceBusyError, SelectionError
 from xpulaunch.leases import slots
 from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
 from xpulaunch.leases.lock_files import (
@@ -54,8 +54,6 @@ from xpulaunch.leases.lock_files import (
     holder_file_name,
     key_of_lock_file,
     lock_file_name,
-    read_record,
-    write_record,
 )
 from xpulaunch.model import DeviceShare, Plan
 
@@ -280,13 +278,13 @@ class LeaseManager:
                 undo.callback(os.close, fd)
                 fds.append(fd)
                 if not self.directory.try_lock(fd):
-                    who = HolderInfo.from_dict(self._read(holder_file_name(key)))
+                    who = HolderInfo.from_dict(self.directory.read(holder_file_name(key)))
                     raise DeviceBusyError(
                         f"{key} was leased by {who.describe() if who else 'another process'} "
                         "while this launch was planning; try again, or wait with --wait"
                     )
             for key in keys:
-                self._write(holder_file_name(key), {"key": key, **holder.to_dict()})
+                self.directory.write(holder_file_name(key), {"key": key, **holder.to_dict()})
             undo.pop_all()
         return Lease(tuple(keys), tuple(fds), holder.job_id, self.directory.root)
 
@@ -294,40 +292,12 @@ class LeaseManager:
         """Unit key -> holder (None: unknown) of every leased unit. Under the allocation lock."""
         held: dict[str, HolderInfo | None] = {}
         for name in self.directory.names(UNIT_PREFIX, LOCK_SUFFIX):
-            fd = self.directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
-            if fd is None:
-                continue
-            try:
-                free = self.directory.try_lock(fd)
-            finally:
-                os.close(fd)  # drops the probe's own lock on a free unit
-            if free:
+            if not self.directory.is_held(name):
                 continue  # a stale holder file next to it is ignored
-            record = self._read(name[: -len(LOCK_SUFFIX)] + HOLDER_SUFFIX)
+            record = self.directory.read(name[: -len(LOCK_SUFFIX)] + HOLDER_SUFFIX)
             key = key_of_lock_file(name) or str((record or {}).get("key", name))
             held[key] = HolderInfo.from_dict(record)
         return held
-
-    def _write(self, name: str, record: Mapping[str, object]) -> None:
-        fd = self.directory.must_open(name, os.O_WRONLY)
-        try:
-            write_record(fd, record)
-        except OSError as exc:
-            raise LeaseError(f"cannot write {self.directory.join(name)}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
-
-    def _read(self, name: str) -> dict[str, object] | None:
-        try:
-            fd = self.directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
-        except LeaseError:
-            return None  # an unreadable holder file only costs the holder's details
-        if fd is None:
-            return None
-        try:
-            return read_record(fd)
-        finally:
-            os.close(fd)
 
 
 def _describe(held: Mapping[str, HolderInfo | None]) -> dict[str, str]:

@@ -19,23 +19,19 @@ is the truth, as for whole-device leases). Whether one more job fits is decided 
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.errors import DeviceBusyError, LeaseError
+from xpulaunch.errors import DeviceBusyError
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.leases.lock_files import (
     LOCK_SUFFIX,
     UNIT_PREFIX,
     HolderInfo,
     lock_file_name,
-    read_record,
-    write_record,
 )
 from xpulaunch.model import MAX_SLOTS, DeviceShare, Plan
 
@@ -44,7 +40,6 @@ if TYPE_CHECKING:
 
 SLOT_PREFIX = "slot-"
 _HOLDER = ".holder"
-_HELD_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +90,8 @@ def shared_keys(directory: LockDirectory, keys: Sequence[str]) -> set[str]:
 
 def records(directory: LockDirectory) -> list[SlotRecord]:
     """Every live slot lease of the directory, by key and slot. Under the allocation lock."""
-    found = []
-    for name in sorted(directory.names(SLOT_PREFIX, LOCK_SUFFIX)):
-        record = _probe(directory, name)
-        if record is not None:
-            found.append(record)
-    return sorted(found, key=lambda r: (r.key, r.slot))
+    probed = (_probe(directory, n) for n in sorted(directory.names(SLOT_PREFIX, LOCK_SUFFIX)))
+    return sorted((r for r in probed if r is not None), key=lambda r: (r.key, r.slot))
 
 
 def lock(directory: LockDirectory, plan: Plan, holder: HolderInfo) -> tuple[int, ...]:
@@ -113,7 +104,7 @@ def lock(directory: LockDirectory, plan: Plan, holder: HolderInfo) -> tuple[int,
             key = unit.key
             unit_fd = directory.must_open(lock_file_name(key), os.O_RDONLY)
             undo.callback(os.close, unit_fd)
-            if not _try_lock_shared(directory, unit_fd):
+            if not directory.try_lock(unit_fd, shared=True):
                 raise DeviceBusyError(
                     f"{unit.label()} was leased whole by another job while this launch was "
                     "planning; try again, or wait with --wait"
@@ -125,7 +116,7 @@ def lock(directory: LockDirectory, plan: Plan, holder: HolderInfo) -> tuple[int,
                 "memory_bytes": share.memory_bytes, "total_bytes": unit.memory_total_bytes,
                 **holder.to_dict(),
             }  # fmt: skip
-            _write(directory, _slot_name(key, slot) + _HOLDER, record)
+            directory.write(_slot_name(key, slot) + _HOLDER, record)
             fds += [unit_fd, slot_fd]
         undo.pop_all()
     return tuple(fds)
@@ -146,27 +137,21 @@ def _sharers_if_shared(directory: LockDirectory, key: str) -> list[SlotRecord] |
     if fd is None:
         return None
     try:
-        if not _try_lock_shared(directory, fd):
+        if not directory.try_lock(fd, shared=True):
             return None  # an exclusive holder keeps even a shared lock out
     finally:
         os.close(fd)  # drops the probe's own shared lock
     prefix = _slot_name(key, None)
-    names = [n for n in directory.names(prefix, LOCK_SUFFIX) if _slot_of(n, prefix) is not None]
-    return [r for r in (_probe(directory, n) for n in sorted(names)) if r is not None]
+    names = directory.names(prefix, LOCK_SUFFIX)  # a longer key's slots too: not a number
+    numbered = sorted(n for n in names if n[len(prefix) : -len(LOCK_SUFFIX)].isdigit())
+    return [r for r in (_probe(directory, n) for n in numbered) if r is not None]
 
 
 def _probe(directory: LockDirectory, name: str) -> SlotRecord | None:
     """The record of a held slot lock file; None when the slot is free."""
-    fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
-    if fd is None:
+    if not directory.is_held(name):
         return None
-    try:
-        free = directory.try_lock(fd)
-    finally:
-        os.close(fd)
-    if free:
-        return None
-    data = _read(directory, name[: -len(LOCK_SUFFIX)] + _HOLDER) or {}
+    data = directory.read(name[: -len(LOCK_SUFFIX)] + _HOLDER) or {}
     key, slot = data.get("key"), data.get("slot")
     return SlotRecord(
         key=key if isinstance(key, str) else name,
@@ -177,48 +162,10 @@ def _probe(directory: LockDirectory, name: str) -> SlotRecord | None:
     )
 
 
-def _try_lock_shared(directory: LockDirectory, fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in _HELD_ERRNOS:
-            return False
-        raise LeaseError(f"cannot lock a file in {directory.root}: {exc.strerror}") from exc
-    return True
-
-
 def _slot_name(key: str, slot: int | None) -> str:
     """``slot-<escaped key>.<n>`` (no suffix); with ``slot=None`` the prefix of them all."""
     stem = lock_file_name(key)[len(UNIT_PREFIX) : -len(LOCK_SUFFIX)]
     return f"{SLOT_PREFIX}{stem}." + ("" if slot is None else str(slot))
-
-
-def _slot_of(name: str, prefix: str) -> int | None:
-    number = name[len(prefix) : -len(LOCK_SUFFIX)]
-    return int(number) if number.isdigit() else None
-
-
-def _write(directory: LockDirectory, name: str, record: Mapping[str, object]) -> None:
-    fd = directory.must_open(name, os.O_WRONLY)
-    try:
-        write_record(fd, record)
-    except OSError as exc:
-        raise LeaseError(f"cannot write {directory.join(name)}: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
-
-
-def _read(directory: LockDirectory, name: str) -> dict[str, object] | None:
-    try:
-        fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
-    except LeaseError:
-        return None  # an unreadable side file only costs the holder's details
-    if fd is None:
-        return None
-    try:
-        return read_record(fd)
-    finally:
-        os.close(fd)
 
 
 def _int(value: object) -> int | None:

@@ -38,21 +38,12 @@ from xpulaunch.leases.lock_files import (
     user_name,
     write_record,
 )
+from xpulaunch.processes.procfs import is_stopped
 
 T = TypeVar("T")
 
 TICKET_PREFIX = "wait-"
 TICKET_SUFFIX = ".ticket"
-
-
-def _is_stopped(holder: HolderInfo) -> bool:
-    """Is this host's waiter ``holder`` stopped by a signal (state T) or a tracer (t)?"""
-    from xpulaunch.processes.procfs import process_info
-
-    if not holder.alive():  # gone, or on another host (None)
-        return False
-    info = process_info(holder.pid)
-    return info is not None and info.state in ("T", "t")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +137,9 @@ class WaitQueue:
                 waiting_for = reason if isinstance(reason, str) else None
                 holder = HolderInfo.from_dict(record)
                 ignored = _not_a_waiter(holder, owner_uid)
-                stopped = ignored is None and holder is not None and _is_stopped(holder)
+                stopped = False  # Ctrl-Z, SIGSTOP: seen only in this host's live waiters
+                if ignored is None and holder is not None and holder.alive():
+                    stopped = is_stopped(holder.pid)
                 owner = "user " + user_name(owner_uid)
                 found.append(
                     WaiterRecord(len(found) + 1, holder, waiting_for, stopped, owner, ignored)

@@ -128,16 +128,16 @@ class JobCgroup:
         return True
 
 
-def job_cgroup(job_id: str, env: Mapping[str, str]) -> tuple[JobCgroup | None, str]:
-    """The job's cgroup unless ``XPULAUNCH_CGROUP=0`` (then None and why). Unset: one if the
-    host allows it; ``1``: one is required, an error where there is none."""
+def job_cgroup(job_id: str, env: Mapping[str, str]) -> JobCgroup | None:
+    """The job's cgroup unless ``XPULAUNCH_CGROUP=0``. Unset: one if the host allows it;
+    ``1``: one is required, an error where there is none."""
     setting = check_cgroup_setting(env)
     if setting == "0":
-        return None, "XPULAUNCH_CGROUP=0"
+        return None
     cgroup, why = JobCgroup.create(job_id)
     if cgroup is None and setting == "1":
         raise XpulaunchError(f"XPULAUNCH_CGROUP=1, but the job cannot have a cgroup: {why}")
-    return cgroup, why
+    return cgroup
 
 
 def check_cgroup_setting(env: Mapping[str, str]) -> str:

@@ -70,16 +70,6 @@ class GuardianHandle:
         # ("done") fits an empty pipe, and anything else is dropped, not waited for.
         os.set_blocking(write_fd, False)
 
-    def _send(self, line: str) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.write(self._fd, line.encode() + b"\n")
-        except BlockingIOError:  # cannot happen to an empty pipe; never wait for it
-            return
-        except BrokenPipeError:  # the guardian died: pdeathsig still covers direct workers
-            self.close()
-
     def close(self, *, done: bool = False, wait: bool = False) -> None:
         """Close our end; ``done``: the job is over, the guardian may exit without killing.
 
@@ -87,17 +77,18 @@ class GuardianHandle:
         of the lease fds (they were not unlocked). Otherwise a daemon thread reaps it, so
         that the caller does not wait for the guardian's exit.
         """
-        if done:
-            self._send("done")
         if self._fd is not None:
+            if done:
+                # BlockingIOError cannot happen to an empty pipe: never wait for it. A broken
+                # pipe: the guardian died, and pdeathsig still covers direct workers.
+                with contextlib.suppress(BlockingIOError, BrokenPipeError):
+                    os.write(self._fd, b"done\n")
             os.close(self._fd)
             self._fd = None
         if done and wait:
-            try:  # it exits as soon as it reads "done"
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it exits on reading "done"
                 self.proc.wait(timeout=GUARDIAN_EXIT_WAIT_S)
                 return
-            except subprocess.TimeoutExpired:
-                pass
         reaper = threading.Thread(target=self.proc.wait, name="xpulaunch-reaper", daemon=True)
         reaper.start()
 

@@ -85,18 +85,20 @@ def process_environ(pid: int) -> dict[str, str]:
             raw = handle.read()
     except OSError:  # gone, or another user's process (EACCES)
         return {}
-    env = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep:
-            env[name.decode(errors="replace")] = value.decode(errors="replace")
-    return env
+    pairs = (item.partition(b"=") for item in raw.split(b"\0"))
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, sep, v in pairs if sep}
 
 
 def start_ticks(pid: int) -> int | None:
     """The start time of a live (not zombie) ``pid``: with the pid, its identity."""
     info = process_info(pid)
     return None if info is None or info.gone else info.start_ticks
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (state T) or a tracer (t)."""
+    info = process_info(pid)
+    return info is not None and info.state in ("T", "t")
 
 
 def is_running(pid: int, ticks: int) -> bool:

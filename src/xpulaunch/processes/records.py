@@ -11,6 +11,7 @@ file. Start ticks are compared so that a reused pid is never killed (Unsloth's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -49,9 +50,8 @@ def _prepare(directory: str | os.PathLike[str]) -> bool:
 def _alive(identity: object) -> bool:
     if not isinstance(identity, list) or len(identity) != 2:
         return False
-    if not all(isinstance(i, int) for i in identity):
-        return False
-    return is_running(identity[0], identity[1])
+    pid, ticks = identity
+    return isinstance(pid, int) and isinstance(ticks, int) and is_running(pid, ticks)
 
 
 class JobRecord:
@@ -99,7 +99,8 @@ class JobRecord:
     def remove(self) -> None:
         self.close()
         if self.path is not None:
-            _unlink(self.path)
+            with contextlib.suppress(FileNotFoundError):  # removed by a sweep or the guardian
+                os.unlink(self.path)
             self.path = None
 
 
@@ -138,15 +139,14 @@ def recorded_workers(path: str) -> dict[int, int]:
 
 def sweep(directory: str | os.PathLike[str]) -> int:
     """Kill what is left of dead jobs recorded in ``directory``; returns processes killed."""
-    killed = 0
     if not _prepare(directory):
         return 0
     try:
         names = set(os.listdir(directory))
     except OSError:
         return 0
-    for name in sorted(n for n in names if n.endswith(".jsonl")):
-        killed += _sweep_one(os.path.join(directory, name))
+    records = sorted(n for n in names if n.endswith(".jsonl"))
+    killed = sum(_sweep_one(os.path.join(directory, name)) for name in records)
     # A private run directory without its record: its job is over (the record is written
     # before the run directory is made, and removed after it), but the directory was left
     # (an old version's guardian, a kill -9 of both).
@@ -154,13 +154,6 @@ def sweep(directory: str | os.PathLike[str]) -> int:
         if name.endswith(".run") and name.removesuffix(".run") + ".jsonl" not in names:
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
     return killed
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return  # removed by a sweep or by the guardian just now: what we wanted
 
 
 def _sweep_one(path: str) -> int:
@@ -184,7 +177,8 @@ def _sweep_one(path: str) -> int:
         JobCgroup(cgroup).remove()
     # The job's private run directory (its workers' error files), if it was left behind.
     shutil.rmtree(run_dir_of(path), ignore_errors=True)
-    _unlink(path)
+    with contextlib.suppress(FileNotFoundError):  # removed by the guardian just now
+        os.unlink(path)
     return killed
 
 

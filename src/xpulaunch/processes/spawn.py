@@ -51,7 +51,7 @@ import resource
 import signal
 import subprocess
 from shutil import which
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.model import CPUS_VAR
@@ -140,8 +140,9 @@ def spawn(
         pass_fds=tuple(pass_fds),
         preexec_fn=preexec,  # noqa: PLW1509  (only prctl + getppid; see module docstring)
     )
-    for stream in _pipes(proc):
-        os.set_blocking(stream.fileno(), False)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            os.set_blocking(stream.fileno(), False)
     return proc
 
 
@@ -221,10 +222,6 @@ def _exec_will_succeed(program: str, env: Mapping[str, str], cwd: str | None) ->
     return os.path.isabs(interpreter) and find_executable(interpreter, "", None) is not None
 
 
-def _pipes(proc: subprocess.Popen[bytes]) -> list[IO[bytes]]:
-    return [s for s in (proc.stdout, proc.stderr) if s is not None]
-
-
 def open_pidfd(pid: int) -> int | None:
     """A pidfd that becomes readable when ``pid`` exits; None where the kernel has none.
 
@@ -245,16 +242,11 @@ FDS_PER_WORKER = 3  # stdout and stderr pipes, pidfd
 FDS_RESERVE = 64  # the interpreter, leases, the guardian's pipe, a spawn's pipes, a health check
 
 
-def needed_open_files(workers: int, log_files_per_worker: int = 0) -> int:
-    """``log_files_per_worker``: files each worker's log keeps open (``--log-dir``: 1 in
-    our layout, stdout and stderr in torchrun's)."""
-    return (FDS_PER_WORKER + log_files_per_worker) * workers + FDS_RESERVE
-
-
 def ensure_open_files(workers: int, log_files_per_worker: int = 0) -> None:
     """Raise the soft ``RLIMIT_NOFILE`` to what ``workers`` need; an error if the hard limit
-    is too low."""
-    needed = needed_open_files(workers, log_files_per_worker)
+    is too low. ``log_files_per_worker``: files each worker's log keeps open (``--log-dir``:
+    1 in our layout, stdout and stderr in torchrun's)."""
+    needed = (FDS_PER_WORKER + log_files_per_worker) * workers + FDS_RESERVE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return

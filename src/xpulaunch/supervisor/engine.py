@@ -56,8 +56,9 @@ from xpulaunch.supervisor.loop import Loop, StatusBoard
 from xpulaunch.supervisor.worker import START_FAILED_STATUS, Worker
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from concurrent.futures import Future
+    from pathlib import Path
 
     from xpulaunch.joblog.logs import LogSink
     from xpulaunch.processes.cgroup import JobCgroup
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from xpulaunch.processes.records import JobRecord
     from xpulaunch.supervisor.guardian_keeper import StartGuardian
     from xpulaunch.supervisor.hang import HangWatch
-    from xpulaunch.supervisor.spec import SupervisorSettings, Watch, WorkerSpec
+    from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
 
 TIMED_OUT_STATUS = 124  # GNU timeout's status for a command that ran out of time
 RECHECK_S = 0.05  # how often a dying tree is looked at again (only while one is dying)
@@ -92,13 +93,17 @@ class Engine:
         settle: Callable[[Sequence[str]], None] | None,
         guardian: GuardianHandle | None,
         record: JobRecord,
-        watch: Watch,
+        run_dir: Path,
+        remove_run_dir: bool = False,
         restart_guardian: StartGuardian | None = None,
         cgroup: JobCgroup | None = None,
     ) -> None:
         policy, lease_fds = settings.policy, settings.lease_fds
         self.policy, self.grace_s, self.clock = policy, settings.grace_s, clock
-        self.watch = watch
+        self.settings = settings
+        # Each attempt's TORCHELASTIC_ERROR_FILE (and heartbeat file) goes under run_dir, which
+        # is removed at the end when remove_run_dir (a private one).
+        self._run_dir, self._remove_run_dir = run_dir, remove_run_dir
         self.cgroup = cgroup
         self.sink, self._on_event, self._settle = sink, on_event, settle
         self.job_id, self.since_ticks = job_id, since_ticks
@@ -106,15 +111,15 @@ class Engine:
         self.loop = Loop(clock)
         self.workers = [
             Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id,
-                   run_dir=watch.run_dir, heartbeat=watch.heartbeat, cgroup=cgroup)
+                   run_dir=run_dir, heartbeat=settings.heartbeat, cgroup=cgroup)
             for spec in specs
         ]  # fmt: skip
         self.hangs: HangWatch | None = None
-        if watch.hang_timeout_s is not None:  # the watch, and py-spy's lookup, only when asked
+        if settings.hang_timeout_s is not None:  # the watch, and py-spy's lookup, only when asked
             from xpulaunch.supervisor.hang import HangWatch
 
             self.hangs = HangWatch(
-                self, self.loop, sink, watch.hang_timeout_s, heartbeat=watch.heartbeat
+                self, self.loop, sink, settings.hang_timeout_s, heartbeat=settings.heartbeat
             )
         self._timed_out = False
         groups = [self.workers] if policy.gang else [[w] for w in self.workers]
@@ -132,7 +137,6 @@ class Engine:
         # and with release_leases they are unlocked at the end (last: nothing to close if an
         # earlier step failed). Not the caller's numbers: those may be closed
         # (Lease.release) and reused meanwhile.
-        self._holds_leases = bool(lease_fds)
         self._lease_fds = tuple(os.dup(fd) for fd in lease_fds)
         self._release = settings.release_leases
         self.guardian = GuardianKeeper(
@@ -157,10 +161,6 @@ class Engine:
         """Send ``signum`` to every running worker's process group (and its processes that
         left it), without stopping anything."""
         self.loop.post(lambda: self._forward(signum))
-
-    def wait_started(self) -> str | None:
-        self.board.wait_started()
-        return self.launch_error
 
     def wait(self, timeout: float | None) -> int | None:
         if not self.board.wait_done(timeout):
@@ -248,8 +248,8 @@ class Engine:
 
     # -- starting ----------------------------------------------------------------------
     def _initial_start(self) -> None:
-        if self.watch.max_runtime_s is not None:
-            self.loop.call_at(self.clock() + self.watch.max_runtime_s, self._out_of_time)
+        if self.settings.max_runtime_s is not None:
+            self.loop.call_at(self.clock() + self.settings.max_runtime_s, self._out_of_time)
         try:
             for gang in self.gangs:
                 self._start_gang(gang, first=True)
@@ -356,7 +356,7 @@ class Engine:
         if self._status is not None or self._stop_requests:
             return  # over, or being stopped already
         self._timed_out = True
-        self.emit(TimedOut(self.clock(), self.watch.max_runtime_s or 0.0))
+        self.emit(TimedOut(self.clock(), self.settings.max_runtime_s or 0.0))
         self._stop_all(signal.SIGTERM, None, "max_runtime")
 
     def _stop_all(self, signum: int, grace_s: float | None, cause: str = "signal") -> None:
@@ -416,16 +416,18 @@ class Engine:
         """Live processes of the job: in ``workers``' sessions, or carrying the job marker."""
         if not workers:
             return []
-        sessions = {w.pid: w.start_ticks for w in workers if w.pid is not None}
-        exclude = frozenset({os.getpid(), self.guardian.pid})
+        return self._find_job({w.pid: w.start_ticks for w in workers if w.pid is not None})
+
+    def _find_job(self, sessions: Mapping[int, int]) -> list[JobProcess]:
+        cgroup = self.cgroup.path if self.cgroup is not None else None
         return find_job(
-            self.job_id, sessions, since_ticks=self.since_ticks, exclude=exclude,
-            cgroup=self._cgroup_path,
-        )  # fmt: skip
+            self.job_id, sessions, since_ticks=self.since_ticks, exclude=self._ours, cgroup=cgroup
+        )
 
     @property
-    def _cgroup_path(self) -> str | None:
-        return self.cgroup.path if self.cgroup is not None else None
+    def _ours(self) -> frozenset[int]:
+        """The supervisor's and the guardian's pids: never processes of the job to kill."""
+        return frozenset({os.getpid(), self.guardian.pid})
 
     def _owned(self, workers: Sequence[Worker], found: list[JobProcess]) -> list[JobProcess]:
         sessions = {w.pid for w in workers}
@@ -470,11 +472,7 @@ class Engine:
         if any(g.phase not in FINAL_PHASES for g in self.gangs):
             return
         if not job_gone:
-            exclude = frozenset({os.getpid(), self.guardian.pid})
-            strays = find_job(
-                self.job_id, {}, since_ticks=self.since_ticks, exclude=exclude,
-                cgroup=self._cgroup_path,
-            )  # fmt: skip
+            strays = self._find_job({})
             if strays:  # a marked process no worker owns any more (changed its marker?)
                 signal_processes(strays, signal.SIGKILL)
                 self.loop.call_at(self.clock() + RECHECK_S, lambda: None)  # look again then
@@ -495,7 +493,7 @@ class Engine:
                 return gang.exit_status(), outside[0]
             return gang.exit_status(), f"worker {first.name if first else '?'} failed"
         if self._timed_out:
-            return TIMED_OUT_STATUS, f"ran for --max-runtime {self.watch.max_runtime_s:g} s"
+            return TIMED_OUT_STATUS, f"ran for --max-runtime {self.settings.max_runtime_s:g} s"
         if self._stop_signal is not None and self._stopped_by_signal:
             return 128 + self._stop_signal, f"stopped by {signal_name(self._stop_signal)}"
         if self._stop_signal is not None:
@@ -529,10 +527,9 @@ class Engine:
 
     def _lease_survivors(self) -> dict[tuple[int, int], list[int]]:
         """Lease file (inode) -> the processes outside the supervisor that still hold it."""
-        exclude = frozenset({os.getpid(), self.guardian.pid})
         inodes = {_inode(fd): fd for fd in self._lease_fds}
         held: dict[tuple[int, int], list[int]] = {}
-        sharers = flock_sharers(inodes, exclude=exclude, since_ticks=self.since_ticks)
+        sharers = flock_sharers(inodes, exclude=self._ours, since_ticks=self.since_ticks)
         for pid, files in sorted(sharers.items()):
             for inode in files:
                 held.setdefault(inode, []).append(pid)
@@ -564,7 +561,7 @@ class Engine:
         unlocked = self._release and finished and self.release_leases()
         # Leases not unlocked here: wait (bounded) for the guardian, which holds them, so
         # that the caller's own release frees the devices at once.
-        wait = self._holds_leases and not unlocked
+        wait = bool(self._lease_fds) and not unlocked
         self.guardian.close(done=self._crash is None, wait=wait)
         for fd in self._lease_fds:
             os.close(fd)
@@ -576,8 +573,8 @@ class Engine:
             self.record.close()
         self.loop.close()
         self.sink.close()
-        if self.watch.remove_run_dir and self.watch.run_dir is not None:
-            shutil.rmtree(self.watch.run_dir, ignore_errors=True)  # private: ours to remove
+        if self._remove_run_dir:
+            shutil.rmtree(self._run_dir, ignore_errors=True)  # private: ours to remove
         self._publish()
         self.board.mark_done()
 

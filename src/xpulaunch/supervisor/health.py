@@ -86,9 +86,8 @@ def run_check(check: Callable[[], bool]) -> tuple[bool, str]:
     """Run one check on a helper thread: (healthy, why not)."""
     try:
         return (True, "") if check() else (False, "check returned False")
-    except OSError as exc:  # connection refused, timeouts, URLError: an unhealthy answer
-        return False, f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001
-        # A check is user code. Whatever it raises, the answer is "not healthy", and the
-        # exception is carried into the Unhealthy event's reason rather than lost.
+        # Connection refused, timeouts, URLError: an unhealthy answer. And a check is user
+        # code: whatever it raises, the answer is "not healthy", and the exception is
+        # carried into the Unhealthy event's reason rather than lost.
         return False, f"{type(exc).__name__}: {exc}"

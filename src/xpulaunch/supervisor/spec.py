@@ -72,23 +72,6 @@ class SupervisorSettings:
     max_runtime_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Watch:
-    """What the engine watches besides exits and health checks.
-
-    ``run_dir``: where each attempt's ``TORCHELASTIC_ERROR_FILE`` (and heartbeat file) goes,
-    ``attempt_<n>/<name>.error.json``; removed at the end when ``remove_run_dir``.
-    ``hang_timeout_s``: silence that counts as a hang (None: never). ``max_runtime_s``: the
-    job is stopped after this long, with exit status 124 as GNU ``timeout`` has it.
-    """
-
-    run_dir: Path | None = None
-    remove_run_dir: bool = False
-    hang_timeout_s: float | None = None
-    heartbeat: bool = False
-    max_runtime_s: float | None = None
-
-
 def heartbeat_path(run_dir: Path, attempt: int, name: str) -> Path:
     return run_dir / f"attempt_{attempt}" / f"{name}.heartbeat"
 

@@ -39,11 +39,10 @@ from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
 from xpulaunch.processes.spawn import ensure_open_files
 from xpulaunch.supervisor.engine import Engine
-from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, Watch, WorkerSpec
+from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, WorkerSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from types import TracebackType
 
 __all__ = [
     "HealthCheck",
@@ -116,18 +115,13 @@ class Supervisor:
             folders=rank_folders({w.name: w.env for w in workers}),
         )
         self._on_event, self._settle, self._clock = on_event, settle, clock
-        self._record_dir = (
-            os.fspath(settings.record_dir)
-            if settings.record_dir
-            else records.runtime_dir(os.environ)
-        )
+        self._record_dir = os.fspath(settings.record_dir or records.runtime_dir(os.environ))
         self.job_id = _job_id(settings.job_id)
         self._engine: Engine | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._early_signal: int | None = None
         self._early_failure: tuple[str, int] | None = None
-        self.cgroup_note = ""  # why the job has no cgroup of its own ("" when it has one)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -146,16 +140,16 @@ class Supervisor:
             self._engine.request_stop(self._early_signal, None)
         if self._early_failure is not None:
             self._engine.fail_gangs(*self._early_failure)
-        error = self._engine.wait_started()
-        if error is not None:
+        self._engine.board.wait_started()
+        if self._engine.launch_error is not None:
             status = self.wait()
-            raise LaunchError(error, exit_code=status)
+            raise LaunchError(self._engine.launch_error, exit_code=status)
 
     def _make_engine(self) -> Engine:
         records.sweep(self._record_dir)
         since = now_ticks()
         record_file = os.path.join(self._record_dir, f"{self.job_id}.jsonl")
-        cgroup, self.cgroup_note = job_cgroup(self.job_id, os.environ)
+        cgroup = job_cgroup(self.job_id, os.environ)
         cgroup_path = cgroup.path if cgroup is not None else None
         settings = self.settings
 
@@ -169,21 +163,13 @@ class Supervisor:
         if cgroup_path is not None:
             header["cgroup"] = cgroup_path
         record = records.JobRecord(self._record_dir, self.job_id, header)
+        log_dir = settings.logs.log_dir
         return Engine(
             self._specs, settings, sink=self._sink, on_event=self._on_event, clock=self._clock,
             job_id=self.job_id, since_ticks=since, settle=self._settle, guardian=watchdog,
-            record=record, watch=self._watch(), cgroup=cgroup, restart_guardian=new_guardian,
+            record=record, run_dir=Path(log_dir or self._private_run_dir()),
+            remove_run_dir=log_dir is None, cgroup=cgroup, restart_guardian=new_guardian,
         )  # fmt: skip
-
-    def _watch(self) -> Watch:
-        log_dir = self.settings.logs.log_dir
-        return Watch(
-            run_dir=Path(log_dir or self._private_run_dir()),
-            remove_run_dir=log_dir is None,
-            hang_timeout_s=self.settings.hang_timeout_s,
-            heartbeat=self.settings.heartbeat,
-            max_runtime_s=self.settings.max_runtime_s,
-        )
 
     def _private_run_dir(self) -> str:
         """Where the workers' error files go without ``--log-dir``: beside the job's record
@@ -291,12 +277,7 @@ class Supervisor:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
