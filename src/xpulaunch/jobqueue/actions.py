@@ -27,6 +27,7 @@ from xpulaunch.jobqueue.files import (
     RUNNER_LOG,
     JobSpec,
     make_job_folder,
+    make_private,
     notify,
     runner_pid,
     user_folder,
@@ -97,13 +98,12 @@ def submit(directory: LockDirectory, store: Store, job: Submission) -> int:
             wanted=job.wanted, shares=job.shares, submitted_s=time.time(), grace_s=job.grace_s,
         )  # fmt: skip
         folder = make_job_folder(directory, uid, job_id)
+        spec = job.spec
+        if spec.add_events:
+            spec = replace(spec, events=str(folder / EVENTS_NAME))
+        if spec.add_log_dir:
+            spec = replace(spec, log_dir=str(folder / LOGS_NAME))
         try:
-            spec = job.spec
-            spec = replace(
-                spec,
-                events=spec.events if not spec.add_events else str(folder / EVENTS_NAME),
-                log_dir=spec.log_dir if not spec.add_log_dir else str(folder / LOGS_NAME),
-            )
             write_spec(folder, spec)
             store.update(job_id, job_dir=str(folder))
         except BaseException:
@@ -141,10 +141,8 @@ def cancel(directory: LockDirectory, store: Store, job_id: int, *, ended_ok: boo
         if job.state.ended:
             raise QueueError(f"job {job_id} has already ended ({job.state.value})")
         if job.state.pending:
-            store.update(
-                job_id, state=JobState.CANCELLED, ended_s=time.time(),
-                reason=f"cancelled by {user_name(os.getuid())} before it started",
-            )  # fmt: skip
+            reason = f"cancelled by {user_name(os.getuid())} before it started"
+            store.end(job_id, JobState.CANCELLED, reason)
         elif job.cancel_requested_s is None:
             store.update(job_id, cancel_requested_s=time.time())
     # The run is signalled only once the request is committed: a run that ends at once must
@@ -168,11 +166,8 @@ def _stop_run(job: Job) -> str:
 def cancel_waiter(directory: LockDirectory, pid: int) -> str:
     """Cancel a launch waiting in the lease line with ``--wait`` (SIGTERM, as Ctrl-C would
     stop it); only this user's."""
-    report = lease_manager(directory).status()
-    for waiter in report.waiting:
-        if waiter.holder is not None and waiter.holder.pid == pid:
-            break
-    else:
+    waiting = lease_manager(directory).status().waiting
+    if not any(w.holder is not None and w.holder.pid == pid for w in waiting):
         raise QueueError(f"w{pid}: no launch with pid {pid} waits for devices in {directory.root}")
     try:
         owner = os.stat(f"/proc/{pid}").st_uid
@@ -189,12 +184,8 @@ def cancel_waiter(directory: LockDirectory, pid: int) -> str:
 
 def hold(directory: LockDirectory, store: Store, job_id: int, *, held: bool) -> str:
     """Hold a queued job (it keeps its place but does not start) or release a held one."""
-    verb = "hold" if held else "release"
-    own_job(store, job_id, verb)
     with store.write():
-        job = store.job(job_id)
-        if job is None:  # pragma: no cover - checked above, under no lock
-            raise QueueError(f"no job {job_id}")
+        job = own_job(store, job_id, "hold" if held else "release")
         wanted, target = (
             (JobState.QUEUED, JobState.HELD) if held else (JobState.HELD, JobState.QUEUED)
         )
@@ -230,12 +221,7 @@ def ensure_runner(directory: LockDirectory, env: Mapping[str, str]) -> int | Non
     if runner_pid(directory, uid) is not None:
         return None
     folder = user_folder(directory, uid)
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise QueueError(f"cannot create {folder}: {exc.strerror}") from exc
+    make_private(folder)
     argv = [sys.executable, "-m", "xpulaunch", "runner", "--foreground"]
     argv += ["--idle-exit", f"{RUNNER_IDLE_EXIT_S:g}"]
     if directory.shared:

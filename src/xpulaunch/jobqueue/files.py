@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -34,7 +35,10 @@ _PRIVATE = 0o700
 _SPEC_MAX_BYTES = 8 * 1024 * 1024  # an environment and a command line, with room to spare
 # A runner that starts while someone probes its lock (for microseconds) tries again.
 _LOCK_TRIES_S = 1.0
-_QUIET_ERRNOS = frozenset({errno.ENXIO, errno.EAGAIN, errno.ENOENT, errno.EACCES, errno.EPERM})
+# A FIFO without a reader, full, gone, another user's, or a link (O_NOFOLLOW) wakes nobody.
+_QUIET_ERRNOS = frozenset(
+    {errno.ENXIO, errno.EAGAIN, errno.ENOENT, errno.EACCES, errno.EPERM, errno.ELOOP}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,23 +64,25 @@ def job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
     return user_folder(directory, uid) / str(job_id)
 
 
-def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
-    """Create the job's folder (and the user's, 0700); refuse a folder that is not theirs."""
-    folder = user_folder(directory, uid)
+def make_private(folder: Path) -> bool:
+    """Create ``folder`` (0700); False when it exists already."""
     try:
         os.mkdir(folder, _PRIVATE)
     except FileExistsError:
-        pass
+        return False
     except OSError as exc:
         raise QueueError(f"cannot create {folder}: {exc.strerror}") from exc
+    return True
+
+
+def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
+    """Create the job's folder (and the user's, 0700); refuse a folder that is not theirs."""
+    folder = user_folder(directory, uid)
+    make_private(folder)
     check_user_folder(folder, uid)
     job = folder / str(job_id)
-    try:
-        os.mkdir(job, _PRIVATE)
-    except FileExistsError:
+    if not make_private(job):
         check_private(job, uid)  # an id reused after the database was moved aside
-    except OSError as exc:
-        raise QueueError(f"cannot create {job}: {exc.strerror}") from exc
     return job
 
 
@@ -202,11 +208,9 @@ class WakePipe:
     def __init__(self, directory: LockDirectory, uid: int) -> None:
         path = directory.join(f"{WAKE_PREFIX}{uid}")
         mode = 0o622 if directory.shared else 0o600
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkfifo(path, mode)
             os.chmod(path, mode)  # mkfifo's mode went through the umask
-        except FileExistsError:
-            pass
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError as exc:
@@ -217,11 +221,9 @@ class WakePipe:
             raise QueueError(f"{path} is not this user's FIFO; remove it")
 
     def drain(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self.fd, 4096):
                 pass
-        except BlockingIOError:
-            return
 
     def close(self) -> None:
         os.close(self.fd)
@@ -233,18 +235,14 @@ def notify(directory: LockDirectory) -> None:
     for name in directory.names(WAKE_PREFIX, ""):
         try:
             fd = os.open(directory.join(name), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        except OSError as exc:
-            if exc.errno in _QUIET_ERRNOS or exc.errno == errno.ELOOP:
-                continue
-            raise QueueError(f"cannot wake the runner through {name}: {exc.strerror}") from exc
-        try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                os.write(fd, b"\0")
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, b"\0")
+            finally:
+                os.close(fd)
         except OSError as exc:
             if exc.errno not in _QUIET_ERRNOS:
                 raise QueueError(f"cannot wake the runner through {name}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
 
 
 def job_env(spec: JobSpec, job_id: int, directory: LockDirectory) -> Mapping[str, str]:

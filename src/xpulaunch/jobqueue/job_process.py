@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +22,7 @@ from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue.files import OUTPUT_NAME, JobSpec, job_env, job_folder
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.processes import procfs
+from xpulaunch.processes.signals import signal_name
 from xpulaunch.processes.spawn import open_pidfd
 
 _MAX_EVENT_BYTES = 1024 * 1024
@@ -97,7 +97,8 @@ class JobProcess:
         if self.popen is not None and self.popen.returncode is not None:
             code = self.popen.returncode
             if code < 0:
-                return Outcome(128 - code, error or f"its xpulaunch was killed by {_signal(-code)}")
+                killed = f"its xpulaunch was killed by {signal_name(-code)}"
+                return Outcome(128 - code, error or killed)
             return Outcome(code, error or ("" if code == 0 else f"exit status {code}"))
         return Outcome(None, error or "ended while no runner watched it; exit status unknown")
 
@@ -154,12 +155,11 @@ def adopt(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
     """Watch a job that an earlier runner started (already gone is fine: it ends at once)."""
     pid = job.pid or 0
     alive = pid > 0 and job.pid_ticks is not None and procfs.is_running(pid, job.pid_ticks)
-    process = JobProcess(
+    return JobProcess(
         job.id, pid, job.pid_ticks if alive else None, _events(spec),
         job_folder(directory, job.uid, job.id) / OUTPUT_NAME,
         pidfd=open_pidfd(pid) if alive else None,
     )  # fmt: skip
-    return process
 
 
 def _events(spec: JobSpec) -> EventsTail:
@@ -209,10 +209,3 @@ def last_error(output: Path) -> str:
         return ""
     errors = [line for line in tail.splitlines() if line.startswith(_ERROR_PREFIX)]
     return errors[-1][len(_ERROR_PREFIX) :] if errors else ""
-
-
-def _signal(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

@@ -12,11 +12,12 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from xpulaunch.core.jobs import Holding, Job, JobState, QueueView, Waiter, format_duration
-from xpulaunch.jobqueue.actions import lease_manager
+from xpulaunch.jobqueue.actions import lease_manager, user_name
 from xpulaunch.jobqueue.files import live_runners
 from xpulaunch.jobqueue.store import Store
-from xpulaunch.leases import StatusReport
+from xpulaunch.leases import LeaseRecord, StatusReport
 from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.slots import SlotRecord
 
 SCHEMA = "xpulaunch.queue/1"
 
@@ -70,14 +71,11 @@ def holdings(report: StatusReport, running: Mapping[int, Job]) -> list[Holding]:
     labels, any other launch's by unit key."""
     grouped: dict[tuple[int, bool], list[str]] = {}
     users: dict[int, str] = {}
-    for lease in report.leases:
-        pid = lease.holder.pid if lease.holder else 0
-        users[pid] = lease.holder.user if lease.holder else "?"
-        grouped.setdefault((pid, False), []).append(lease.key)
-    for slot in report.slots:
-        pid = slot.holder.pid if slot.holder else 0
-        users[pid] = slot.holder.user if slot.holder else "?"
-        grouped.setdefault((pid, True), []).append(slot.key)
+    entries: list[tuple[LeaseRecord | SlotRecord, bool]] = [(x, False) for x in report.leases]
+    for entry, is_slot in [*entries, *((slot, True) for slot in report.slots)]:
+        pid = entry.holder.pid if entry.holder else 0
+        users[pid] = entry.holder.user if entry.holder else "?"
+        grouped.setdefault((pid, is_slot), []).append(entry.key)
     found = []
     for (pid, is_slot), keys in grouped.items():
         job = running.get(pid)
@@ -87,15 +85,11 @@ def holdings(report: StatusReport, running: Mapping[int, Job]) -> list[Holding]:
 
 
 def _waiters(report: StatusReport, running: Mapping[int, Job]) -> list[Waiter]:
-    found = []
-    for waiter in report.waiting:
-        holder = waiter.holder
-        if holder is None or holder.pid in running:
-            continue  # a queue job's run, shown as that job
-        found.append(
-            Waiter(holder.pid, holder.user, holder.since_s, holder.argv, waiter.waiting_for)
-        )
-    return found
+    return [
+        Waiter(w.holder.pid, w.holder.user, w.holder.since_s, w.holder.argv, w.waiting_for)
+        for w in report.waiting
+        if w.holder is not None and w.holder.pid not in running  # a queue job's: shown as it
+    ]
 
 
 def shown_state(job: Job) -> str:
@@ -173,10 +167,7 @@ def table_rows(snapshot: Snapshot) -> list[tuple[tuple[str, ...], str]]:
             format_duration(waited), format_duration(job.runtime_s(now_s)),
             "" if job.exit_code is None else str(job.exit_code), command_text(job.command),
         )  # fmt: skip
-        reason = view.why(job)
-        if job.state is JobState.DONE:
-            reason = ""
-        rows.append((cells, reason))
+        rows.append((cells, "" if job.state is JobState.DONE else view.why(job)))
     for waiter in snapshot.waiters:
         cells = (
             f"w{waiter.pid}", waiter.user, "waiting", "-", format_duration(now_s - waiter.since_s),
@@ -205,12 +196,8 @@ def runner_names(snapshot: Snapshot) -> dict[str, int]:
 
 
 def _user_of(snapshot: Snapshot, uid: int) -> str:
-    for job in snapshot.jobs:
-        if job.uid == uid:
-            return job.user
-    from xpulaunch.jobqueue.actions import user_name
-
-    return user_name(uid)
+    found = next((job.user for job in snapshot.jobs if job.uid == uid), None)
+    return user_name(uid) if found is None else found
 
 
 def _iso(wall_s: float) -> str:

@@ -78,7 +78,7 @@ class Runner:
 
     def serve(self) -> bool:
         """Run until stopped (SIGTERM, SIGINT) or idle; False when another runner runs."""
-        lock = self._lock = RunnerLock(self.directory, self.uid)
+        lock = self._lock
         if not lock.acquire():
             return False
         try:
@@ -153,7 +153,7 @@ class Runner:
             return self._busy
         jobs = store.with_dependencies()
         mine = [j for j in jobs if j.uid == self.uid]
-        changed |= self._escalate(mine)
+        self._escalate(mine)
         changed |= self._drop_never_runnable(store, jobs)  # --after may name anyone's job
         changed |= self._start_next(store, set(runners))
         if changed:
@@ -220,14 +220,11 @@ class Runner:
         else:
             state, reason = JobState.FAILED, outcome.reason
         with store.write():
-            store.update(
-                job.id, state=state, ended_s=time.time(), exit_code=outcome.exit_code,
-                reason=reason,
-            )  # fmt: skip
+            store.end(job.id, state, reason, exit_code=outcome.exit_code)
         status = "unknown" if outcome.exit_code is None else str(outcome.exit_code)
         self._say(f"job {job.id} {state.value} (exit status {status}): {reason}")
 
-    def _escalate(self, mine: list[Job]) -> bool:
+    def _escalate(self, mine: list[Job]) -> None:
         """Kill the run of a cancelled job still there ``grace + margin`` after the cancel:
         its guardian then stops the workers and the leases end with them."""
         now_s = time.time()
@@ -241,7 +238,6 @@ class Runner:
                 self._deadline_s = min(self._deadline_s or deadline_s, deadline_s)
             elif process.signal(signal.SIGKILL):
                 self._say(f"job {job.id}: still running after its grace; killed")
-        return False
 
     def _drop_never_runnable(self, store: Store, jobs: list[Job]) -> bool:
         doomed = [(job, why) for job, why in never_runs(jobs) if job.uid == self.uid]
@@ -251,10 +247,7 @@ class Runner:
             for job, why in doomed:
                 current = store.job(job.id)
                 if current is not None and current.state.pending:
-                    store.update(
-                        job.id, state=JobState.CANCELLED, ended_s=time.time(),
-                        reason=f"never started: {why}",
-                    )  # fmt: skip
+                    store.end(job.id, JobState.CANCELLED, f"never started: {why}")
                     self._say(f"job {job.id} cancelled: {why}")
         return True
 
@@ -269,10 +262,7 @@ class Runner:
             process = job_process.start(job, spec, self.directory)
         except QueueError as exc:
             with store.write():
-                store.update(
-                    job.id, state=JobState.FAILED, ended_s=time.time(),
-                    reason=exc.cli_message(),
-                )  # fmt: skip
+                store.end(job.id, JobState.FAILED, exc.cli_message())
             self._say(f"job {job.id} failed to start: {exc.cli_message()}")
             return True
         with store.write():
@@ -335,10 +325,7 @@ class Runner:
                 with contextlib.suppress(BlockingIOError):  # full: it wakes anyway
                     os.write(self._wake.fd, b"\0")
 
-        previous: dict[int, Handler] = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, stop)
-        return previous
+        return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
 
     def _say(self, text: str) -> None:
         self._log(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}")

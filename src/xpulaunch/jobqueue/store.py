@@ -14,9 +14,11 @@ with who holds it. A file that is not a SQLite database is reported and left as 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -59,11 +61,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 """
 _JSON_COLUMNS = frozenset({"after", "command", "wanted", "devices"})
-_COLUMNS = (
-    "id", "uid", "user", "state", "priority", "after", "command", "gpus", "wanted", "shares",
-    "submitted_s", "started_s", "leased_s", "ended_s", "pid", "pid_ticks", "devices",
-    "exit_code", "reason", "cancel_requested_s", "grace_s", "lease_job", "job_dir",
-)  # fmt: skip
+_COLUMNS = tuple(f.name for f in dataclasses.fields(Job))  # a Job is its row
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 
 
@@ -179,6 +177,10 @@ class Store:
         values = [_column(n, v) for n, v in fields.items()]
         with _translated(self.path):
             self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
+
+    def end(self, job_id: int, state: JobState, reason: str, **fields: Any) -> None:
+        """Record that a job ended, now."""
+        self.update(job_id, state=state, ended_s=time.time(), reason=reason, **fields)
 
     def data_version(self) -> int:
         """Changes when another connection commits (SQLite's ``PRAGMA data_version``)."""

@@ -34,6 +34,9 @@ OPTIONS: Mapping[str, Option] = {
     "fit_target": Option(("-fitt", "--fit-target"), "LLAMA_ARG_FIT_TARGET"),
     "fit_ctx": Option(("-fitc", "--fit-ctx"), "LLAMA_ARG_FIT_CTX"),
     "ctx_size": Option(("-c", "--ctx-size"), "LLAMA_ARG_CTX_SIZE"),
+    "cache_type_k": Option(("-ctk", "--cache-type-k"), "LLAMA_ARG_CACHE_TYPE_K"),
+    "cache_type_v": Option(("-ctv", "--cache-type-v"), "LLAMA_ARG_CACHE_TYPE_V"),
+    "ubatch_size": Option(("-ub", "--ubatch-size"), "LLAMA_ARG_UBATCH"),
 }
 OFFLOAD_KEYS = ("device", "gpu_layers", "split_mode", "tensor_split", "fit", "fit_target")
 # Where else a model can come from: with these the server needs no -m (common/arg.cpp).

@@ -73,7 +73,8 @@ _FOR_PLAN_BACKEND = {
 
 
 def parse_llama_backend(text: str | None) -> LlamaBackend | None:
-    """``--llama-backend``: ``auto`` (or nothing) -> None, else the build."""
+    """``--llama-backend``: ``auto`` (or nothing) -> None, else the build (a
+    :class:`LlamaBackend` is its own text)."""
     value = (text or "auto").strip().lower()
     if value == "auto":
         return None
@@ -136,14 +137,8 @@ def parse_list_devices(text: str, *, source: str = "llama-server --list-devices"
     for line in lines[start + 1 :]:
         match = _LINE.match(line)
         if match is not None:
-            devices.append(
-                LlamaDevice(
-                    name=match["name"],
-                    description=match["description"].strip(),
-                    memory_total_bytes=int(match["total"]) * MIB,
-                    memory_free_bytes=int(match["free"]) * MIB,
-                )
-            )
+            total, free = int(match["total"]) * MIB, int(match["free"]) * MIB
+            devices.append(LlamaDevice(match["name"], match["description"].strip(), total, free))
         elif line.strip() and line.strip() != "(none)":
             ignored.append(line.strip())
     return DeviceList(tuple(devices), tuple(ignored))

@@ -63,10 +63,11 @@ def estimate_model(
     facts, problem = _facts(model)
     if problem:
         notes.append(problem)
-    user_ctx = _int(llama_args.passthrough_value(passthrough, "ctx_size"))
+    given = functools.partial(llama_args.passthrough_value, passthrough)
+    user_ctx = _int(given("ctx_size"))
     if user_ctx is None:
         user_ctx = _int(parent_env.get("LLAMA_ARG_CTX_SIZE"))
-    fit_min = _int(llama_args.passthrough_value(passthrough, "fit_ctx"))
+    fit_min = _int(given("fit_ctx"))
     train = facts.context_train if facts else None
     context, note = estimate_context(user_ctx, train, fit=fit, fit_min=fit_min)
     notes += [note] if note else []
@@ -84,19 +85,10 @@ def estimate_model(
         return None, tuple(notes)
     estimate = estimate_from_gguf(
         facts, context or facts.context_train or 4096,
-        cache_type_k=llama_args_value(passthrough, ("-ctk", "--cache-type-k")) or "f16",
-        cache_type_v=llama_args_value(passthrough, ("-ctv", "--cache-type-v")) or "f16",
-        ubatch=_int(llama_args_value(passthrough, ("-ub", "--ubatch-size"))) or DEFAULT_UBATCH,
+        cache_type_k=given("cache_type_k") or "f16", cache_type_v=given("cache_type_v") or "f16",
+        ubatch=_int(given("ubatch_size")) or DEFAULT_UBATCH,
     )  # fmt: skip
     return estimate, tuple(notes)
-
-
-def llama_args_value(args: Sequence[str], names: tuple[str, ...]) -> str | None:
-    value = None
-    for i, arg in enumerate(args[:-1]):
-        if arg in names:
-            value = args[i + 1]
-    return value
 
 
 def _int(text: str | None) -> int | None:

@@ -141,14 +141,9 @@ def estimate_from_gguf(
     kv_heads = facts.kv_heads or heads
     k_len = facts.key_length or head_dim
     v_len = facts.value_length or head_dim
-    per_token = (
-        (facts.layers or 0)
-        * kv_heads
-        * (
-            k_len * KV_TYPE_BYTES.get(cache_type_k, 2.0)
-            + v_len * KV_TYPE_BYTES.get(cache_type_v, 2.0)
-        )
-    )
+    k_bytes = k_len * KV_TYPE_BYTES.get(cache_type_k, 2.0)
+    v_bytes = v_len * KV_TYPE_BYTES.get(cache_type_v, 2.0)
+    per_token = (facts.layers or 0) * kv_heads * (k_bytes + v_bytes)
     compute = ubatch * context * 2 + ubatch * ((facts.vocab or 0) + 4 * embedding) * 4
     return Estimate(facts.tensor_bytes, int(per_token * context), compute, context, "GGUF header")
 

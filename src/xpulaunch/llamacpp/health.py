@@ -32,11 +32,6 @@ def health_status(host: str, port: int, timeout_s: float) -> int:
     return status
 
 
-def is_healthy(host: str, port: int, timeout_s: float) -> bool:
-    """True when ``/health`` says 200; False for 503 (loading) or any other status."""
-    return health_status(host, port, timeout_s) == 200
-
-
 def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30.0) -> Any:
     """``POST /completion`` and return the decoded JSON answer (raises ``OSError``)."""
     body = json.dumps({"prompt": prompt, "n_predict": n_predict})

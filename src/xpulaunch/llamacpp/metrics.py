@@ -32,10 +32,10 @@ def replica_metrics(server: LlamaServer, model: str) -> Callable[[], list[str]]:
             labels = (("model", model), ("replica", replica.name))
             try:
                 sources.append(relabel(fetch_metrics(replica.url, SCRAPE_TIMEOUT_S), labels))
+                up = 1.0
             except (OSError, ValueError):
-                ok.append(((("replica", replica.name),), 0.0))
-                continue
-            ok.append(((("replica", replica.name),), 1.0))
+                up = 0.0
+            ok.append(((("replica", replica.name),), up))
         help_text = "1 when the replica's own /metrics answered this scrape"
         family = ("xpulaunch_replica_scrape_ok", "gauge", help_text, ok)
         return [*render([family]).splitlines(), *render_relabelled(sources).splitlines()]

@@ -143,10 +143,7 @@ def make_llama_plan(
     model = effective_model(request, parent_env)
     workers: list[WorkerPlan] = []
     replicas: list[Replica] = []
-    notes: list[str] = [
-        *vk[1],
-        *sizing_notes(sizing.estimate, sizing.fit, fit_mib, bool(plan.devices)),
-    ]
+    notes = [*vk[1], *sizing_notes(sizing.estimate, sizing.fit, fit_mib, bool(plan.devices))]
     notes += placed.notes
     for worker, port in zip(plan.workers, ports, strict=True):
         units = tuple(plan.devices[i] for i in worker.units)

@@ -192,11 +192,10 @@ def serve_llama(
         from xpulaunch.probing.host import probe_host
 
         inventory = probe_host(env=env)
-    if isinstance(llama_backend, str):
-        llama_backend = parse_llama_backend(llama_backend)
     request = LlamaRequest(
         model=model, replicas=replicas, host=host, port=port, binary=binary or "llama-server",
-        llama_backend=llama_backend, passthrough=tuple(args), gpus=gpus, backend=backend,
+        llama_backend=parse_llama_backend(llama_backend), passthrough=tuple(args), gpus=gpus,
+        backend=backend,
     )  # fmt: skip
     from xpulaunch.llamacpp.server import LlamaServer
 

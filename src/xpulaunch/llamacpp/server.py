@@ -24,7 +24,6 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError, UsageError
@@ -40,7 +39,7 @@ from xpulaunch.events import (
 )
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.args import with_port
-from xpulaunch.llamacpp.health import free_port, is_healthy
+from xpulaunch.llamacpp.health import free_port, health_status
 from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.processes import records
 from xpulaunch.supervisor.spec import HealthCheck, WorkerSpec
@@ -143,13 +142,11 @@ class LlamaServer:
         for replica, worker in zip(plan.replicas, plan.plan.workers, strict=True):
             spec = self._spec(replica, worker.argv, worker.child_env(parent_env), lease_fds)
             self._slots[replica.name] = _Slot(replica, spec)
-        if policy.gang:
-            policy = replace(policy, gang=False)  # replicas are independent servers
+        # Replicas are independent servers: never a gang, whatever the policy says.
         self.supervisor = Supervisor(
-            [s.spec for s in self._slots.values()], policy, grace_s=grace_s, logs=logs,
-            on_event=self._event, lease_fds=lease_fds, release_leases=release_leases,
-            settle=settle,
-            record_dir=record_dir or records.runtime_dir(parent_env), job_id=job_id,
+            [s.spec for s in self._slots.values()], replace(policy, gang=False), grace_s=grace_s,
+            logs=logs, on_event=self._event, lease_fds=lease_fds, release_leases=release_leases,
+            settle=settle, record_dir=record_dir or records.runtime_dir(parent_env), job_id=job_id,
         )  # fmt: skip
 
     # -- specs -------------------------------------------------------------------------
@@ -161,7 +158,11 @@ class LlamaServer:
         lease_fds: tuple[int, ...],
     ) -> WorkerSpec:
         health, name = self._health, replica.name
-        check = self._checker(name)
+
+        def check() -> bool:
+            now = self._slots[name].replica  # its port may have moved
+            return health_status(now.host, now.port, health.timeout_s) == 200  # 503: loading
+
         ready = HealthCheck(
             check, health.ready_interval_s, health.timeout_s, 1, health.ready_timeout_s
         )
@@ -170,13 +171,6 @@ class LlamaServer:
             name, argv, env, pass_fds=lease_fds, readiness=ready, liveness=alive,
             prepare=lambda attempt: self._prepare(name, attempt),
         )  # fmt: skip
-
-    def _checker(self, name: str) -> Callable[[], bool]:
-        def check() -> bool:
-            replica = self._slots[name].replica
-            return is_healthy(replica.host, replica.port, self._health.timeout_s)
-
-        return check
 
     def _prepare(self, name: str, attempt: int) -> WorkerSpec:
         """Before each start: a replica that lost its port to another program moves on."""
@@ -202,7 +196,10 @@ class LlamaServer:
         elif isinstance(event, Restarting | GaveUp):
             self._restart_news(event)
         elif isinstance(event, Stopping) and self._signalled:
-            self._stopping(event)
+            if event.kill:
+                self._say(f"{event.signal}: killing every llama-server now")
+            else:
+                self._say(f"{event.signal}: stopping llama-server (again to kill at once)")
         elif isinstance(event, Stopped):
             with self._cond:
                 self._stopped = event
@@ -223,11 +220,9 @@ class LlamaServer:
         slot.last_exit = event
         if event.expected:
             return
-        how = (
-            f"was killed by {event.signal}"
-            if event.signal
-            else f"exited with code {event.exit_code}"
-        )
+        how = f"exited with code {event.exit_code}"
+        if event.signal:
+            how = f"was killed by {event.signal}"
         if slot.ready_once:
             why = error_line(event.stderr_tail, or_last=event.signal is None)
             self._say(f"replica {event.name} {how}" + (f": {why}" if why else ""))
@@ -268,12 +263,6 @@ class LlamaServer:
                 self._say(f"replica {name} failed for good: {event.reason}")
             elif slot.ready_once:
                 self._say(f"replica {name}: {event.reason}")
-
-    def _stopping(self, event: Stopping) -> None:
-        if event.kill:
-            self._say(f"{event.signal}: killing every llama-server now")
-        else:
-            self._say(f"{event.signal}: stopping llama-server (again to kill at once)")
 
     def _fail(self, message: str) -> None:
         with self._cond:
@@ -350,10 +339,5 @@ class LlamaServer:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

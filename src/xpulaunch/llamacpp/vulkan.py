@@ -55,10 +55,6 @@ def _same_memory(device: Device, vulkan: LlamaDevice) -> bool:
     return abs(ours - theirs) <= MEMORY_TOLERANCE * ours
 
 
-def _compatible(device: Device, vulkan: LlamaDevice) -> bool:
-    return _same_name(device, vulkan) and _same_memory(device, vulkan)
-
-
 def match_devices(
     inventory: Inventory, vulkan: Sequence[LlamaDevice]
 ) -> tuple[dict[str, LlamaDevice], tuple[str, ...]]:
@@ -67,7 +63,7 @@ def match_devices(
     notes: list[str] = []
     free = list(vulkan)
     for device in sorted(inventory.devices, key=lambda d: (d.vendor.value, d.index)):
-        candidates = [v for v in free if _compatible(device, v)]
+        candidates = [v for v in free if _same_name(device, v) and _same_memory(device, v)]
         if not candidates:
             continue
         matched[device.key] = candidates[0]
@@ -85,15 +81,11 @@ def replica_devices(
     units: Sequence[Unit], matched: dict[str, LlamaDevice], vulkan: Sequence[LlamaDevice]
 ) -> tuple[LlamaDevice, ...]:
     """The Vulkan devices of one replica: one per card (Vulkan sees whole cards, not tiles)."""
-    found: list[LlamaDevice] = []
     for unit in units:
-        device = matched.get(unit.device.key)
-        if device is None:
+        if unit.device.key not in matched:
             raise SelectionError(
                 f"{unit.device.label()} ({unit.device.name or 'unnamed'}): no Vulkan device "
                 f"of llama-server --list-devices matches it (Vulkan lists: {describe(vulkan)}); "
                 "pin one yourself with -- --device VulkanN"
             )
-        if device not in found:
-            found.append(device)
-    return tuple(found)
+    return tuple(dict.fromkeys(matched[u.device.key] for u in units))

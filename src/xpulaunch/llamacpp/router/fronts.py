@@ -142,7 +142,7 @@ class Fronts:
             await self.close(0.0)
             raise UsageError(f"the router's front processes did not start ({exc!r})") from None
 
-    async def _spawn(self, number: int, sock: socket.socket) -> _Front:
+    async def _spawn(self, number: int, sock: socket.socket) -> None:
         ours, theirs = socket.socketpair()
         with sock, theirs:
             process = subprocess.Popen(
@@ -155,7 +155,6 @@ class Fronts:
         writer.write(self._hello)
         self._fronts.append(front)
         self._keep(self._serve(front, reader))
-        return front
 
     def _keep(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -207,9 +206,8 @@ class Fronts:
         stops, the front ended early (it is reaped and reported)."""
         front.closed = True
         slots = self._manager.slots
-        for model, count in front.held.items():
-            for _ in range(count):
-                self._manager.release(slots[model])
+        for model in front.held.elements():
+            self._manager.release(slots[model])
         front.held.clear()
         front.writer.close()
         if not front.ready.done():
@@ -301,33 +299,18 @@ class RemoteModels:
 
 
 def _config(document: Mapping[str, Any]) -> RouterConfig:
-    models = tuple(
-        ModelConfig(
-            m["id"],
-            m["model"],
-            m["gpus"],
-            m["replicas"],
-            m["ttl"],
-            m["pinned"],
-            tuple(m["aliases"]),
-            tuple(m["args"]),
-        )  # ModelConfig.as_dict's
-        for m in document["models"]
-    )
-    return RouterConfig(models, source=document["source"], names=dict(document["names"]))
+    models = []
+    for fields in document["models"]:  # ModelConfig.as_dict's
+        ttl_s, aliases, args = fields.pop("ttl"), fields.pop("aliases"), fields.pop("args")
+        models.append(ModelConfig(**fields, ttl_s=ttl_s, aliases=tuple(aliases), args=tuple(args)))
+    return RouterConfig(tuple(models), source=document["source"], names=dict(document["names"]))
 
 
 async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
     import aiohttp
     from aiohttp import web
 
-    from xpulaunch.llamacpp.router.proxy import (
-        NOT_FORWARDED,
-        PROXIED,
-        Forwarder,
-        error_response,
-        json_errors,
-    )
+    from xpulaunch.llamacpp.router.proxy import NOT_FORWARDED, Forwarder, error_response
 
     pipe = socket.socket(fileno=pipe_fd)
     reader, writer = await asyncio.open_unix_connection(sock=pipe, limit=_LINE_LIMIT)
@@ -356,11 +339,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         kept = {k: v for k, v in answer.headers.items() if k.lower() not in NOT_FORWARDED}
         return web.Response(status=answer.status, body=data, headers=kept)
 
-    app = web.Application(client_max_size=hello["max_body_bytes"], middlewares=[json_errors])
-    app.add_routes([web.post(path, forwarder.forward) for path in PROXIED])
-    app.add_routes([web.route("*", "/{tail:.*}", to_router)])
-    app.on_startup.append(forwarder.open_session)
-    app.on_cleanup.append(forwarder.close_session)
+    app = forwarder.make_app([web.route("*", "/{tail:.*}", to_router)])
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.SockSite(runner, socket.socket(fileno=listen_fd))

@@ -85,13 +85,11 @@ async def scrape(session: aiohttp.ClientSession, slots: Iterable[Slot]) -> str:
     ready = [s for s in slots if s.state is ModelState.READY]
     targets = [(slot, replica) for slot in ready for replica in slot.replicas]
     results = await asyncio.gather(*(_one(session, s, r) for s, r in targets))
-    ok: list[Sample] = []
-    sources: list[list[Relabelled]] = []
-    for (slot, replica), families in zip(targets, results, strict=True):
-        labels = (("model", slot.id), ("replica", replica.name))
-        ok.append((labels, 0.0 if families is None else 1.0))
-        if families is not None:
-            sources.append(families)
+    ok: list[Sample] = [
+        ((("model", slot.id), ("replica", replica.name)), float(families is not None))
+        for (slot, replica), families in zip(targets, results, strict=True)
+    ]
+    sources = [families for families in results if families is not None]
     ours = [*model_families(slots), ("xpulaunch_replica_scrape_ok", "gauge",
             "1 when the replica's own /metrics answered this scrape", ok)]  # fmt: skip
     return render(ours) + render_relabelled(sources)

@@ -39,7 +39,7 @@ from xpulaunch.llamacpp.router.policy import (
     with_readings,
 )
 from xpulaunch.llamacpp.router.setup import Setup, model_request
-from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, Slot, Unavailable
+from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -71,7 +71,7 @@ class ModelManager:
 
         self.config, self.setup = config, setup
         self.slots = {m.id: Slot(m) for m in config.models}
-        self._emit, self._say, self._clock = on_event, on_message, clock
+        self._emit, self._say, self.clock = on_event, on_message, clock
         self._leases = LeaseManager(setup.lock_dir)
         self._inventory = setup.inventory
         self._place_lock = asyncio.Lock()
@@ -80,9 +80,6 @@ class ModelManager:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closing = False
-
-    def clock(self) -> float:
-        return self._clock()
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
@@ -110,7 +107,7 @@ class ModelManager:
                 if self.closing:
                     raise Unavailable("the router is stopping")
                 if slot.state is ModelState.READY:
-                    slot.last_used_s = self._clock()
+                    slot.last_used_s = self.clock()
                     return slot.pick()
                 if slot.state is ModelState.UNLOADED:
                     self.start_load(slot)
@@ -125,7 +122,7 @@ class ModelManager:
 
     def release(self, slot: Slot) -> None:
         slot.in_flight -= 1
-        slot.last_used_s = self._clock()
+        slot.last_used_s = self.clock()
         self._wake.set()
 
     # -- loading ---------------------------------------------------------------------------
@@ -139,13 +136,12 @@ class ModelManager:
         return slot.loading
 
     async def _load(self, slot: Slot) -> None:
-        began = self._clock()
+        began = self.clock()
         try:
             prepared = await self._prepare(slot)
             plan, lease, evicted = await self._place(slot, prepared)
         except (XpulaunchError, NoRoom) as exc:
-            self._failed(slot, exc)
-            raise exc if isinstance(exc, NoRoom) else LoadFailed(self._why(slot, exc)) from exc
+            raise self._failed(slot, exc) from exc
         except BaseException:
             slot.set_unloaded()  # nothing was leased: only the state is to undo
             raise
@@ -154,7 +150,7 @@ class ModelManager:
             slot.set_unloaded()
             raise Unavailable("the router is stopping")
         labels = tuple(u.label() for u in plan.plan.devices)
-        self._emit(ModelLoading(self._clock(), slot.id, labels, evicted), None)
+        self._emit(ModelLoading(self.clock(), slot.id, labels, evicted), None)
         where = ", ".join(labels) or "the CPU"
         self._say(f"loading model {slot.id} on {where}" + (
             f" (evicted {', '.join(evicted)})" if evicted else ""))  # fmt: skip
@@ -164,8 +160,7 @@ class ModelManager:
         except XpulaunchError as exc:
             await self._blocking(server.stop)
             lease.release()
-            self._failed(slot, exc)
-            raise LoadFailed(self._why(slot, exc)) from exc
+            raise self._failed(slot, exc) from exc
         except BaseException:
             # Anything else (a bug, a cancelled task): no server, no lease, no model stuck
             # loading; the error goes on to whoever waits.
@@ -177,24 +172,24 @@ class ModelManager:
             await self._unload(slot, "stop")
             raise Unavailable("the router is stopping")
         slot.set_loaded(server)
-        took = self._clock() - began
+        took = self.clock() - began
         slot.counters.loads += 1
         slot.counters.last_load_s = took
-        slot.last_used_s = self._clock()
-        self._emit(ModelLoaded(self._clock(), slot.id, server.urls, took), None)
+        slot.last_used_s = self.clock()
+        self._emit(ModelLoaded(self.clock(), slot.id, server.urls, took), None)
         self._say(f"model {slot.id} ready in {took:.1f} s at {', '.join(server.urls)}")
         self._wake.set()
 
-    def _why(self, slot: Slot, exc: BaseException) -> str:
-        text = exc.message if isinstance(exc, XpulaunchError) else str(exc)
-        return f"model {slot.id} could not be loaded: {text}"
-
-    def _failed(self, slot: Slot, exc: BaseException) -> None:
-        slot.last_error = self._why(slot, exc) if not isinstance(exc, NoRoom) else str(exc)
+    def _failed(self, slot: Slot, exc: XpulaunchError | NoRoom) -> RouteError:
+        """Note a load that failed; the error for the requests that wait for it."""
+        why = f"model {slot.id} could not be loaded: {exc}"
+        error = LoadFailed(why) if isinstance(exc, XpulaunchError) else exc
+        slot.last_error = error.message
         slot.counters.load_failures += 1
         slot.set_unloaded()
-        self._emit(ModelLoadFailed(self._clock(), slot.id, slot.last_error), None)
+        self._emit(ModelLoadFailed(self.clock(), slot.id, slot.last_error), None)
         self._say(slot.last_error)
+        return error
 
     async def _prepare(self, slot: Slot) -> Prepared:
         """The build, --fit and the estimate: asked once per model (a failure is asked
@@ -271,7 +266,7 @@ class ModelManager:
             return Outcome.PARTIAL if planned.fits is False else Outcome.FITS
 
         views = [s.view() for s in self.slots.values()]
-        order = eviction_order(views, self._clock(), exclude=slot.id)
+        order = eviction_order(views, self.clock(), exclude=slot.id)
         chosen = choose_evictions(attempt, order)
         if chosen is None:
             reason = errors[0] if errors else "no free device"
@@ -361,7 +356,7 @@ class ModelManager:
             lease.release()
         slot.set_unloaded()
         slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
-        self._emit(ModelUnloaded(self._clock(), slot.id, reason, by), None)
+        self._emit(ModelUnloaded(self.clock(), slot.id, reason, by), None)
         self._say(f"model {slot.id} unloaded ({reason}{f' for {by}' if by else ''})")
 
     async def unload(self, slot: Slot, reason: str = "request") -> bool:
@@ -382,12 +377,12 @@ class ModelManager:
         """Unload idle models whose ttl has run out, waking when the next one is due."""
         while not self.closing:
             views = [s.view() for s in self.slots.values()]
-            for model in expired(views, self._clock()):
+            for model in expired(views, self.clock()):
                 slot = self.slots[model]
                 slot.state = ModelState.UNLOADING
                 self._spawn(self._unload(slot, "ttl"))
             due = next_expiry([s.view() for s in self.slots.values()])
-            timeout = None if due is None else max(0.0, due - self._clock())
+            timeout = None if due is None else max(0.0, due - self.clock())
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):  # a ttl is due: look again
                 await asyncio.wait_for(self._wake.wait(), timeout)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -60,9 +60,12 @@ def error_response(
 
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """aiohttp's own errors (unknown path, wrong method, body too large) as JSON too."""
+    """A :class:`RouteError` a handler raises, and aiohttp's own errors (unknown path, wrong
+    method, body too large), as JSON."""
     try:
         return await handler(request)
+    except RouteError as exc:
+        return error_response(exc.status, exc.message, exc.kind)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -105,7 +108,14 @@ class Forwarder:
         self._max_body_bytes = max_body_bytes
         self.session: aiohttp.ClientSession | None = None
 
-    async def open_session(self, app: web.Application) -> None:
+    def make_app(self, routes: Sequence[web.RouteDef] = ()) -> web.Application:
+        """Forwarding on :data:`PROXIED`, and ``routes``; the client session lives as long."""
+        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[json_errors])
+        app.add_routes([*(web.post(path, self.forward) for path in PROXIED), *routes])
+        app.cleanup_ctx.append(self._client)
+        return app
+
+    async def _client(self, app: web.Application) -> AsyncIterator[None]:
         # No pool limit (llama-server queues requests in its slots itself); no total timeout
         # (a long generation is not a failure); answers pass through undecoded. An idle
         # connection is dropped well before llama-server's own keep-alive ends (cpp-httplib's
@@ -116,10 +126,8 @@ class Forwarder:
             connector=connector, timeout=timeout, auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )  # fmt: skip
-
-    async def close_session(self, app: web.Application) -> None:
-        if self.session is not None:
-            await self.session.close()
+        yield
+        await self.session.close()
 
     # -- the model a request names -----------------------------------------------------------
     def _slot(self, name: object) -> Slot:
@@ -130,8 +138,7 @@ class Forwarder:
             )
         found = config.resolve(name)
         if found is None:
-            raise _Refused(404, f"model {name!r} is not served here; models: "
-                           + ", ".join(config.ids), "model_not_found")  # fmt: skip
+            raise _NotServed(f"model {name!r} is not served here; models: " + ", ".join(config.ids))
         return self.models.slots[found.id]
 
     async def _body_model(self, request: web.Request) -> tuple[bytes, Slot, bool]:
@@ -147,10 +154,7 @@ class Forwarder:
 
     # -- forwarding --------------------------------------------------------------------------
     async def forward(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body, slot, streamed = await self._body_model(request)
-        except _Refused as refused:
-            return refused.response()
+        body, slot, streamed = await self._body_model(request)
         began = time.monotonic()
         try:
             replica = await self.models.acquire(slot)
@@ -248,18 +252,12 @@ class Proxy(Forwarder):
         self.started_s = int(time.time())
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[json_errors])
-        routes = [web.post(path, self.forward) for path in PROXIED]
-        routes += [
+        return self.make_app([
             web.get("/health", self.health), web.get("/v1/models", self.models_list),
             web.get("/v1/models/{model}", self.one_model), web.get("/metrics", self.metrics),
             web.get("/models/status", self.status), web.post("/models/load", self.load),
             web.post("/models/unload", self.unload),
-        ]  # fmt: skip
-        app.add_routes(routes)
-        app.on_startup.append(self.open_session)
-        app.on_cleanup.append(self.close_session)
-        return app
+        ])  # fmt: skip
 
     # -- the router's own routes -------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -276,11 +274,7 @@ class Proxy(Forwarder):
         return web.json_response({"object": "list", "data": data})
 
     async def one_model(self, request: web.Request) -> web.Response:
-        try:
-            slot = self._slot(request.match_info["model"])
-        except _Refused as refused:
-            return refused.response()
-        return web.json_response(self._model_object(slot))
+        return web.json_response(self._model_object(self._slot(request.match_info["model"])))
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = await self._metrics()
@@ -293,21 +287,13 @@ class Proxy(Forwarder):
         return web.json_response({"models": models})
 
     async def load(self, request: web.Request) -> web.Response:
-        try:
-            _, slot, _ = await self._body_model(request)
-            await self.manager.acquire(slot)
-        except _Refused as refused:
-            return refused.response()
-        except RouteError as exc:
-            return error_response(exc.status, exc.message, exc.kind)
+        _, slot, _ = await self._body_model(request)
+        await self.manager.acquire(slot)
         self.manager.release(slot)
         return web.json_response(slot.status(self.manager.clock()))
 
     async def unload(self, request: web.Request) -> web.Response:
-        try:
-            _, slot, _ = await self._body_model(request)
-        except _Refused as refused:
-            return refused.response()
+        _, slot, _ = await self._body_model(request)
         if not await self.manager.unload(slot):
             return error_response(
                 409, f"model {slot.id} has {slot.in_flight} request(s) in flight; unload it "
@@ -316,15 +302,11 @@ class Proxy(Forwarder):
         return web.json_response({"id": slot.id, "state": slot.state.value})
 
 
-class _Refused(Exception):
-    """A request refused before any model is touched (unknown model)."""
+class _NotServed(RouteError):
+    """A request refused before any model is touched: it names no model of this router."""
 
-    def __init__(self, status: int, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-
-    def response(self) -> web.Response:
-        return error_response(self.status, self.message, self.kind)
+    status = 404
+    kind = "model_not_found"
 
 
 def _broken(slot: Slot, replica: Replica, exc: BaseException) -> RouteError:

@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError, XpulaunchError
@@ -70,7 +69,7 @@ class Router:
         self.host, self.port = host, port
         self.front_processes = front_processes
         self._max_body_bytes = max_body_bytes
-        self._on_event = on_event
+        self._on_event = on_event or (lambda event, model: None)
         self._on_message = on_message or _to_stderr
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,7 +115,7 @@ class Router:
         from xpulaunch.llamacpp.router.proxy import Proxy
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        manager = ModelManager(self.config, self.setup, on_event=self._event,
+        manager = ModelManager(self.config, self.setup, on_event=self._on_event,
                                on_message=self._on_message)  # fmt: skip
         self.manager = manager
 
@@ -183,10 +182,6 @@ class Router:
             raise
         return shared, fronts
 
-    def _event(self, event: Event, model: str | None) -> None:
-        if self._on_event is not None:
-            self._on_event(event, model)
-
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until the router has stopped; its exit status (None: timeout): 0 after
         :meth:`stop`, 128 + N after signal N."""
@@ -224,31 +219,22 @@ class Router:
                 server.send_stop_signal(signal.SIGKILL)
 
     # -- while it runs -------------------------------------------------------------------------
-    def _call(self, coro: Callable[[ModelManager], Any]) -> Any:
+    def status(self) -> list[dict[str, object]]:
+        """Every model's state (what ``GET /models/status`` answers)."""
         loop, manager = self._loop, self.manager
         if loop is None or manager is None:
             raise UsageError("the router is not running")
-        return asyncio.run_coroutine_threadsafe(coro(manager), loop).result()
 
-    def status(self) -> list[dict[str, object]]:
-        """Every model's state (what ``GET /models/status`` answers)."""
-
-        async def read(manager: ModelManager) -> list[dict[str, object]]:
+        async def read() -> list[dict[str, object]]:
             return [s.status(manager.clock()) for s in manager.slots.values()]
 
-        result: list[dict[str, object]] = self._call(read)
-        return result
+        return asyncio.run_coroutine_threadsafe(read(), loop).result()
 
     def __enter__(self) -> Router:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 

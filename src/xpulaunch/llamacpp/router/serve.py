@@ -76,13 +76,12 @@ def make_router(
         from xpulaunch.probing.host import probe_host
 
         inventory = probe_host(env=env)
-    if isinstance(llama_backend, str):
-        llama_backend = parse_llama_backend(llama_backend)
     if max_body_bytes < 1:
         raise UsageError("must be at least 1 byte", option="max_body_bytes", value=max_body_bytes)
     setup = Setup(
         inventory=inventory, parent_env=env, health=health, policy=policy,
-        binary=binary or env.get(BINARY_VAR) or None, llama_backend=llama_backend,
+        binary=binary or env.get(BINARY_VAR) or None,
+        llama_backend=parse_llama_backend(llama_backend),
         backend=backend, lock_dir=os.fspath(lock_dir) if lock_dir else None, grace_s=grace_s,
         log_dir=os.fspath(log_dir) if log_dir else None, reprobe=reprobe,
     )  # fmt: skip
