@@ -172,29 +172,26 @@ class Unit:
     def memory_total_bytes(self) -> int | None:
         if self.mig is not None:
             return self.mig.memory_total_bytes
-        total = self.device.memory_total_bytes
-        if total is None or self.tile is None:
-            return total
-        return total // max(self.device.tiles, 1)
+        return self._share(self.device.memory_total_bytes)
 
     @property
     def memory_used_bytes(self) -> int | None:
         if self.mig is not None:
             return self.mig.memory_used_bytes
-        used = self.device.memory_used_bytes
-        if used is None or self.tile is None:
-            return used
-        return used // max(self.device.tiles, 1)
+        return self._share(self.device.memory_used_bytes)
 
     @property
     def memory_free_bytes(self) -> int | None:
         if self.mig is not None:
             total, used = self.mig.memory_total_bytes, self.mig.memory_used_bytes
             return None if total is None or used is None else max(total - used, 0)
-        free = self.device.memory_free_bytes
-        if free is None or self.tile is None:
-            return free
-        return free // max(self.device.tiles, 1)
+        return self._share(self.device.memory_free_bytes)
+
+    def _share(self, card_bytes: int | None) -> int | None:
+        """A tile's part of a card's figure (the card's own for the whole card)."""
+        if card_bytes is None or self.tile is None:
+            return card_bytes
+        return card_bytes // max(self.device.tiles, 1)
 
     def label(self) -> str:
         base = self.device.label()

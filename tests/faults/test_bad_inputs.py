@@ -109,6 +109,29 @@ def test_an_unresolvable_llama_host_is_one_line(launch: Launch, tmp_path: Path) 
     assert "--host" in line and "cannot listen there" in line
 
 
+# Numbers that str.isdigit() takes but int() refuses ("²" is a digit to Unicode), and signs
+# that a check by hand let through: each a one-line error, never int()'s traceback.
+NOT_NUMBERS = [
+    ["run", "--dry-run", "--max-restarts", "+-3", "true"],
+    ["run", "--dry-run", "--nproc-per-node", "²", "true"],
+    ["run", "--dry-run", "--nnodes", "2", "--rdzv-endpoint", "h:²", "true"],
+    ["torchrun", "--dry-run", "--nproc-per-node", "²", "x.py"],
+    ["cancel", "²"],
+    ["cancel", "w²"],
+    ["hold", "²"],
+    ["logs", "²"],
+]
+
+
+@pytest.mark.parametrize("args", NOT_NUMBERS, ids=[" ".join(a[:3]) for a in NOT_NUMBERS])
+def test_a_number_int_cannot_read_is_one_line(
+    launch: Launch, tmp_path: Path, args: list[str]
+) -> None:
+    env = {"XPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    line = one_line_error(launch, *args, env=env)
+    assert args[-1] in line or args[-2] in line
+
+
 def test_a_40_kb_input_is_not_echoed_in_full(launch: Launch) -> None:
     line = one_line_error(launch, "run", "--dry-run", "--gpus", "x" * 40_000, "true")
     assert "more characters" in line or "..." in line
@@ -141,6 +164,8 @@ def test_an_accelerate_config_that_is_no_file_is_refused_at_once(
         ("num_processes: true\n", "num_processes: True is not a whole number"),
         ("num_processes: -3\n", "num_processes: -3 is not a whole number of at least 1"),
         ("num_processes: 2\nnum_machines: 0\n", "num_machines: 0 is not a whole number"),
+        ("num_processes: '²'\n", "num_processes: '²' is not a whole number"),
+        ("num_processes: '--3'\n", "num_processes: '--3' is not a whole number"),
         ("num_processes: 2\nmain_process_port: 'abc'\n", "main_process_port: 'abc'"),
         ("num_processes: 2\nmain_process_port: 99999\n", "from 0 to 65535"),
         ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),

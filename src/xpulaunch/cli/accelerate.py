@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -22,13 +23,11 @@ _SET_BY_USER = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSour
 def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> None:
     """Fill ``values`` (a command's converted keyword arguments) from ``accelerate_config``,
     and add the workers' variables (``extra_env``) and a note (``notes``)."""
-    value = values.get("accelerate_config")
-    if not value:
-        return
     from xpulaunch.core.accelerate_config import translate
-    from xpulaunch.integrations.accelerate_files import read_config, resolve_config_path
+    from xpulaunch.integrations.accelerate_files import default_config_path, read_config
 
-    path = resolve_config_path(value, env)
+    value = values["accelerate_config"]
+    path = default_config_path(env) if value == "default" else Path(value)
     source = f"--accelerate-config {path}"
     launch = translate(read_config(path), env, source=source, cwd=os.getcwd())
     _fill(values, launch.options, str(path))

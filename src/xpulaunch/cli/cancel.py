@@ -4,6 +4,7 @@ SIGTERM, and its workers their ``--grace``. ``wPID`` cancels a launch waiting wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import click
@@ -34,7 +35,7 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
         if numbers:
             raise QueueError(f"no job {numbers[0]}: {directory.root} has no queue")
     failed = 0
-    with store or _Nothing():
+    with store or contextlib.nullcontext():
         if everything and store is not None:
             wanted = [j.id for j in store.jobs() if j.uid == os.getuid()]
         for job_id in wanted:
@@ -49,11 +50,3 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
                 click.echo(f"xpulaunch: error: {exc.cli_message()}", err=True)
                 failed += 1
     return 1 if failed else 0
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None

@@ -128,15 +128,9 @@ def command_options(name: str) -> dict[str, click.Option]:
     """A command's configurable options by key (long option without dashes)."""
     from xpulaunch.core.config import normalise_key
 
-    command = load_command(name)
-    keys: dict[str, click.Option] = {}
-    for param in command.params:
-        if isinstance(param, click.Option):
-            for opt in param.opts:
-                key = normalise_key(opt)
-                if opt.startswith("--") and key not in NOT_CONFIGURABLE:
-                    keys[key] = param
-    return keys
+    options = [p for p in load_command(name).params if isinstance(p, click.Option)]
+    keys = {normalise_key(opt): p for p in options for opt in p.opts if opt.startswith("--")}
+    return {key: option for key, option in keys.items() if key not in NOT_CONFIGURABLE}
 
 
 def effective_settings(profile: str | None, cwd: str, env: Mapping[str, str]) -> dict[str, Setting]:

@@ -10,6 +10,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from xpulaunch.cli.terminal import aligned
 from xpulaunch.model import Inventory, Problem
 
 if TYPE_CHECKING:
@@ -73,13 +74,8 @@ def render_processes(inventory: Inventory) -> str:
     if not rows:
         return "\nNo processes are using these devices (that this user can see)."
     header = ("DEVICE", "PID", "USER", "MEMORY", "LEASE", "COMMAND")
-    table = [header] + [_cells(r) for r in rows if isinstance(r, dict)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
-    lines = ["", "PROCESSES"]
-    for row in table:
-        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
-        lines.append("  ".join([*cells, row[-1][:80]]).rstrip())
-    return "\n".join(lines)
+    table = aligned([header, *(_cells(r) for r in rows if isinstance(r, dict))])
+    return "\n".join(["", "PROCESSES", *(line.rstrip() for line in table)])
 
 
 def _cells(row: dict[str, object]) -> tuple[str, str, str, str, str, str]:
@@ -88,4 +84,4 @@ def _cells(row: dict[str, object]) -> tuple[str, str, str, str, str, str]:
     covered = row.get("lease_covers")
     lease = "?" if not isinstance(covered, bool) else "yes" if covered else "no"
     return (str(row.get("device")), str(row.get("pid")), str(row.get("user") or "?"), shown,
-            lease, str(row.get("command") or "?"))  # fmt: skip
+            lease, str(row.get("command") or "?")[:80])  # fmt: skip

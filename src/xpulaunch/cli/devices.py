@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import terminal_safe
+from xpulaunch.cli.terminal import aligned, terminal_safe
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -93,11 +93,13 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
         header = ("IDX", "VENDOR", "NAME", "PCI", "MEMORY USED / TOTAL", "UTIL", "TILES")
         # Every vendor numbers its GPUs from 0: on a mixed host the id names the vendor too.
         qualify = len({d.vendor for d in inventory.devices}) > 1
-        rows = [header] + [_row(d, qualify=qualify) for d in inventory.devices]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        for device, row in zip((None, *inventory.devices), rows, strict=True):
-            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-            lines += _mig_lines(device)
+        table = aligned([header, *(_row(d, qualify=qualify) for d in inventory.devices)])
+        lines.append(table[0].rstrip())
+        for device, line in zip(inventory.devices, table[1:], strict=True):
+            lines.append(line.rstrip())
+            for mig in device.mig_devices:
+                memory = _memory(mig.memory_used_bytes, mig.memory_total_bytes)
+                lines.append(f"     MIG {mig.uuid}  {memory}")
     else:
         lines.append("No accelerators found.")
     from xpulaunch.core.known_issues import issues_of
@@ -131,15 +133,6 @@ def _memory(used: int | None, total: int | None) -> str:
     used_text = "?" if used is None else f"{used / _GIB:.1f}"
     total_text = "?" if total is None else f"{total / _GIB:.1f}"
     return f"{used_text} / {total_text} GiB"
-
-
-def _mig_lines(device: Device | None) -> list[str]:
-    if device is None:
-        return []
-    return [
-        f"     MIG {m.uuid}  {_memory(m.memory_used_bytes, m.memory_total_bytes)}"
-        for m in device.mig_devices
-    ]
 
 
 def _source_lines(devices: Sequence[Device]) -> list[str]:

@@ -155,7 +155,7 @@ class ProgramCommand(click.Command):
     """A command whose trailing ``program`` argument collects PROGRAM and its arguments."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        arity = self._option_arity()
+        arity = option_arity(self)
         ours, program = split_args(args, arity)
         # How many of PROGRAM's arguments the user put after "--" (meant for PROGRAM for sure).
         ctx.meta[AFTER_DASHDASH] = len(args) - args.index("--") - 1 if "--" in args else 0
@@ -164,9 +164,6 @@ class ProgramCommand(click.Command):
         # else: click reports the missing PROGRAM, or the option missing its value (with
         # "--" appended, click would take "--" as that value).
         return super().parse_args(ctx, ours)
-
-    def _option_arity(self) -> dict[str, int]:
-        return option_arity(self)
 
 
 def option_arity(command: click.Command) -> dict[str, int]:

@@ -19,7 +19,7 @@ WAIT_INTERVAL_S = 0.5
 
 
 def is_job_id(text: str) -> bool:
-    return text.isdigit() and not os.path.isdir(text)
+    return text.isascii() and text.isdigit() and not os.path.isdir(text)
 
 
 def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None:

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from xpulaunch import api
-from xpulaunch.cli.commands import CONTEXT_SETTINGS, option_group
-from xpulaunch.cli.llama_options import llama_binary_options
+from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.llama_options import llama_binary_options, load_or_probe
 from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, BackoffType, Integer
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.run_options import lease_parameters, plan_parameters
@@ -29,39 +28,7 @@ if TYPE_CHECKING:
     from xpulaunch.launch.request import Backoff
     from xpulaunch.leases import Lease, LeaseManager
 
-_SECONDS = POSITIVE_SECONDS
 
-
-def _with(params: list[click.Parameter]) -> Callable[[click.Command], click.Command]:
-    """Add ready-made parameters to a command, listed before the ones declared below them."""
-
-    def apply(command: click.Command) -> click.Command:
-        command.params[:0] = params
-        return command
-
-    return apply
-
-
-llama_metrics_options = option_group(
-    click.option(
-        "--metrics-port",
-        type=ANY_PORT,
-        envvar="XPULAUNCH_METRICS_PORT",
-        metavar="PORT",
-        help="Serve Prometheus metrics on http://HOST:PORT/metrics: the supervisor's, and "
-        "each replica's own (llama-server --metrics) labelled with model and replica.",
-    ),
-    click.option(
-        "--metrics-host",
-        default="127.0.0.1",
-        show_default=True,
-        envvar="XPULAUNCH_METRICS_HOST",
-        help="Address the metrics endpoint listens on.",
-    ),
-)
-
-
-@_with([*plan_parameters(), *lease_parameters()])
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("-m", "--model", metavar="PATH", help="The .gguf model every replica serves.")
 @click.option(
@@ -80,7 +47,7 @@ llama_metrics_options = option_group(
 @llama_binary_options
 @click.option(
     "--ready-timeout",
-    type=_SECONDS,
+    type=POSITIVE_SECONDS,
     default=600.0,
     show_default=True,
     metavar="SECONDS",
@@ -88,7 +55,7 @@ llama_metrics_options = option_group(
 )
 @click.option(
     "--health-interval",
-    type=_SECONDS,
+    type=POSITIVE_SECONDS,
     default=2.0,
     show_default=True,
     metavar="SECONDS",
@@ -96,7 +63,7 @@ llama_metrics_options = option_group(
 )
 @click.option(
     "--health-timeout",
-    type=_SECONDS,
+    type=POSITIVE_SECONDS,
     default=2.0,
     show_default=True,
     metavar="SECONDS",
@@ -153,7 +120,21 @@ llama_metrics_options = option_group(
     help="Write DIR/attempt_N/REPLICA.log for every replica and attempt.",
 )
 @click.option("--no-color", is_flag=True, help="No colour in replica prefixes (also NO_COLOR=1).")
-@llama_metrics_options
+@click.option(
+    "--metrics-port",
+    type=ANY_PORT,
+    envvar="XPULAUNCH_METRICS_PORT",
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://HOST:PORT/metrics: the supervisor's, and "
+    "each replica's own (llama-server --metrics) labelled with model and replica.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="XPULAUNCH_METRICS_HOST",
+    help="Address the metrics endpoint listens on.",
+)
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options: Any) -> int:
     """Start llama.cpp's llama-server pinned to selected devices, wait until every replica
@@ -174,7 +155,7 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     # lock directory is read.
     prepared = prepare_llama(_request(server_args, options), parent_env, dry_run=dry_run)
     path = options["inventory"]
-    inventory = _inventory(path, parent_env)
+    inventory = load_or_probe(path, parent_env)
     if dry_run:
         # Leases are this host's: a plan for another machine's --inventory ignores them.
         if path:
@@ -184,6 +165,10 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
         print_plan(plan, as_json, servers=True)
         return 0
     return _lease_and_serve(prepared, inventory, parent_env, options)
+
+
+# The planning and lease options are run's (ready-made parameters), listed first.
+llama.params[:0] = [*plan_parameters(), *lease_parameters()]
 
 
 def _planner(
@@ -202,15 +187,6 @@ def _leases(options: dict[str, Any]) -> LeaseManager:
     from xpulaunch.leases import LeaseManager
 
     return LeaseManager(options["lock_dir"])
-
-
-def _inventory(path: str | None, parent_env: dict[str, str]) -> Inventory:
-    if path:
-        return api.load_inventory(path)
-    # Forked, so that NVML's memory never becomes the long-lived supervisor's.
-    from xpulaunch.probing.isolated import probe_isolated
-
-    return probe_isolated(parent_env)
 
 
 def _lease_and_serve(

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.llama_options import llama_binary_options
+from xpulaunch.cli.llama_options import llama_binary_options, load_or_probe
 from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, Size
 from xpulaunch.cli.render import print_plan
+from xpulaunch.cli.terminal import aligned
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import UsageError
 
@@ -78,23 +79,12 @@ def serve(config_path: str | None, status: bool, as_json: bool, **options: Any) 
     config = load_config(config_path)
     check_models(config)
     env = dict(os.environ)
-    inventory = _inventory(options["inventory"], env)
+    inventory = load_or_probe(options["inventory"], env)
     if options["dry_run"]:
         return _dry_run(config_path, inventory, env, options, as_json)
     if as_json:
         raise UsageError("--json goes with --dry-run or --status")
     return _serve(config_path, inventory, env, options)
-
-
-def _inventory(path: str | None, env: dict[str, str]) -> Inventory:
-    from xpulaunch import api
-
-    if path:
-        return api.load_inventory(path)
-    # Forked, before any thread starts: NVML never becomes the long-lived router's.
-    from xpulaunch.probing.isolated import probe_isolated
-
-    return probe_isolated(env)
 
 
 def _router(config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any],
@@ -196,8 +186,5 @@ def _status_table(models: list[dict[str, Any]]) -> str:
         )
         rows.append((str(m.get("id")), str(m.get("state")), str(m.get("in_flight", 0)), idle,
                      ttl, ", ".join(m.get("devices", [])) or "-", replicas or "-"))  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1]
-             for r in rows]  # fmt: skip
     errors = [f"{m['id']}: {m['last_error']}" for m in models if m.get("last_error")]
-    return "\n".join([*lines, *(f"last error of {e}" for e in errors)]).rstrip()
+    return "\n".join([*aligned(rows), *(f"last error of {e}" for e in errors)]).rstrip()

@@ -56,13 +56,12 @@ def logs(
         raise UsageError(f"--attempt {chosen}: {run.root} has attempts {_listing(known)}")
     follower = LogFollower(_files(run, chosen, ranks), stamped=run.stamped)
     prefix = len({name for name, _ in follower.files}) > 1
-    _print(follower.lines(), prefix=prefix)
-    while follow and not run_ended(run.root):
+    while True:
+        ended = not follow or run_ended(run.root)
+        _print(follower.lines(), prefix=prefix)  # after the end: all it wrote before it
+        if ended:
+            return 0
         time.sleep(FOLLOW_INTERVAL_S)
-        _print(follower.lines(), prefix=prefix)
-    if follow:
-        _print(follower.lines(), prefix=prefix)  # what came before the end
-    return 0
 
 
 def _files(run: RunLogs, attempt: int, ranks: str | None) -> list[tuple[str, Path]]:

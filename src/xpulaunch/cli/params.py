@@ -11,6 +11,7 @@ taken as 2).
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,9 +33,15 @@ def _shown(value: object) -> str:
     return repr(text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "...")
 
 
-def _not_a_number(value: object) -> bool:
-    """Booleans are ints in Python, and TOML has them: never a number here."""
-    return isinstance(value, bool) or not isinstance(value, (str, int, float))
+def _number(value: object) -> float:
+    """``value`` as a float; NaN (which every bound refuses) where it is none. Booleans are
+    ints in Python, and TOML has them: never a number here."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
 
 
 class Seconds(ParamType):
@@ -46,18 +53,17 @@ class Seconds(ParamType):
         self.positive, self.minimum = positive, minimum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, float) and not isinstance(value, bool):
-            seconds = value
-        else:
-            try:
-                seconds = float(value) if not _not_a_number(value) else math.nan
-            except ValueError:
-                seconds = math.nan
+        seconds = _number(value)
         low_ok = seconds > self.minimum if self.positive else seconds >= self.minimum
         if not math.isfinite(seconds) or not low_ok:
             bound = f"> {self.minimum:g}" if self.positive else f">= {self.minimum:g}"
             self.fail(f"{_shown(value)} is not a number of seconds {bound}", param, ctx)
         return seconds
+
+
+# ASCII digits only: str.isdigit() also takes "²", and a sign check by hand let "+-3" through,
+# both then refused by int() with a traceback.
+_WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
 class Integer(ParamType):
@@ -72,30 +78,23 @@ class Integer(ParamType):
         number: int | None = None
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
-        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        elif isinstance(value, str) and _WHOLE.fullmatch(value):
             number = int(value)
         if number is None:
             self.fail(f"{_shown(value)} is not a whole number", param, ctx)
         if (self.low is not None and number < self.low) or (
             self.high is not None and number > self.high
         ):
-            self.fail(f"{number} is not in the range {self._range()}", param, ctx)
+            bounds = f"{self.low} or more" if self.high is None else f"{self.low} to {self.high}"
+            self.fail(f"{number} is not in the range {bounds}", param, ctx)
         return number
-
-    def _range(self) -> str:
-        if self.high is None:
-            return f"{self.low} or more"
-        return f"{self.low} to {self.high}"
 
 
 class Percent(ParamType):
     name = "percent"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            number = math.nan if _not_a_number(value) else float(value)
-        except ValueError:
-            number = math.nan
+        number = _number(value)
         if not 0 <= number <= 100:
             self.fail(f"{_shown(value)} is not a percentage from 0 to 100", param, ctx)
         return number
@@ -124,7 +123,7 @@ class Count(ParamType):
         if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
             return None
         number = value if isinstance(value, int) and not isinstance(value, bool) else None
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and _WHOLE.fullmatch(value):
             number = int(value)
         if number is None or number < 1:
             self.fail(f"{_shown(value)}: expected a count of at least 1, or auto", param, ctx)

@@ -14,7 +14,7 @@ import shutil
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import terminal_safe
+from xpulaunch.cli.terminal import aligned, terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.jobqueue import actions, listing
 
@@ -41,16 +41,11 @@ def queue_text(snapshot: listing.Snapshot, width: int) -> str:
     rows = listing.table_rows(snapshot)
     if not rows:
         return f"no jobs in the queue of {snapshot.lock_dir}"
-    cells = [listing.HEADER, *(r[0] for r in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(listing.HEADER) - 1)]
-    lines = [_line(listing.HEADER, widths, width)]
-    for row, reason in rows:
-        lines.append(_line(row, widths, width))
+    width = max(width, 40)
+    header, *table = aligned([listing.HEADER, *(cells for cells, _ in rows)])
+    lines = [header[:width].rstrip()]
+    for line, (_, reason) in zip(table, rows, strict=True):
+        lines.append(line[:width].rstrip())
         if reason:
-            lines.append(("      " + reason)[: max(width, 40)])
+            lines.append(("      " + reason)[:width])
     return "\n".join(lines)
-
-
-def _line(cells: tuple[str, ...], widths: list[int], width: int) -> str:
-    text = "  ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=True)), cells[-1]])
-    return text[: max(width, 40)].rstrip()

@@ -31,7 +31,7 @@ from xpulaunch.cli.params import (
     Seconds,
     Size,
 )
-from xpulaunch.cli.waiting import WaitReporter
+from xpulaunch.cli.waiting import LOCK_DIR, WaitReporter
 from xpulaunch.core.nodes import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
 from xpulaunch.errors import UsageError
@@ -53,10 +53,10 @@ class Spec:
     def option(self, *, as_torchrun: bool = False) -> click.Option:
         decls, kwargs = list(self.decls), dict(self.kwargs)
         if as_torchrun and self.torchrun:
-            long = self.torchrun
-            if "-" in long[2:]:
-                decls.insert(1, "--" + long[2:].replace("-", "_"))
-            pet = "PET_" + long[2:].replace("-", "_").upper()
+            dest = self.torchrun[2:].replace("-", "_")
+            if "_" in dest:  # torchrun's underscore spelling too
+                decls.insert(1, "--" + dest)
+            pet = "PET_" + dest.upper()
             ours = kwargs.get("envvar")
             kwargs["envvar"] = [pet, ours] if ours else pet
         if kwargs.get("envvar"):
@@ -178,11 +178,7 @@ MULTINODE = (
 )  # fmt: skip
 
 LEASES = (
-    _spec("--lock-dir", type=click.Path(file_okay=False), envvar="XPULAUNCH_LOCK_DIR",
-          metavar="DIR",
-          help="Lock directory shared by every user of this machine (its files are readable "
-          "and writable by all). Default: a private one, $XDG_RUNTIME_DIR/xpulaunch or "
-          "/tmp/xpulaunch-UID. Containers that share GPUs need a shared one."),
+    _spec("--lock-dir", **LOCK_DIR),
     _spec("--shared", is_flag=True,
           help="Use devices named in --gpus even when another job has leased them, and lease "
           "nothing: other jobs may then get these devices too."),
@@ -252,9 +248,7 @@ def lease_parameters() -> list[click.Parameter]:
     return [spec.option() for spec in LEASES]
 
 
-def to_request(
-    program: tuple[str, ...], values: Mapping[str, Any], env: Mapping[str, str]
-) -> RunRequest:
+def to_request(program: tuple[str, ...], values: Mapping[str, Any]) -> RunRequest:
     """``run``'s converted values (click's keyword arguments) -> the request."""
     conf = values["rdzv_conf"]
     settings = dict(parse_rdzv_conf(conf or ""))
@@ -318,7 +312,7 @@ def launch(
         from xpulaunch.cli.accelerate import apply_accelerate_config
 
         apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
-    request = to_request(program, values, env)
+    request = to_request(program, values)
     if dry_run:
         from xpulaunch.cli.render import print_plan
         from xpulaunch.launch.run import dry_run as plan_only

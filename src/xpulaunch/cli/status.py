@@ -9,7 +9,7 @@ from datetime import datetime
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import terminal_safe
+from xpulaunch.cli.terminal import aligned, terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport
 from xpulaunch.leases.slots import SlotRecord
@@ -61,10 +61,9 @@ def _lease_entry(lease: LeaseRecord) -> dict[str, object]:
 
 
 def _waiter_entry(waiter: WaiterRecord) -> dict[str, object]:
-    fields = _holder_fields(waiter.holder)
     return {
         "position": waiter.position,
-        **fields,
+        **_holder_fields(waiter.holder),
         "waiting_for": _waiting_for(waiter),
         "stopped": waiter.stopped,
         "owner": waiter.owner,
@@ -103,7 +102,7 @@ def status_text(report: StatusReport) -> str:
         return "\n".join([*lines, "no leases (the directory does not exist yet)"])
     if report.leases:
         rows = [_lease_row(lease) for lease in report.leases]
-        lines += ["", *_table(("DEVICE", "PID", "USER", "SINCE", "JOB", "COMMAND"), rows)]
+        lines += ["", *aligned([("DEVICE", "PID", "USER", "SINCE", "JOB", "COMMAND"), *rows])]
         if any(lease.holder_alive is False for lease in report.leases):
             lines.append("(exited): that xpulaunch is gone, but processes it started still run")
     elif not report.slots:
@@ -111,11 +110,11 @@ def status_text(report: StatusReport) -> str:
     if report.slots:
         rows = [_slot_row(slot) for slot in report.slots]
         header = ("DEVICE", "SLOT", "PID", "USER", "SINCE", "JOB", "COMMAND")
-        lines += ["", "shared devices (a slot per job):", *_table(header, rows)]
+        lines += ["", "shared devices (a slot per job):", *aligned([header, *rows])]
     if report.waiting:
         rows = [_waiter_row(waiter) for waiter in report.waiting]
         header = ("#", "PID", "USER", "WAITED", "JOB", "COMMAND", "WAITING FOR")
-        lines += ["", f"waiting launches ({len(rows)}):", *_table(header, rows)]
+        lines += ["", f"waiting launches ({len(rows)}):", *aligned([header, *rows])]
     return "\n".join(lines)
 
 
@@ -145,12 +144,3 @@ def _waiter_row(waiter: WaiterRecord) -> tuple[str, ...]:
     waited = f"{max(time.time() - holder.since_s, 0):.0f} s"
     cells = (str(holder.pid), holder.user, waited, holder.job_id, holder.command(40))
     return (str(waiter.position), *cells, reason)
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    # Every column but the last is padded to its widest cell; the last one runs free.
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header) - 1)]
-    return [
-        "  ".join([*(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)), row[-1]])
-        for row in (header, *rows)
-    ]

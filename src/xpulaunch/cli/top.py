@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -55,54 +56,39 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
     """Live view of devices, the jobs holding them, and the queue (q quits)."""
     env = dict(os.environ)
     directory = actions.queue_directory(lock_dir, env)
-    devices = _device_source(inventory, env)
+    loaded = None  # the file's devices, read once; else the host is probed at each refresh
+    if inventory is not None:
+        from xpulaunch.api import load_inventory
+
+        loaded = load_inventory(inventory)
     if once:
         size = shutil.get_terminal_size()
-        lines = render(gather(directory, env, devices), size.columns)
+        lines = render(gather(directory, env, loaded), size.columns)
         click.echo("\n".join(terminal_safe(line.text) for line in lines))
         return 0
     if not sys.stdout.isatty():
         raise XpulaunchError("xpulaunch top needs a terminal; use --once for a script")
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
-        _live(lambda: gather(directory, env, devices), interval)
+        _live(lambda: gather(directory, env, loaded), interval)
     return 0
 
 
-class DeviceSource:
-    """The inventory to show each refresh: a file's (read once), else a probe of the host."""
-
-    def __init__(self, inventory: str | None, env: Mapping[str, str]) -> None:
-        self.env = env
-        self.probed = inventory is None
-        self._loaded: Inventory | None = None
-        if inventory is not None:
-            from xpulaunch.api import load_inventory
-
-            self._loaded = load_inventory(inventory)
-
-    def read(self) -> Inventory:
-        if self._loaded is not None:
-            return self._loaded
-        from xpulaunch.probing.host import probe_from_env
-
-        return probe_from_env(self.env)
-
-
-def _device_source(inventory: str | None, env: Mapping[str, str]) -> DeviceSource:
-    return DeviceSource(inventory, env)
-
-
-def gather(directory: LockDirectory, env: Mapping[str, str], devices: DeviceSource) -> Frame:
-    """One frame: the devices, the leases and the queue as they are now."""
+def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None) -> Frame:
+    """One frame: the devices (``loaded``, else probed now), the leases and the queue as they
+    are now."""
     notes: list[str] = []
     try:
         snapshot = listing.take(directory, env)
     except XpulaunchError as exc:  # a locked database: say so, keep showing the devices
         notes.append(f"queue: {exc.cli_message()}")
         snapshot = listing.Snapshot(str(directory.root), directory.shared, time.time())
-    inventory = devices.read()
-    processes = _processes(inventory, env, notes) if devices.probed else {}
-    if not devices.probed:
+    if loaded is None:
+        from xpulaunch.probing.host import probe_from_env
+
+        inventory = probe_from_env(env)
+        processes = _processes(inventory, env, notes)
+    else:
+        inventory, processes = loaded, {}
         notes.append("processes: not listed (the devices come from an inventory file)")
     by_pid = {j.pid: j for j in snapshot.jobs if j.pid and j.state in _HOLDING}
     rows = tuple(
@@ -189,13 +175,8 @@ def _processes(
 
 
 def _summary(snapshot: listing.Snapshot) -> str:
-    counts: dict[str, int] = {}
-    for job in snapshot.jobs:
-        if not job.state.ended:
-            state = listing.shown_state(job)
-            counts[state] = counts.get(state, 0) + 1
-    if snapshot.waiters:
-        counts["waiting"] = counts.get("waiting", 0) + len(snapshot.waiters)
+    counts = Counter(listing.shown_state(job) for job in snapshot.jobs if not job.state.ended)
+    counts["waiting"] += len(snapshot.waiters)
     order = ("running", "starting", "waiting", "queued", "held")
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "empty"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xpulaunch.cli.terminal import aligned
 from xpulaunch.core.units import format_bytes
 
 MIN_WIDTH = 40
@@ -50,9 +51,9 @@ def render(frame: Frame, width: int, height: int | None = None) -> list[Line]:
     """The frame as at most ``height`` lines (None: all of them) of at most ``width``
     characters."""
     width = max(width, MIN_WIDTH)
-    head = [Line(frame.title, strong=True), *_device_lines(frame.devices, width)]
+    head = [Line(frame.title, strong=True), *_device_lines(frame.devices)]
     head += [Line(n) for n in frame.notes]
-    queue = _queue_lines(frame, width)
+    queue = _queue_lines(frame)
     if height is not None:
         room = max(height - len(head) - 1, 0)
         if len(queue) > room:
@@ -64,7 +65,7 @@ def render(frame: Frame, width: int, height: int | None = None) -> list[Line]:
     return [Line(line.text[:width].rstrip(), line.strong) for line in lines][:height]
 
 
-def _device_lines(devices: tuple[DeviceRow, ...], width: int) -> list[Line]:
+def _device_lines(devices: tuple[DeviceRow, ...]) -> list[Line]:
     if not devices:
         return [Line("no devices")]
     label_w = max(len("DEVICE"), *(len(d.label) for d in devices))
@@ -78,7 +79,6 @@ def _device_lines(devices: tuple[DeviceRow, ...], width: int) -> list[Line]:
         lines.append(Line(first))
         lines += [Line(pad + holder) for holder in holders[1:]]
         lines += [Line(pad + "other: " + other) for other in device.others]
-    del width
     return lines
 
 
@@ -91,24 +91,16 @@ def _memory(device: DeviceRow) -> str:
     return f"{used_text}/{format_bytes(total)}"
 
 
-def _queue_lines(frame: Frame, width: int) -> list[Line]:
+def _queue_lines(frame: Frame) -> list[Line]:
     if not frame.queue_rows:
         return [Line(f"QUEUE: {frame.queue_summary or 'empty'}", strong=True)]
-    cells = [frame.queue_header, *(row for row, _ in frame.queue_rows)]
-    count = len(frame.queue_header)
-    widths = [max(len(r[i]) for r in cells) for i in range(count - 1)]
-    lines = [Line(f"QUEUE: {frame.queue_summary}", strong=True)]
-    lines.append(Line(_cells(frame.queue_header, widths), strong=True))
-    for row, reason in frame.queue_rows:
-        lines.append(Line(_cells(row, widths)))
+    header, *table = aligned([frame.queue_header, *(row for row, _ in frame.queue_rows)])
+    lines = [Line(f"QUEUE: {frame.queue_summary}", strong=True), Line(header, strong=True)]
+    for line, (_, reason) in zip(table, frame.queue_rows, strict=True):
+        lines.append(Line(line))
         if reason:
             lines.append(Line("      " + reason))
-    del width
     return lines
-
-
-def _cells(row: tuple[str, ...], widths: list[int]) -> str:
-    return "  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]])
 
 
 def _jobs_in(lines: list[Line]) -> int:

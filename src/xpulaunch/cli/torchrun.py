@@ -47,15 +47,13 @@ _NO_VARIABLE = frozenset({"logs_specs", "numa_binding"})
 
 def _torchrun(*decls: str, flag: bool = False, **kwargs: Any) -> Spec:
     """One of torchrun's own options, by both its spellings."""
-    long = next(d for d in decls if d.startswith("--"))
-    names = [*decls, "--" + long[2:].replace("-", "_")] if "-" in long[2:] else [*decls]
-    dest = long[2:].replace("-", "_")
+    dest = next(d for d in decls if d.startswith("--"))[2:].replace("-", "_")
     if flag:
         kwargs["is_flag"] = True
     elif dest not in _NO_VARIABLE:
         kwargs.setdefault("envvar", "PET_" + dest.upper())
     kwargs.setdefault("hidden", dest in REFUSED)
-    return Spec((*dict.fromkeys(names), dest), kwargs)
+    return Spec((*dict.fromkeys([*decls, "--" + dest]), dest), kwargs)
 
 
 TORCHRUN_ONLY = (
@@ -91,7 +89,7 @@ class TorchrunNproc(ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = str(value).strip().lower()
-        if text in self.WORDS or (text.isdigit() and int(text) > 0):
+        if text in self.WORDS or (text.isascii() and text.isdigit() and int(text) > 0):
             return text
         self.fail(f"{value!r}: expected auto, gpu, xpu, cpu or a count", param, ctx)
 
@@ -127,9 +125,10 @@ def torchrun_command(args: tuple[str, ...], dry_run: bool, as_json: bool, **valu
     """
     from xpulaunch.cli.run_options import launch
 
-    env = os.environ
-    flags = {name: _flag(name, values.pop(name), env) for name in FLAGS}
-    from_env = {name for name in FLAGS if _flag_from_env(name, flags[name])}
+    flags = {name: _flag(name, values.pop(name), os.environ) for name in FLAGS}
+    sources = click.get_current_context().get_parameter_source
+    default = click.core.ParameterSource.DEFAULT
+    from_env = {name for name, on in flags.items() if on and sources(name) is default}
     _refuse(values, flags, from_env)
     program = _program(list(args), flags, sys.executable)
     _map(values, flags, from_env)
@@ -150,11 +149,6 @@ def _flag(name: str, given: bool, env: Mapping[str, str]) -> bool:
         raise UsageError(f"{variable}={value}: expected 1 (on) or 0 (off)") from None
 
 
-def _flag_from_env(name: str, value: bool) -> bool:
-    source = click.get_current_context().get_parameter_source(name)
-    return value and source is click.core.ParameterSource.DEFAULT
-
-
 def _given(name: str, value: object, *, from_env: bool = False) -> str:
     """How the user gave an option, for a message: ``--role x`` or ``PET_ROLE=x``."""
     ctx = click.get_current_context()
@@ -166,12 +160,8 @@ def _given(name: str, value: object, *, from_env: bool = False) -> str:
 def _refuse(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str]) -> None:
     for name, why in REFUSED.items():
         if flags.get(name) or values.get(name) is not None:
-            flag = name in flags
-            shown = _given(
-                name,
-                "1" if flag and name in from_env else "" if flag else values[name],
-                from_env=name in from_env,
-            )
+            value = ("1" if name in from_env else "") if name in flags else values[name]
+            shown = _given(name, value, from_env=name in from_env)
             raise UsageError(f"{shown}: not supported by xpulaunch torchrun ({why})")
     signals = (values.pop("signals_to_handle") or "").split(",")
     other = [s.strip() for s in signals if s.strip() and s.strip() not in HANDLED_SIGNALS]
@@ -185,9 +175,8 @@ def _refuse(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str
 
 def _map(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str]) -> None:
     """torchrun's values -> run's, in place."""
-    for name in ("local_addr", "logs_specs", "duplicate_stdout_filters",
-                 "duplicate_stderr_filters", "monitor_interval", "start_method",
-                 "event_log_handler", "role", "redirects", "tee"):  # fmt: skip
+    accepted = ("monitor_interval", "start_method", "event_log_handler", "role", "redirects", "tee")
+    for name in (*REFUSED, *accepted):  # the refused ones are None by now
         values.pop(name, None)
     numa = values.pop("numa_binding")
     if numa is not None:

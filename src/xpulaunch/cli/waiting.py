@@ -8,7 +8,7 @@ import shutil
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,15 +17,16 @@ if TYPE_CHECKING:
 
     from xpulaunch.leases.wait_queue import WaitStatus
 
-lock_dir_option = click.option(
-    "--lock-dir",
-    type=click.Path(file_okay=False),
-    envvar="XPULAUNCH_LOCK_DIR",
-    metavar="DIR",
-    help="Lock directory shared by every user of this machine (its files are readable and "
+# --lock-dir, as run's options and the commands that only read the leases declare it.
+LOCK_DIR: dict[str, Any] = {
+    "type": click.Path(file_okay=False),
+    "envvar": "XPULAUNCH_LOCK_DIR",
+    "metavar": "DIR",
+    "help": "Lock directory shared by every user of this machine (its files are readable and "
     "writable by all). Default: a private one, $XDG_RUNTIME_DIR/xpulaunch or "
     "/tmp/xpulaunch-UID. Containers that share GPUs need a shared one.",
-)
+}
+lock_dir_option = click.option("--lock-dir", **LOCK_DIR)
 
 
 class WaitReporter:

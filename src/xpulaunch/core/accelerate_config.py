@@ -13,6 +13,7 @@ result with accelerate's own functions on the same files.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -175,7 +176,7 @@ def _whole(args: Mapping[str, Any], key: str, source: str, *, low: int, high: in
     if value is None:
         return
     number = value if isinstance(value, int) and not isinstance(value, bool) else None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
         number = int(value)
     if number is None or not low <= number <= high:
         bound = f"from {low} to {high}" if high < 2**31 else f"of at least {low}"

@@ -172,7 +172,7 @@ def topology_of(inventory: Inventory) -> CpuTopology | None:
 
 
 def _node_number(key: object, where: str) -> int:
-    if isinstance(key, str) and key.isdigit():
+    if isinstance(key, str) and key.isascii() and key.isdigit():
         return int(key)
     raise InventoryError(f"{where}.numa_nodes: key {key!r} is not a node number")
 

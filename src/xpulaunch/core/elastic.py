@@ -146,7 +146,7 @@ def local_ranks_filter(text: str, option: str = "--ranks") -> str:
     """``--ranks 0,2`` as torchrun's ``--local-ranks-filter``: the agent's workers are named
     by local rank, and only the agent can filter its workers' console lines."""
     ranks = [part.strip() for part in text.split(",") if part.strip()]
-    if not ranks or not all(rank.isdigit() for rank in ranks):
+    if not ranks or not all(rank.isascii() and rank.isdigit() for rank in ranks):
         raise UsageError(
             f"{option} {text}: with --rdzv-backend c10d, expected local ranks such as 0,2"
         )

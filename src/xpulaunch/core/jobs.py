@@ -236,7 +236,7 @@ def wanted_text(job: Job) -> str:
     """``2 devices``, ``nvidia 0, 1``, ``a free device``; with a slot for sharing jobs."""
     gpus = job.gpus.strip().lower()
     slot = "a slot on " if job.shares else ""
-    if gpus.isdigit():
+    if gpus.isascii() and gpus.isdigit():
         count = int(gpus)
         return f"{slot}{count} device{'s' if count != 1 else ''}"
     if gpus == "auto":

@@ -178,16 +178,20 @@ def _endpoint(request: NodeRequest) -> tuple[str | None, int | None]:
 
 def _split_endpoint(endpoint: str) -> tuple[str, int]:
     host, sep, port_text = endpoint.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not sep or not host or not _is_port(port_text):
         raise UsageError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
     return host.strip("[]"), int(port_text)
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 1 <= int(text) <= 65535
 
 
 def _env_port(env: Mapping[str, str]) -> int | None:
     text = env.get("MASTER_PORT", "")
     if not text:
         return None
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    if not _is_port(text):
         raise UsageError(f"MASTER_PORT={text!r}: expected a port 1-65535")
     return int(text)
 

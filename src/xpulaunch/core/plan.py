@@ -442,7 +442,7 @@ def layout_env(nodes: NodeGroup, nproc: int, local_rank: int) -> dict[str, str]:
 def _relaid(note: str, nodes: NodeGroup, count: int) -> str:
     _, _, rendezvous = note.rpartition(", rendezvous at ")
     host, _, port = rendezvous.rpartition(":")
-    return node_note(nodes, count, host, int(port)) if port.isdigit() else note
+    return node_note(nodes, count, host, int(port)) if port.isascii() and port.isdigit() else note
 
 
 def env_diff(

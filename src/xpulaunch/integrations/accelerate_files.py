@@ -35,11 +35,6 @@ def default_config_path(env: Mapping[str, str]) -> Path:
         ) from exc
 
 
-def resolve_config_path(value: str, env: Mapping[str, str]) -> Path:
-    """``--accelerate-config FILE`` or ``default``."""
-    return default_config_path(env) if value == "default" else Path(value)
-
-
 MAX_CONFIG_BYTES = 4 * 2**20  # accelerate writes a few hundred bytes
 
 

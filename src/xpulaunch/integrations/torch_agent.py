@@ -21,6 +21,7 @@ It never touches a GPU runtime (neither does torchrun's agent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -98,8 +99,7 @@ def _nodes_change(now: Round, before: Round) -> str:
     if now.nodes == before.nodes:
         return "the same number of nodes"
     gone = before.nodes - now.nodes
-    many = abs(gone)
-    who = "a node" if many == 1 else f"{many} nodes"
+    who = "a node" if abs(gone) == 1 else f"{abs(gone)} nodes"
     return f"{who} {'left' if gone > 0 else 'joined'}"
 
 
@@ -123,16 +123,12 @@ class RoundLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, str) and ROUND_MESSAGE in record.msg:
             self.first_round.set()
-            self._show(round_of(record.args))
+            now = round_of(record.args)
+            if now is not None:
+                self.rounds += 1
+                _say(self.stream, round_line(self.rounds, now, self.last))
+                self.last = now
         return record.levelno >= self.shown_level
-
-    def _show(self, now: Round | None) -> None:
-        if now is None:
-            return
-        self.rounds += 1
-        line = round_line(self.rounds, now, self.last)
-        self.last = now
-        _say(self.stream, line)
 
 
 def install(logger: logging.Logger, stream: TextIO) -> RoundLines:
@@ -270,11 +266,9 @@ def join_timeout_s(rdzv_conf: str) -> float:
 
 
 def _say(stream: TextIO, line: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr must not fail the agent
         stream.write(line + "\n")
         stream.flush()
-    except (OSError, ValueError):  # a closed stderr must not fail the agent
-        pass
 
 
 def main() -> None:

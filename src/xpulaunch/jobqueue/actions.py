@@ -206,9 +206,9 @@ def parse_ids(texts: Sequence[str]) -> list[int | str]:
     ids: list[int | str] = []
     for text in texts:
         value = text.strip()
-        if value.isdigit() and int(value) > 0:
+        if value.isascii() and value.isdigit() and int(value) > 0:
             ids.append(int(value))
-        elif value[:1] == "w" and value[1:].isdigit():
+        elif value[:1] == "w" and value[1:].isascii() and value[1:].isdigit():
             ids.append(value)
         else:
             raise UsageError(f"{text!r} is not a job id: expected a number such as 17, or w4242")

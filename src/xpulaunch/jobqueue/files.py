@@ -186,7 +186,7 @@ def runner_pid(directory: LockDirectory, uid: int) -> int | None:
         text = os.pread(fd, 32, 0).decode(errors="replace").strip()
     finally:
         os.close(fd)
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 def live_runners(directory: LockDirectory) -> dict[int, int]:
@@ -194,7 +194,7 @@ def live_runners(directory: LockDirectory) -> dict[int, int]:
     found = {}
     for name in directory.names(RUNNER_PREFIX, RUNNER_SUFFIX):
         uid_text = name[len(RUNNER_PREFIX) : -len(RUNNER_SUFFIX)]
-        if uid_text.isdigit():
+        if uid_text.isascii() and uid_text.isdigit():
             pid = runner_pid(directory, int(uid_text))
             if pid is not None:
                 found[int(uid_text)] = pid

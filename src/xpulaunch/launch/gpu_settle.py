@@ -54,11 +54,11 @@ class NvmlSettle:
         if self._nvml is None:
             try:
                 import pynvml
+
+                pynvml.nvmlInit()
             except ImportError as exc:
                 self._failed(exc)
                 return None
-            try:
-                pynvml.nvmlInit()
             except pynvml.NVMLError as exc:  # no driver, no permission
                 self._failed(exc)
                 return None
@@ -114,15 +114,8 @@ def gpu_settle(plan: Plan) -> NvmlSettle | None:
     starting: it records each device's baseline."""
     if plan.backend is not Backend.CUDA:
         return None
-    devices = {
-        w.name: [_device_id(plan, i) for i in (w.units or range(len(plan.devices)))]
-        for w in plan.workers
-    }
-    settle = NvmlSettle({n: [d for d in ids if d] for n, ids in devices.items()})
+    ids = [u.device.pci_bus_id or u.device.uuid or "" for u in plan.devices]
+    devices = {w.name: [ids[i] for i in w.units or range(len(ids)) if ids[i]] for w in plan.workers}
+    settle = NvmlSettle(devices)
     settle.baseline()
     return settle
-
-
-def _device_id(plan: Plan, index: int) -> str | None:
-    device = plan.devices[index].device
-    return device.pci_bus_id or device.uuid

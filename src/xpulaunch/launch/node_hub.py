@@ -91,7 +91,8 @@ class Hub(NodeLink):
         meeting = _Round(time.monotonic() + self._meeting.timeout_s, first=not self._meetings)
         self._meetings += 1
         self._post(lambda: self._open(meeting))
-        wait_answering(lambda t: True if meeting.done.wait(t) or self._over() else None)
+        alive = self._thread.is_alive
+        wait_answering(lambda t: True if meeting.done.wait(t) or not alive() else None)
         if not meeting.done.is_set():
             raise NodesError(_ENDED)
         if meeting.error:
@@ -105,9 +106,6 @@ class Hub(NodeLink):
     def close(self, status: int) -> None:
         self._post(lambda: self._close(status))
         self._thread.join(HANGUP_S + 1.0)
-
-    def _over(self) -> bool:
-        return not self._thread.is_alive()
 
     def _post(self, action: Callable[[], None]) -> None:
         self._inbox.append(action)
@@ -186,11 +184,7 @@ class Hub(NodeLink):
         return server
 
     def _missing(self) -> list[int]:
-        return [r for r in range(1, self._meeting.nnodes) if not self._is_ready(r)]
-
-    def _is_ready(self, rank: int) -> bool:
-        node = self._nodes.get(rank)
-        return node is not None and node.ready
+        return [r for r in self._ranks() if r not in self._nodes or not self._nodes[r].ready]
 
     def _waiting(self) -> str:
         missing = len(self._missing())

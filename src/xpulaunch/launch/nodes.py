@@ -119,7 +119,6 @@ class Member(NodeLink):
         self._told = False  # a failure of this run was told or heard already
         self._closing = False
         self._hub_status: int | None = None  # node 0's own end (its ``bye``)
-        self._meetings = 0
 
     # -- meeting -----------------------------------------------------------------------
     def meet(self) -> tuple[int, ...]:
@@ -134,7 +133,6 @@ class Member(NodeLink):
                 self._in_meeting = False
         with self._lock:
             self.counts, self._told = counts, False
-        self._meetings += 1
         self._say(f"all {meeting.nnodes} nodes are here: {counts_text(counts)}; starting")
         return counts
 
@@ -237,9 +235,7 @@ class Member(NodeLink):
         if not send(reader.sock, hello):
             return None
         first = reader.readline(max(0.1, min(_ACK_S, deadline - time.monotonic())))
-        if first is None or first == "here":
-            return first
-        if first.startswith("refused:"):
+        if first is None or first == "here" or first.startswith("refused:"):
             return first
         if first and all(" " <= c <= "~" for c in first):  # a foreign program's answer
             return f"the port answers, but not as an xpulaunch node 0 (it said {shown(first)})"

@@ -36,25 +36,22 @@ def probe(env: Mapping[str, str] | None = None, *, use_torch: bool = False) -> I
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory document (``xpulaunch devices --json`` output)."""
+    from functools import partial
+
     from xpulaunch.core import inventory as inventory_doc
     from xpulaunch.textfiles import read_regular_file
 
+    bad = partial(InventoryError, option="inventory", value=os.fspath(path))
     limit = inventory_doc.MAX_DOCUMENT_CHARS
     try:
         data = read_regular_file(path, limit)
         if len(data) > limit:
-            raise InventoryError(
-                f"larger than {limit // 2**20} MiB", option="inventory", value=os.fspath(path)
-            )
+            raise bad(f"larger than {limit // 2**20} MiB")
         text = data.decode("utf-8")
     except OSError as exc:
-        raise InventoryError(
-            f"cannot read it ({exc.strerror})", option="inventory", value=os.fspath(path)
-        ) from exc
+        raise bad(f"cannot read it ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
-        raise InventoryError(
-            f"not UTF-8 text ({exc.reason})", option="inventory", value=os.fspath(path)
-        ) from exc
+        raise bad(f"not UTF-8 text ({exc.reason})") from exc
     return inventory_doc.loads(text, source=str(path))
 
 

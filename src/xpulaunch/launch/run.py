@@ -34,7 +34,6 @@ from xpulaunch.supervisor.supervisor import Supervisor
 if TYPE_CHECKING:
     from xpulaunch.events import Event
     from xpulaunch.joblog.event_stream import EventStream
-    from xpulaunch.launch.node_job import NodeJob
     from xpulaunch.launch.node_link import Meeting
     from xpulaunch.launch.request import RunRequest
     from xpulaunch.leases import Lease
@@ -306,8 +305,13 @@ def supervise(
         for listen in listeners:
             listen(event)
 
-    node = _node_job(meeting, policy.gang, say, fail)
-    if node is not None:
+    node = None
+    if meeting is not None:  # a static job of several nodes (xpulaunch.launch.node_job)
+        from xpulaunch.launch.node_job import NodeJob
+
+        # Another node's failure fails this node's workers only when they restart as one gang
+        # (with --isolate they are independent, on every node).
+        node = NodeJob(meeting, say, fail if policy.gang else None)
         specs = node.ranked(specs, plan)
     settle = node.settle(gpus) if node is not None and restarts and policy.gang else gpus
     supervisor = Supervisor(specs, settings, on_event=on_event, settle=settle)
@@ -338,22 +342,6 @@ def supervise(
     for note in gpus.notes if gpus is not None else ():
         supervisor.message(note)
     return 1 if status is None else status
-
-
-def _node_job(
-    meeting: Meeting | None,
-    gang: bool,
-    say: Callable[[str], None],
-    fail: Callable[[str, int], None],
-) -> NodeJob | None:
-    """This node's part in a static job of several nodes (:mod:`xpulaunch.launch.node_job`);
-    another node's failure fails this node's workers only when they restart as one gang
-    (with ``--isolate`` they are independent, on every node)."""
-    if meeting is None:
-        return None
-    from xpulaunch.launch.node_job import NodeJob
-
-    return NodeJob(meeting, say, fail if gang else None)
 
 
 def specs_for_plan(

@@ -171,7 +171,8 @@ def estimate_context(
 def fit_target_bytes(text: str | None) -> int:
     """The margin of ``--fit-target MiB0,MiB1,...`` (the largest; a single value is
     broadcast); llama.cpp's default when not given or not a number."""
-    values = [int(v) for v in (text or "").split(",") if v.strip().isdigit()]
+    parts = [v.strip() for v in (text or "").split(",")]
+    values = [int(v) for v in parts if v.isascii() and v.isdigit()]
     return (max(values) if values else FIT_TARGET_MIB) * MIB
 
 

@@ -17,6 +17,7 @@ from xpulaunch.probing.context import (
     VendorResult,
     failed,
     not_installed,
+    parsed_run,
     run_tool,
 )
 from xpulaunch.probing.kfd import partition_mode, read_kfd_nodes, split_partitions
@@ -101,26 +102,17 @@ def _uuid(unique_id: str | None) -> str | None:
 
 def _from_smi(ctx: ProbeContext) -> tuple[list[Observation], list[Problem], list[Problem]]:
     """amd-smi (current), else rocm-smi (deprecated); each entry keyed by its PCI address."""
-    notes: list[Problem] = []
-    run = run_tool(ctx, AMD_SMI_LIST_ARGV, drop_env=_SELECTION_VARS)
-    if run is None:
-        notes.append(not_installed("amd-smi"))
-    else:
-        found, problem = _amd_smi(ctx, run)
-        if problem is None:
-            return found, [], notes
-        return found, [problem], notes
-    run = run_tool(ctx, ROCM_SMI_ARGV, drop_env=_SELECTION_VARS)
-    if run is None:
+    listing = run_tool(ctx, AMD_SMI_LIST_ARGV, drop_env=_SELECTION_VARS)
+    if listing is not None:
+        found, problem = _amd_smi(ctx, listing)
+        return found, [] if problem is None else [problem], []
+    notes = [not_installed("amd-smi")]
+    rocm = parsed_run(ctx, ROCM_SMI_ARGV, parse_rocm_smi_json, "rocm-smi", drop_env=_SELECTION_VARS)
+    if rocm is None:
         return [], [], [*notes, not_installed("rocm-smi")]
-    if isinstance(run, Problem):
-        return [], [run], notes
-    if run.returncode != 0:
-        return [], [failed(run, "rocm-smi")], notes
-    try:
-        return parse_rocm_smi_json(run.stdout), [], notes
-    except ParseError as exc:
-        return [], [Problem("rocm-smi", str(exc))], notes
+    if isinstance(rocm, Problem):
+        return [], [rocm], notes
+    return rocm, [], notes
 
 
 def _amd_smi(

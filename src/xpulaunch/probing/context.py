@@ -74,6 +74,33 @@ def run_tool(
     return ctx.runner.run([path, *argv[1:]], env=env, timeout_s=limit)
 
 
+def parsed_run(
+    ctx: ProbeContext,
+    argv: Sequence[str],
+    parse: Callable[[str], T],
+    tool: str,
+    *,
+    failed_as: str | None = None,
+    drop_env: Iterable[str] = (),
+    set_env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> T | Problem | None:
+    """``parse`` of a tool's standard output (:func:`run_tool`'s None when it is not
+    installed); a ``tool`` problem when it cannot run, exits non-zero (:func:`failed`, named
+    ``failed_as``) or prints what ``parse`` cannot read."""
+    from xpulaunch.probing.parsers.common import ParseError
+
+    run = run_tool(ctx, argv, drop_env=drop_env, set_env=set_env, timeout_s=timeout_s)
+    if run is None or isinstance(run, Problem):
+        return run
+    if run.returncode != 0:
+        return failed(run, failed_as or tool)
+    try:
+        return parse(run.stdout)
+    except ParseError as exc:
+        return Problem(tool, str(exc))
+
+
 def failed(result: RunResult, tool: str) -> Problem:
     """A tool that ran but exited non-zero, quoting its first line."""
     first = result.first_line()

@@ -173,31 +173,23 @@ def _absorb(
     """Merge a tool's cards in, after dropping readings an unprivileged caller cannot trust."""
     trusted = []
     known = {c.pci_bus_id for c in cards}
-    for seen in found:
-        if seen.pci_bus_id is None and seen.uuid is None:
+    for obs in found:
+        if obs.pci_bus_id is None and obs.uuid is None:
             continue  # nothing to join on: never guess by index, each tool numbers its own way
-        if sysfs_ok and seen.pci_bus_id not in known:
+        source = "/".join(obs.sources)
+        if sysfs_ok and obs.pci_bus_id not in known:
             # sysfs is the authority on which cards exist and are usable (skipped ones said why)
-            result.notes.append(
-                Problem(
-                    "/".join(seen.sources),
-                    "reports a card that sysfs does not list as usable; ignored",
-                    seen.key,
-                )
+            why = "reports a card that sysfs does not list as usable; ignored"
+            result.notes.append(Problem(source, why, obs.key))
+        elif obs.memory_used_bytes == 0 and not ctx.perfmon:
+            why = (
+                "reads 0 bytes used, but i915/xe report usage only to CAP_PERFMON/root "
+                "callers, so it is unknown"
             )
-            continue
-        obs = seen
-        if obs.memory_used_bytes == 0 and not ctx.perfmon:
-            tried.append(
-                Problem(
-                    "/".join(obs.sources),
-                    "reads 0 bytes used, but i915/xe report usage only to CAP_PERFMON/root "
-                    "callers, so it is unknown",
-                    obs.key,
-                )
-            )
-            obs = replace(obs, memory_used_bytes=None)
-        trusted.append(obs)
+            tried.append(Problem(source, why, obs.key))
+            trusted.append(replace(obs, memory_used_bytes=None))
+        else:
+            trusted.append(obs)
     merged, conflicts = merge(cards, trusted)
     result.problems += conflicts
     return merged
@@ -224,14 +216,8 @@ def _unknown_memory(cards: list[Observation], tried: list[Problem]) -> list[Prob
     for card in cards:
         if card.integrated:
             continue
-        missing = [
-            what
-            for what, value in (
-                ("total", card.memory_total_bytes),
-                ("used", card.memory_used_bytes),
-            )
-            if value is None
-        ]
+        sizes = {"total": card.memory_total_bytes, "used": card.memory_used_bytes}
+        missing = [what for what, value in sizes.items() if value is None]
         if missing:
             relevant = [str(p) for p in tried if p.device in (None, card.key)]
             why = "; ".join(["no i915-backport lmem files", *relevant])

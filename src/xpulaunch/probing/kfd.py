@@ -67,7 +67,8 @@ def split_partitions(
     mine = by_card(nodes or []).get(card.pci_bus_id or "", [])
     if len(mine) <= 1:
         if mode and mode.split("/")[0] not in ("SPX", "") and nodes is None:
-            return [_unknown_partitions(card, mode)], [_unreadable(card, mode)]
+            unknown = {**card.extra, "partition_mode": mode, "partitions_unknown": True}
+            return [replace(card, extra=unknown)], [_unreadable(card, mode)]
         uuid = mine[0].rocr_uuid if mine else None
         return [replace(card, uuid=card.uuid or uuid)], []
     uuids = [n.rocr_uuid for n in mine]
@@ -97,10 +98,6 @@ def _partition(
         utilization_percent=None,
         extra=extra,
     )
-
-
-def _unknown_partitions(card: Observation, mode: str) -> Observation:
-    return replace(card, extra={**card.extra, "partition_mode": mode, "partitions_unknown": True})
 
 
 def _unreadable(card: Observation, mode: str) -> Problem:

@@ -77,13 +77,8 @@ def _reconcile(
         merged.append(obs if gpu is None else _with_pci(obs, gpu))
     source = "/".join(found[0].sources) if found else "nvml"
     for gpu in by_bus.values():
-        result.problems.append(
-            Problem(
-                source,
-                f"{gpu.describe()} (driver {gpu.driver or 'none'}) is not listed; not usable here",
-                device=gpu.bus_id,
-            )
-        )
+        why = f"{gpu.describe()} (driver {gpu.driver or 'none'}) is not listed; not usable here"
+        result.problems.append(Problem(source, why, device=gpu.bus_id))
     return merged
 
 
@@ -114,22 +109,11 @@ def _from_nvidia_smi(ctx: ProbeContext) -> _Found:
         return None, [failed(run, "nvidia-smi")], False
     found = parse_query_gpu(run.stdout, QUERY_FIELDS)
     if not found:
-        return (
-            None,
-            [Problem("nvidia-smi", f"no GPU rows in its output: {run.first_line()!r}")],
-            False,
-        )
-    return found, _mig_problems(found), False
-
-
-def _mig_problems(found: list[Observation]) -> list[Problem]:
-    return [
-        Problem(
-            "nvidia-smi", "MIG is enabled; MIG instances are only listed through NVML", device=o.key
-        )
-        for o in found
-        if o.extra.get("mig_mode") == "Enabled"
-    ]
+        problem = Problem("nvidia-smi", f"no GPU rows in its output: {run.first_line()!r}")
+        return None, [problem], False
+    mig = "MIG is enabled; MIG instances are only listed through NVML"
+    migs = [o.key for o in found if o.extra.get("mig_mode") == "Enabled"]
+    return found, [Problem("nvidia-smi", mig, device=key) for key in migs], False
 
 
 def _from_procfs(ctx: ProbeContext) -> _Found:
@@ -308,13 +292,8 @@ def _nvml_memory(
     except nvml.NVMLError as exc:
         problems.append(Problem("nvml", f"memory info unavailable: {exc}", where))
         return None, None
-    problems.append(
-        Problem(
-            "nvml",
-            f"memory info v2 unavailable ({v2_error}); used memory includes the driver reserve",
-            where,
-        )
-    )
+    why = f"memory info v2 unavailable ({v2_error}); used memory includes the driver reserve"
+    problems.append(Problem("nvml", why, where))
     return int(info.total), int(info.used)
 
 

@@ -88,14 +88,8 @@ def _conflicts(seen: Observation, obs: Observation) -> list[Problem]:
     for name in ("pci_bus_id", "uuid"):
         old, new = getattr(seen, name), getattr(obs, name)
         if old is not None and new is not None and old != new:
-            problems.append(
-                Problem(
-                    "/".join(obs.sources),
-                    f"reports {name} {new!r} where {'/'.join(seen.sources)} reported {old!r};"
-                    f" kept {old!r}",
-                    device=seen.key,
-                )
-            )
+            why = f"reports {name} {new!r} where {'/'.join(seen.sources)} reported {old!r}"
+            problems.append(Problem("/".join(obs.sources), f"{why}; kept {old!r}", seen.key))
     return problems
 
 

@@ -80,14 +80,9 @@ def list_pci_gpus(
         entries = sorted(os.listdir(pci_dir))
     except OSError as exc:
         return None, [Problem("sysfs", f"cannot list {pci_dir}: {exc.strerror or exc}")]
-    gpus: list[PciGpu] = []
     problems: list[Problem] = []
-    for entry in entries:
-        gpu = _read_pci_gpu(os.path.join(pci_dir, entry), problems)
-        if gpu is not None:
-            gpus.append(gpu)
-    gpus.sort(key=lambda g: g.bus_id)
-    return gpus, problems
+    found = [_read_pci_gpu(os.path.join(pci_dir, entry), problems) for entry in entries]
+    return sorted((g for g in found if g is not None), key=lambda g: g.bus_id), problems
 
 
 def _read_pci_gpu(path: str, problems: list[Problem]) -> PciGpu | None:

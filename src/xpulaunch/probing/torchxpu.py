@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probing.context import ProbeContext, failed, run_tool
+from xpulaunch.probing.context import ProbeContext, parsed_run
 from xpulaunch.probing.observe import Observation
-from xpulaunch.probing.parsers.common import ParseError
 from xpulaunch.probing.parsers.intel import TorchXpu, parse_torch_xpu_json
 from xpulaunch.probing.xpusmi import SELECTION_VARS
 
@@ -53,23 +52,15 @@ HELPER_ENV = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "ONEAPI_DEVICE_SELECTOR":
 
 
 def probe_torch_xpu(ctx: ProbeContext) -> tuple[list[TorchXpu] | None, Problem | None]:
-    run = run_tool(
-        ctx,
-        [ctx.torch_python, "-c", HELPER],
-        drop_env=SELECTION_VARS,
-        set_env=HELPER_ENV,
-        timeout_s=ctx.torch_timeout_s,
-    )
-    if run is None:
+    found = parsed_run(
+        ctx, [ctx.torch_python, "-c", HELPER], parse_torch_xpu_json, "torch.xpu",
+        drop_env=SELECTION_VARS, set_env=HELPER_ENV, timeout_s=ctx.torch_timeout_s,
+    )  # fmt: skip
+    if found is None:
         return None, Problem("torch.xpu", f"{ctx.torch_python} not found")
-    if isinstance(run, Problem):
-        return None, run
-    if run.returncode != 0:
-        return None, failed(run, "torch.xpu")
-    try:
-        return parse_torch_xpu_json(run.stdout), None
-    except ParseError as exc:
-        return None, Problem("torch.xpu", str(exc))
+    if isinstance(found, Problem):
+        return None, found
+    return found, None
 
 
 def match_torch(
@@ -86,12 +77,8 @@ def match_torch(
     for candidates in (list(cards), discrete):
         if len(candidates) == len(devices):
             return list(zip(candidates, devices, strict=True)), None
-    problem = Problem(
-        "torch.xpu",
-        f"{len(devices)} torch.xpu device(s) cannot be matched to "
-        f"{len(cards)} Intel card(s) by UUID or position; ignored",
-    )
-    return [], problem
+    why = f"{len(devices)} torch.xpu device(s) cannot be matched to {len(cards)} Intel card(s)"
+    return [], Problem("torch.xpu", f"{why} by UUID or position; ignored")
 
 
 def torch_observation(card: Observation, dev: TorchXpu) -> Observation:

@@ -14,10 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from functools import partial
+from typing import TypeVar
 
 from xpulaunch.core.visibility import VENDOR_VARS
 from xpulaunch.model import Problem, Vendor
-from xpulaunch.probing.context import ProbeContext, failed, not_installed, parallel, run_tool
+from xpulaunch.probing.context import (
+    ProbeContext,
+    failed,
+    not_installed,
+    parallel,
+    parsed_run,
+    run_tool,
+)
 from xpulaunch.probing.observe import Observation
 from xpulaunch.probing.parsers.common import MIB, ParseError, percent
 from xpulaunch.probing.parsers.intel import (
@@ -40,6 +48,7 @@ QUERY_V2_ARGV = [
 ]  # fmt: skip
 Dump = dict[int, dict[int, float | None]]  # device id -> metric id -> value
 _Outcome = tuple[list[Observation] | None, list[Problem], list[Problem]]  # found, problems, notes
+T = TypeVar("T")
 
 
 def probe_xpu_smi(ctx: ProbeContext, needs_detail: Callable[[Observation], bool]) -> _Outcome:
@@ -76,15 +85,9 @@ def _with_names(ctx: ProbeContext, found: list[Observation]) -> list[Observation
 def _probe_v1(
     ctx: ProbeContext, needs_detail: Callable[[Observation], bool]
 ) -> tuple[list[Observation] | None, list[Problem]]:
-    run = _run(ctx, ["xpu-smi", "discovery", "-j"])
-    if not isinstance(run, RunResult):
-        return None, [run or not_installed("xpu-smi")]
-    if run.returncode != 0:
-        return None, [failed(run, "xpu-smi")]
-    try:
-        cards = parse_discovery_json(run.stdout)
-    except ParseError as exc:
-        return None, [Problem("xpu-smi", str(exc))]
+    cards = _parsed(ctx, ["xpu-smi", "discovery", "-j"], parse_discovery_json)
+    if isinstance(cards, Problem):
+        return None, [cards]
     ids = [c.device_id for c in cards]
     detailed = [c.device_id for c in cards if needs_detail(c.observation)]
     calls: list[Callable[[], object]] = [partial(_dump, ctx, ids)]
@@ -100,30 +103,24 @@ def _probe_v1(
     ], problems
 
 
+def _parsed(
+    ctx: ProbeContext, argv: list[str], parse: Callable[[str], T], failed_as: str = "xpu-smi"
+) -> T | Problem:
+    """:func:`parsed_run` of one xpu-smi call, every Intel GPU visible to it; a missing
+    xpu-smi is a problem too (the 1.x fallback only runs where the tool was found)."""
+    found = parsed_run(ctx, argv, parse, "xpu-smi", failed_as=failed_as, drop_env=SELECTION_VARS)
+    return not_installed("xpu-smi") if found is None else found
+
+
 def _dump(ctx: ProbeContext, ids: Collection[int]) -> Dump | Problem:
     metrics = ",".join(str(m) for m in DUMP_METRICS)
     argv = ["xpu-smi", "dump", "-d", ",".join(str(i) for i in ids), "-m", metrics, "-n", "1"]
-    run = _run(ctx, argv)
-    if not isinstance(run, RunResult):
-        return run or not_installed("xpu-smi")
-    if run.returncode != 0:
-        return failed(run, "xpu-smi dump")
-    try:
-        return parse_dump_csv(run.stdout, DUMP_METRICS)
-    except ParseError as exc:
-        return Problem("xpu-smi", str(exc))
+    return _parsed(ctx, argv, parse_dump_csv, "xpu-smi dump")
 
 
 def _detail(ctx: ProbeContext, device_id: int) -> XpuSmiDetail | Problem:
-    run = _run(ctx, ["xpu-smi", "discovery", "-d", str(device_id), "-j"])
-    if not isinstance(run, RunResult):
-        return run or not_installed("xpu-smi")
-    if run.returncode != 0:
-        return failed(run, f"xpu-smi discovery -d {device_id}")
-    try:
-        return parse_discovery_detail_json(run.stdout)
-    except ParseError as exc:
-        return Problem("xpu-smi", str(exc))
+    argv = ["xpu-smi", "discovery", "-d", str(device_id), "-j"]
+    return _parsed(ctx, argv, parse_discovery_detail_json, f"xpu-smi discovery -d {device_id}")
 
 
 def _v1_card(

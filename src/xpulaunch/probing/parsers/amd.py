@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import Vendor
 from xpulaunch.probing.observe import Observation
 from xpulaunch.probing.parsers.common import (
@@ -20,6 +19,7 @@ from xpulaunch.probing.parsers.common import (
     integer,
     load_json,
     number,
+    pci_address,
     percent,
     text,
 )
@@ -40,23 +40,19 @@ _UNIT_BYTES = {"B": 1, "KB": 1024, "MB": MIB, "MIB": MIB, "GB": 1024 * MIB, "GIB
 def parse_rocm_smi_json(output: str) -> list[Observation]:
     """``rocm-smi ... --json``: ``{"card<smi index>": {"<label>": "<string value>"}}``."""
     doc = _last_json_object(output, "rocm-smi --json")
-    result = []
-    for key, values in doc.items():
-        if not key.startswith("card") or not isinstance(values, dict):
-            continue
-        bus = text(values.get("PCI Bus"))
-        result.append(
-            Observation(
-                vendor=Vendor.AMD,
-                sources=("rocm-smi",),
-                pci_bus_id=normalize_bus_id(bus) if bus else None,
-                memory_total_bytes=integer(values.get("VRAM Total Memory (B)")),
-                memory_used_bytes=integer(values.get("VRAM Total Used Memory (B)")),
-                utilization_percent=percent(values.get("GPU use (%)")),
-                extra={"smi_index": key},
-            )
+    return [
+        Observation(
+            vendor=Vendor.AMD,
+            sources=("rocm-smi",),
+            pci_bus_id=pci_address(values.get("PCI Bus")),
+            memory_total_bytes=integer(values.get("VRAM Total Memory (B)")),
+            memory_used_bytes=integer(values.get("VRAM Total Used Memory (B)")),
+            utilization_percent=percent(values.get("GPU use (%)")),
+            extra={"smi_index": key},
         )
-    return result
+        for key, values in doc.items()
+        if key.startswith("card") and isinstance(values, dict)
+    ]
 
 
 def parse_amd_smi(list_output: str, mem_output: str | None) -> list[Observation]:
@@ -70,13 +66,12 @@ def parse_amd_smi(list_output: str, mem_output: str | None) -> list[Observation]
     result = []
     for entry in _entries(list_output, "amd-smi list --json"):
         gpu = integer(entry.get("gpu"))
-        bus = text(entry.get("bdf"))
         usage = memory.get(gpu, {})
         result.append(
             Observation(
                 vendor=Vendor.AMD,
                 sources=("amd-smi",),
-                pci_bus_id=normalize_bus_id(bus) if bus else None,
+                pci_bus_id=pci_address(entry.get("bdf")),
                 # amd-smi's uuid (abff74a1-0000-1000-80d1-...) is not ROCr's GPU-<16 hex>: it
                 # is never a device id or a ROCR_VISIBLE_DEVICES entry, so it stays a fact.
                 memory_total_bytes=_sized(usage.get("total_vram")),

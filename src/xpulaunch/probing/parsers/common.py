@@ -6,6 +6,8 @@ import json
 import math
 import re
 
+from xpulaunch.core.device_ids import normalize_bus_id
+
 MIB = 1024 * 1024
 
 
@@ -63,6 +65,11 @@ def text(cell: object) -> str | None:
     ):
         return None
     return value
+
+
+def pci_address(cell: object) -> str | None:
+    """A PCI address cell in our spelling (:func:`~xpulaunch.core.device_ids.normalize_bus_id`)."""
+    return normalize_bus_id(cell) if isinstance(cell, str) else None
 
 
 def split_csv_rows(

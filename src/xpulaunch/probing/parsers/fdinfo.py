@@ -27,11 +27,8 @@ class DrmClient:
 
 def parse_fdinfo(text: str) -> DrmClient | None:
     """One fdinfo file -> the DRM client it shows; None for a file that is not a DRM client."""
-    fields = {}
-    for line in text.splitlines():
-        name, sep, value = line.partition(":")
-        if sep:
-            fields[name.strip()] = value.strip()
+    pairs = (line.partition(":") for line in text.splitlines())
+    fields = {name.strip(): value.strip() for name, sep, value in pairs if sep}
     bus = normalize_bus_id(fields.get("drm-pdev", ""))
     if "drm-driver" not in fields or bus is None:
         return None

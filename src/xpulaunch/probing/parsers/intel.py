@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.core.intel_family import XE_HPC
 from xpulaunch.model import Vendor
 from xpulaunch.probing.observe import Observation
@@ -22,6 +21,7 @@ from xpulaunch.probing.parsers.common import (
     load_json,
     mib_to_bytes,
     number,
+    pci_address,
     percent,
     split_csv_rows,
     text,
@@ -90,10 +90,9 @@ def parse_discovery_json(output: str) -> list[XpuSmiCard]:
 
 
 def _discovery_observation(raw: Mapping[str, object]) -> Observation:
-    bus = text(raw.get("pci_bdf_address"))
     pci_id = text(raw.get("pci_device_id"))
     device_id = int(pci_id, 16) if pci_id and re.fullmatch(r"0[xX][0-9a-fA-F]+", pci_id) else None
-    bus_id = normalize_bus_id(bus) if bus else None
+    bus_id = pci_address(raw.get("pci_bdf_address"))
     return Observation(
         vendor=Vendor.INTEL,
         sources=("xpu-smi",),
@@ -154,22 +153,19 @@ def parse_query_gpu_v2(output: str, fields: list[str] | None = None) -> list[Obs
     _, rows = split_csv_rows(output, fields)
     if not rows:
         raise ParseError(f"xpu-smi --query-gpu: no rows in {clip(output)!r}")
-    result = []
-    for row in rows:
-        bus = text(row.get("pci.bus_id"))
-        result.append(
-            Observation(
-                vendor=Vendor.INTEL,
-                sources=("xpu-smi",),
-                index=integer(row.get("index")),
-                uuid=bare_uuid(text(row.get("uuid"))),
-                pci_bus_id=normalize_bus_id(bus) if bus else None,
-                memory_total_bytes=mib_to_bytes(row.get("memory.total")),
-                memory_used_bytes=mib_to_bytes(row.get("memory.used")),
-                utilization_percent=percent(row.get("utilization.gpu")),
-            )
+    return [
+        Observation(
+            vendor=Vendor.INTEL,
+            sources=("xpu-smi",),
+            index=integer(row.get("index")),
+            uuid=bare_uuid(text(row.get("uuid"))),
+            pci_bus_id=pci_address(row.get("pci.bus_id")),
+            memory_total_bytes=mib_to_bytes(row.get("memory.total")),
+            memory_used_bytes=mib_to_bytes(row.get("memory.used")),
+            utilization_percent=percent(row.get("utilization.gpu")),
         )
-    return result
+        for row in rows
+    ]
 
 
 def parse_list_gpus_v2(output: str) -> dict[str, str]:

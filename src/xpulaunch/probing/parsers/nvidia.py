@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import Vendor
 from xpulaunch.probing.observe import Observation
-from xpulaunch.probing.parsers.common import integer, mib_to_bytes, percent, split_csv_rows, text
+from xpulaunch.probing.parsers.common import (
+    integer,
+    mib_to_bytes,
+    pci_address,
+    percent,
+    split_csv_rows,
+    text,
+)
 
 # Queried in this order; ``name`` last because it is free text (see split_csv_rows).
 QUERY_FIELDS = [
@@ -32,14 +38,13 @@ def parse_query_gpu(output: str, fields: list[str] | None = None) -> list[Observ
 
 
 def _observation(row: dict[str, str]) -> Observation:
-    bus = text(row.get("pci.bus_id"))
     mig = text(row.get("mig.mode.current"))
     return Observation(
         vendor=Vendor.NVIDIA,
         sources=("nvidia-smi",),
         index=integer(row.get("index")),
         uuid=text(row.get("uuid")),
-        pci_bus_id=normalize_bus_id(bus) if bus else None,
+        pci_bus_id=pci_address(row.get("pci.bus_id")),
         name=text(row.get("name")),
         integrated=False,
         tiles=1,
@@ -55,17 +60,13 @@ def parse_proc_information(output: str) -> Observation:
 
     Lines are ``Key: <tabs and spaces> value``; the UUID line is ``GPU UUID:``.
     """
-    fields: dict[str, str] = {}
-    for line in output.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields[key.strip()] = value.strip()
-    bus = fields.get("Bus Location")
+    pairs = (line.partition(":") for line in output.splitlines())
+    fields = {key.strip(): value.strip() for key, sep, value in pairs if sep}
     minor = integer(fields.get("Device Minor"))
     return Observation(
         vendor=Vendor.NVIDIA,
         sources=("procfs",),
-        pci_bus_id=normalize_bus_id(bus) if bus else None,
+        pci_bus_id=pci_address(fields.get("Bus Location")),
         uuid=text(fields.get("GPU UUID")),
         name=text(fields.get("Model")),
         integrated=False,
