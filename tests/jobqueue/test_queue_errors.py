@@ -136,3 +136,11 @@ def test_a_lock_directory_on_nfs_is_refused(box: QueueBox) -> None:
             "/var/lib"
         )
     assert not box.lock_dir.exists()
+
+
+def test_a_runner_lock_named_by_a_digit_int_cannot_read_is_ignored(box: QueueBox) -> None:
+    """Anyone may create files in a shared lock directory: a runner lock named or filled with
+    "²" (a digit to Unicode, not to int()) is not a runner, and no traceback."""
+    box.submit("--gpus", "1", "--", "true")
+    (box.lock_dir / "queue-runner-².lock").write_text("²")
+    assert "²" not in str(box.runner_pids())
