@@ -26,6 +26,7 @@ from pathlib import Path
 
 from xpulaunch.errors import LeaseError, UsageError
 from xpulaunch.leases.lock_files import read_record, write_record
+from xpulaunch.processes.procfs import is_stopped
 
 LOCK_DIR_VAR = "XPULAUNCH_LOCK_DIR"
 ALLOCATION_LOCK = "allocate.lock"
@@ -227,8 +228,6 @@ class LockDirectory:
             delay_s = min(delay_s * 2, 0.1)
 
     def _held_too_long(self, fd: int, timeout_s: float) -> LeaseError:
-        from xpulaunch.processes.procfs import is_stopped
-
         pid = lock_holder_pid(fd)
         holder = "another process" if pid is None else _describe_pid(pid)
         where = f"{self.join(ALLOCATION_LOCK)} has been locked for {timeout_s:g} s by {holder}"
