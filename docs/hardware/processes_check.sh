@@ -35,8 +35,12 @@ print("holding", flush=True)
 time.sleep(60)
 PYEOF
 HOLDER=$!
-for _ in $(seq 1 60); do  # wait (up to 60 s) until nvidia-smi lists the holder
-    nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -qw "$HOLDER" && break
+# Wait (up to 60 s) until the holder has its 2 GiB and nvidia-smi lists it: listed as soon as
+# its CUDA context exists, it shows 14 MiB to a query made before the allocation, which the
+# comparison below would then take for a disagreement (session 15's first run did).
+for _ in $(seq 1 60); do
+    grep -q holding "$WORK/holder.out" \
+        && nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -qw "$HOLDER" && break
     sleep 1
 done
 

