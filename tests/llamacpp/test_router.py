@@ -168,6 +168,19 @@ def test_bad_requests_get_one_json_error_each(
             assert answer["error"]["code"] == status and message in answer["error"]["message"]
         status, answer, _ = call(served.url, "/v1/chat/completions")  # GET
         assert status == 405 and "GET is not allowed" in answer["error"]["message"]
+        # JSON nested deeper than Python's recursion limit, on a model route and the router's
+        # own; a body that is not in the Content-Encoding it names.
+        deep = b'{"model": "m", "x": ' + b"[" * 1500 + b"]" * 1500 + b"}"
+        unreadable = [
+            ("/v1/chat/completions", deep, {}, "nested too deeply"),
+            ("/models/load", deep, {}, "nested too deeply"),
+            ("/v1/completions", b"{}", {"Content-Encoding": "gzip"},
+             "cannot be read: Can not decode content-encoding: gzip"),
+        ]  # fmt: skip
+        for path, body, headers, message in unreadable:
+            got, answer, _ = call(served.url, path, body, headers=headers)
+            assert got == 400 and answer["error"]["code"] == 400, (path, answer)
+            assert message in answer["error"]["message"], answer
         assert servers(tmp_path) == []  # no bad request loaded anything
         assert call(served.url, "/health")[:2] == (200, {"status": "ok"})
 

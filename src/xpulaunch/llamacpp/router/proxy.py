@@ -61,11 +61,15 @@ def error_response(
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A :class:`RouteError` a handler raises, and aiohttp's own errors (unknown path, wrong
-    method, body too large), as JSON."""
+    method, body too large, a body it cannot decode), as JSON."""
     try:
         return await handler(request)
     except RouteError as exc:
         return error_response(exc.status, exc.message, exc.kind)
+    except web.RequestPayloadError as exc:
+        # Its cause says what: a body not in the Content-Encoding it names, or one cut short.
+        why = getattr(exc.__cause__, "message", None) or str(exc)
+        return error_response(400, f"the request body cannot be read: {why}")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -148,6 +152,8 @@ class Forwarder:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise web.HTTPBadRequest(text=f"the request body is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise web.HTTPBadRequest(text="the request body is JSON nested too deeply") from None
         if not isinstance(payload, dict):
             raise web.HTTPBadRequest(text="the request body must be a JSON object")
         return body, self._slot(payload.get("model")), payload.get("stream") is True
