@@ -5,6 +5,7 @@ clients that leave, and one clear JSON error for each bad request. Clients: the 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import socket
@@ -330,3 +331,16 @@ def test_a_server_that_cannot_start_is_a_clear_502_and_is_tried_again(
         failed = seen.of(ModelLoadFailed)
         assert [(e.model, e.reason) for e in failed] == [("broken", message)] * 2
         assert len(servers(tmp_path)) == 1
+
+
+def test_a_compressed_request_body_is_answered(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """aiohttp decodes a body sent with ``Content-Encoding: gzip``; what goes on to
+    llama-server is the decoded body, so the header must not go with it."""
+    config = models_in(tmp_path, tiny_model, m={})
+    with router(config, llama_server, tmp_path) as (served, _):
+        body = gzip.compress(json.dumps(chat("m")).encode())
+        status, answer, _ = call(served.url, "/v1/chat/completions", body,
+                                 headers={"Content-Encoding": "gzip"})  # fmt: skip
+        assert status == 200 and answer["model"] == "m", answer

@@ -310,7 +310,12 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
     import aiohttp
     from aiohttp import web
 
-    from xpulaunch.llamacpp.router.proxy import NOT_FORWARDED, Forwarder, error_response
+    from xpulaunch.llamacpp.router.proxy import (
+        NOT_FORWARDED,
+        NOT_FORWARDED_UP,
+        Forwarder,
+        error_response,
+    )
 
     pipe = socket.socket(fileno=pipe_fd)
     reader, writer = await asyncio.open_unix_connection(sock=pipe, limit=_LINE_LIMIT)
@@ -328,7 +333,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         """Anything but a model request: answered by the router itself."""
         assert forwarder.session is not None
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED_UP}
         try:
             async with forwarder.session.request(
                 request.method, private + request.path_qs, data=body, headers=headers

@@ -42,6 +42,8 @@ NOT_FORWARDED = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
      "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "server", "date"}
 )  # fmt: skip
+# A request's body is read decoded (aiohttp undoes its Content-Encoding), and sent on so.
+NOT_FORWARDED_UP = NOT_FORWARDED | {"content-encoding"}
 _EVENT_STREAM = "text/event-stream"
 _KINDS = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
           409: "conflict_error", 413: "invalid_request_error"}  # fmt: skip
@@ -184,7 +186,7 @@ class Forwarder:
         self, request: web.Request, slot: Slot, replica: Replica, body: bytes, streamed: bool
     ) -> web.StreamResponse:
         assert self.session is not None  # opened at startup
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED_UP}
         if streamed:
             # llama-server closes its connection after a streamed answer although it says
             # keep-alive (cpp-httplib), and aiohttp would pool it again at the answer's end:
