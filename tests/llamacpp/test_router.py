@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shlex
 import socket
 import subprocess
 import threading
@@ -344,3 +345,35 @@ def test_a_compressed_request_body_is_answered(
         status, answer, _ = call(served.url, "/v1/chat/completions", body,
                                  headers={"Content-Encoding": "gzip"})  # fmt: skip
         assert status == 200 and answer["model"] == "m", answer
+
+
+def test_a_client_that_leaves_while_its_model_loads_is_counted_and_the_load_kept(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    slow = tmp_path / "slow-llama-server"  # starts serving 2 s late; answers questions at once
+    slow.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in --list-devices|--help|--version) ;; *) sleep 2 ;; esac\n'
+        f'exec {shlex.quote(llama_server)} "$@"\n'
+    )
+    slow.chmod(0o755)
+    config = models_in(tmp_path, tiny_model, m={})
+
+    def model() -> dict[str, object]:
+        return call(served.url, "/models/status")[1]["models"][0]  # type: ignore[no-any-return]
+
+    with router(config, str(slow), tmp_path) as (served, seen):
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        body = json.dumps(chat("m")).encode()
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+            wait_for(lambda: model()["in_flight"] == 1, "the request to wait for the load")
+            assert model()["state"] == "loading"
+        wait_for(lambda: model()["in_flight"] == 0, "the request to be released")
+        wait_for(lambda: model()["state"] == "ready", "the load to go on")
+        assert len(seen.of(ModelLoaded)) == 1
+        left = metric_samples(served.url)[
+            ("xpulaunch_requests_total", (("code", "499"), ("model", "m"), ("replica", "")))
+        ]
+        assert left == 1

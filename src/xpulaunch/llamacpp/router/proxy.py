@@ -170,6 +170,9 @@ class Forwarder:
             self._on_request(slot, "", exc.status, time.monotonic() - began)
             return error_response(exc.status, exc.message, exc.kind,
                                   retry_after_s=exc.retry_after_s)  # fmt: skip
+        except asyncio.CancelledError:  # the client left while the model loaded
+            self._on_request(slot, "", 499, time.monotonic() - began)
+            raise
         status = 499  # nginx's "client closed request": what a cancelled handler counts as
         try:
             response = await self._send(request, slot, replica, body, streamed)
