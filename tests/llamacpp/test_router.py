@@ -150,10 +150,10 @@ def test_round_robin_across_replicas(llama_server: str, tiny_model: Path, tmp_pa
 
 
 def test_bad_requests_get_one_json_error_each(
-    llama_server: str, tiny_model: Path, tmp_path: Path
+    llama_server: str, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = models_in(tmp_path, tiny_model, m={})
-    with router(config, llama_server, tmp_path, max_body_bytes=4096) as (served, _):
+    with router(config, llama_server, tmp_path, max_body_bytes=4096) as (served, seen):
         cases = [
             ("/v1/chat/completions", b"{not json", 400, "not valid JSON"),
             ("/v1/chat/completions", b"[1, 2]", 400, "must be a JSON object"),
@@ -183,6 +183,17 @@ def test_bad_requests_get_one_json_error_each(
             got, answer, _ = call(served.url, path, body, headers=headers)
             assert got == 400 and answer["error"]["code"] == 400, (path, answer)
             assert message in answer["error"]["message"], answer
+        # Malformed HTTP, which aiohttp answers itself: one line in the router's output each,
+        # as the body it could not decode above, and no traceback.
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")  # fmt: skip
+            assert sock.recv(4096).startswith(b"HTTP/1.0 400 Bad Request")
+        for said in ("Can not decode content-encoding: gzip",
+                     "Transfer-Encoding can't be present with Content-Length"):  # fmt: skip
+            wait_for(lambda: [m for m in seen.messages if m.endswith(said)], said)  # noqa: B023
+        assert "Traceback" not in capfd.readouterr().err
         assert servers(tmp_path) == []  # no bad request loaded anything
         assert call(served.url, "/health")[:2] == (200, {"status": "ok"})
 

@@ -315,6 +315,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         NOT_FORWARDED_UP,
         Forwarder,
         error_response,
+        server_logger,
     )
 
     pipe = socket.socket(fileno=pipe_fd)
@@ -345,7 +346,13 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         return web.Response(status=answer.status, body=data, headers=kept)
 
     app = forwarder.make_app([web.route("*", "/{tail:.*}", to_router)])
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+
+    def say(text: str) -> None:  # the router's stderr, as its own lines are
+        sys.stderr.write(f"xpulaunch: router front {number}: {text}\n")
+        sys.stderr.flush()
+
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           logger=server_logger(say), shutdown_timeout=1.0)  # fmt: skip
     await runner.setup()
     site = web.SockSite(runner, socket.socket(fileno=listen_fd))
     await site.start()

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError
 
@@ -81,6 +83,33 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         elif exc.status == 405:
             message = f"{request.method} is not allowed on {request.path}"
         return error_response(exc.status, message)
+
+
+class _Said(logging.Handler):
+    """Each record through ``say``: a client's mistake as one line, anything else whole."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__()
+        self._say = say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, web.RequestPayloadError):
+            error = error.__cause__ or error  # what aiohttp could not decode, and why
+        if not isinstance(error, HttpProcessingError | web.RequestPayloadError):
+            self._say(self.format(record))
+            return
+        why = error.message if isinstance(error, HttpProcessingError) else str(error)
+        self._say(f"{record.getMessage()}: {why.strip().splitlines()[0].rstrip(':')}")
+
+
+def server_logger(say: Callable[[str], None]) -> logging.Logger:
+    """aiohttp's server logger for an app's connections (``AppRunner(logger=...)``), through
+    ``say``: a request a client got wrong (malformed HTTP, a body that cannot be decoded), which
+    aiohttp has answered 400, is one line, not a traceback; anything else keeps its traceback."""
+    logger = logging.Logger("xpulaunch.router.http", logging.WARNING)  # no global registry
+    logger.addHandler(_Said(say))
+    return logger
 
 
 class Models(Protocol):
