@@ -388,3 +388,18 @@ def test_a_client_that_leaves_while_its_model_loads_is_counted_and_the_load_kept
             ("xpulaunch_requests_total", (("code", "499"), ("model", "m"), ("replica", "")))
         ]
         assert left == 1
+
+
+def test_a_model_id_with_a_slash_is_one_model(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Ids such as Hugging Face's ``org/name``: ``GET /v1/models/org/name`` as curl sends it,
+    and ``org%2Fname`` as the openai client does."""
+    config = models_in(tmp_path, tiny_model, m={})
+    config["models"]["org/m"] = config["models"].pop("m")
+    with router(config, llama_server, tmp_path) as (served, _):
+        for path in ("/v1/models/org/m", "/v1/models/org%2Fm"):
+            status, body, _ = call(served.url, path)
+            assert status == 200 and body["id"] == "org/m", (path, body)
+        status, body, _ = call(served.url, "/v1/models/org/other")
+        assert status == 404 and body["error"]["type"] == "model_not_found", body

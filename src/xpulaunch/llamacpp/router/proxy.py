@@ -294,7 +294,7 @@ class Proxy(Forwarder):
     def app(self) -> web.Application:
         return self.make_app([
             web.get("/health", self.health), web.get("/v1/models", self.models_list),
-            web.get("/v1/models/{model}", self.one_model), web.get("/metrics", self.metrics),
+            web.get("/v1/models/{model:.+}", self.one_model), web.get("/metrics", self.metrics),
             web.get("/models/status", self.status), web.post("/models/load", self.load),
             web.post("/models/unload", self.unload),
         ])  # fmt: skip
