@@ -87,12 +87,17 @@ def router(
 
 
 def call(
-    url: str, path: str, body: dict[str, Any] | bytes | None = None, *, timeout_s: float = 60
+    url: str,
+    path: str,
+    body: dict[str, Any] | bytes | None = None,
+    *,
+    timeout_s: float = 60,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, Any, dict[str, str]]:
     """One request (POST when there is a body): status, decoded JSON (or text), headers."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    request = urllib.request.Request(url + path, data=data, headers=sent)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as answer:
             status, raw, headers = answer.status, answer.read(), dict(answer.headers)

@@ -5,8 +5,10 @@ clients that leave, and one clear JSON error for each bad request. Clients: the 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import shlex
 import socket
 import subprocess
 import threading
@@ -148,10 +150,10 @@ def test_round_robin_across_replicas(llama_server: str, tiny_model: Path, tmp_pa
 
 
 def test_bad_requests_get_one_json_error_each(
-    llama_server: str, tiny_model: Path, tmp_path: Path
+    llama_server: str, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = models_in(tmp_path, tiny_model, m={})
-    with router(config, llama_server, tmp_path, max_body_bytes=4096) as (served, _):
+    with router(config, llama_server, tmp_path, max_body_bytes=4096) as (served, seen):
         cases = [
             ("/v1/chat/completions", b"{not json", 400, "not valid JSON"),
             ("/v1/chat/completions", b"[1, 2]", 400, "must be a JSON object"),
@@ -168,6 +170,30 @@ def test_bad_requests_get_one_json_error_each(
             assert answer["error"]["code"] == status and message in answer["error"]["message"]
         status, answer, _ = call(served.url, "/v1/chat/completions")  # GET
         assert status == 405 and "GET is not allowed" in answer["error"]["message"]
+        # JSON nested deeper than Python's recursion limit, on a model route and the router's
+        # own; a body that is not in the Content-Encoding it names.
+        deep = b'{"model": "m", "x": ' + b"[" * 1500 + b"]" * 1500 + b"}"
+        unreadable = [
+            ("/v1/chat/completions", deep, {}, "nested too deeply"),
+            ("/models/load", deep, {}, "nested too deeply"),
+            ("/v1/completions", b"{}", {"Content-Encoding": "gzip"},
+             "cannot be read: Can not decode content-encoding: gzip"),
+        ]  # fmt: skip
+        for path, body, headers, message in unreadable:
+            got, answer, _ = call(served.url, path, body, headers=headers)
+            assert got == 400 and answer["error"]["code"] == 400, (path, answer)
+            assert message in answer["error"]["message"], answer
+        # Malformed HTTP, which aiohttp answers itself: one line in the router's output each,
+        # as the body it could not decode above, and no traceback.
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")  # fmt: skip
+            assert sock.recv(4096).startswith(b"HTTP/1.0 400 Bad Request")
+        for said in ("Can not decode content-encoding: gzip",
+                     "Transfer-Encoding can't be present with Content-Length"):  # fmt: skip
+            wait_for(lambda: [m for m in seen.messages if m.endswith(said)], said)  # noqa: B023
+        assert "Traceback" not in capfd.readouterr().err
         assert servers(tmp_path) == []  # no bad request loaded anything
         assert call(served.url, "/health")[:2] == (200, {"status": "ok"})
 
@@ -317,3 +343,63 @@ def test_a_server_that_cannot_start_is_a_clear_502_and_is_tried_again(
         failed = seen.of(ModelLoadFailed)
         assert [(e.model, e.reason) for e in failed] == [("broken", message)] * 2
         assert len(servers(tmp_path)) == 1
+
+
+def test_a_compressed_request_body_is_answered(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """aiohttp decodes a body sent with ``Content-Encoding: gzip``; what goes on to
+    llama-server is the decoded body, so the header must not go with it."""
+    config = models_in(tmp_path, tiny_model, m={})
+    with router(config, llama_server, tmp_path) as (served, _):
+        body = gzip.compress(json.dumps(chat("m")).encode())
+        status, answer, _ = call(served.url, "/v1/chat/completions", body,
+                                 headers={"Content-Encoding": "gzip"})  # fmt: skip
+        assert status == 200 and answer["model"] == "m", answer
+
+
+def test_a_client_that_leaves_while_its_model_loads_is_counted_and_the_load_kept(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    slow = tmp_path / "slow-llama-server"  # starts serving 2 s late; answers questions at once
+    slow.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in --list-devices|--help|--version) ;; *) sleep 2 ;; esac\n'
+        f'exec {shlex.quote(llama_server)} "$@"\n'
+    )
+    slow.chmod(0o755)
+    config = models_in(tmp_path, tiny_model, m={})
+
+    def model() -> dict[str, object]:
+        return call(served.url, "/models/status")[1]["models"][0]  # type: ignore[no-any-return]
+
+    with router(config, str(slow), tmp_path) as (served, seen):
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        body = json.dumps(chat("m")).encode()
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+            wait_for(lambda: model()["in_flight"] == 1, "the request to wait for the load")
+            assert model()["state"] == "loading"
+        wait_for(lambda: model()["in_flight"] == 0, "the request to be released")
+        wait_for(lambda: model()["state"] == "ready", "the load to go on")
+        assert len(seen.of(ModelLoaded)) == 1
+        left = metric_samples(served.url)[
+            ("xpulaunch_requests_total", (("code", "499"), ("model", "m"), ("replica", "")))
+        ]
+        assert left == 1
+
+
+def test_a_model_id_with_a_slash_is_one_model(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Ids such as Hugging Face's ``org/name``: ``GET /v1/models/org/name`` as curl sends it,
+    and ``org%2Fname`` as the openai client does."""
+    config = models_in(tmp_path, tiny_model, m={})
+    config["models"]["org/m"] = config["models"].pop("m")
+    with router(config, llama_server, tmp_path) as (served, _):
+        for path in ("/v1/models/org/m", "/v1/models/org%2Fm"):
+            status, body, _ = call(served.url, path)
+            assert status == 200 and body["id"] == "org/m", (path, body)
+        status, body, _ = call(served.url, "/v1/models/org/other")
+        assert status == 404 and body["error"]["type"] == "model_not_found", body

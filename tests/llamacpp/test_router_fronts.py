@@ -5,6 +5,7 @@ that forwarded it, so the tests see that the fronts really serve."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -77,6 +78,10 @@ def test_fronts_share_the_port_and_the_routers_decisions(
             assert status == 404 and body["error"]["type"] == "model_not_found"
             status, body, _ = call(served.url, "/v2/nothing")
             assert status == 404 and "no route GET /v2/nothing" in body["error"]["message"]
+            # A compressed body: the process that reads it decodes it, and sends it on so.
+            status, body, _ = call(served.url, "/models/load", gzip.compress(b'{"model": "a"}'),
+                                   headers={"Content-Encoding": "gzip"})  # fmt: skip
+            assert status == 200 and body["state"] == "ready", body
     assert all(process_gone(p) for p in fronts)  # stopped with the router
     assert servers(tmp_path) == []
 

@@ -310,7 +310,13 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
     import aiohttp
     from aiohttp import web
 
-    from xpulaunch.llamacpp.router.proxy import NOT_FORWARDED, Forwarder, error_response
+    from xpulaunch.llamacpp.router.proxy import (
+        NOT_FORWARDED,
+        NOT_FORWARDED_UP,
+        Forwarder,
+        error_response,
+        server_logger,
+    )
 
     pipe = socket.socket(fileno=pipe_fd)
     reader, writer = await asyncio.open_unix_connection(sock=pipe, limit=_LINE_LIMIT)
@@ -328,7 +334,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         """Anything but a model request: answered by the router itself."""
         assert forwarder.session is not None
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED_UP}
         try:
             async with forwarder.session.request(
                 request.method, private + request.path_qs, data=body, headers=headers
@@ -340,7 +346,13 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         return web.Response(status=answer.status, body=data, headers=kept)
 
     app = forwarder.make_app([web.route("*", "/{tail:.*}", to_router)])
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+
+    def say(text: str) -> None:  # the router's stderr, as its own lines are
+        sys.stderr.write(f"xpulaunch: router front {number}: {text}\n")
+        sys.stderr.flush()
+
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           logger=server_logger(say), shutdown_timeout=1.0)  # fmt: skip
     await runner.setup()
     site = web.SockSite(runner, socket.socket(fileno=listen_fd))
     await site.start()

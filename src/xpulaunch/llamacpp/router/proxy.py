@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError
 
@@ -42,6 +44,8 @@ NOT_FORWARDED = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
      "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "server", "date"}
 )  # fmt: skip
+# A request's body is read decoded (aiohttp undoes its Content-Encoding), and sent on so.
+NOT_FORWARDED_UP = NOT_FORWARDED | {"content-encoding"}
 _EVENT_STREAM = "text/event-stream"
 _KINDS = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
           409: "conflict_error", 413: "invalid_request_error"}  # fmt: skip
@@ -61,11 +65,15 @@ def error_response(
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A :class:`RouteError` a handler raises, and aiohttp's own errors (unknown path, wrong
-    method, body too large), as JSON."""
+    method, body too large, a body it cannot decode), as JSON."""
     try:
         return await handler(request)
     except RouteError as exc:
         return error_response(exc.status, exc.message, exc.kind)
+    except web.RequestPayloadError as exc:
+        # Its cause says what: a body not in the Content-Encoding it names, or one cut short.
+        why = getattr(exc.__cause__, "message", None) or str(exc)
+        return error_response(400, f"the request body cannot be read: {why}")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -75,6 +83,33 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         elif exc.status == 405:
             message = f"{request.method} is not allowed on {request.path}"
         return error_response(exc.status, message)
+
+
+class _Said(logging.Handler):
+    """Each record through ``say``: a client's mistake as one line, anything else whole."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__()
+        self._say = say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, web.RequestPayloadError):
+            error = error.__cause__ or error  # what aiohttp could not decode, and why
+        if not isinstance(error, HttpProcessingError | web.RequestPayloadError):
+            self._say(self.format(record))
+            return
+        why = error.message if isinstance(error, HttpProcessingError) else str(error)
+        self._say(f"{record.getMessage()}: {why.strip().splitlines()[0].rstrip(':')}")
+
+
+def server_logger(say: Callable[[str], None]) -> logging.Logger:
+    """aiohttp's server logger for an app's connections (``AppRunner(logger=...)``), through
+    ``say``: a request a client got wrong (malformed HTTP, a body that cannot be decoded), which
+    aiohttp has answered 400, is one line, not a traceback; anything else keeps its traceback."""
+    logger = logging.Logger("xpulaunch.router.http", logging.WARNING)  # no global registry
+    logger.addHandler(_Said(say))
+    return logger
 
 
 class Models(Protocol):
@@ -148,6 +183,8 @@ class Forwarder:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise web.HTTPBadRequest(text=f"the request body is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise web.HTTPBadRequest(text="the request body is JSON nested too deeply") from None
         if not isinstance(payload, dict):
             raise web.HTTPBadRequest(text="the request body must be a JSON object")
         return body, self._slot(payload.get("model")), payload.get("stream") is True
@@ -162,6 +199,9 @@ class Forwarder:
             self._on_request(slot, "", exc.status, time.monotonic() - began)
             return error_response(exc.status, exc.message, exc.kind,
                                   retry_after_s=exc.retry_after_s)  # fmt: skip
+        except asyncio.CancelledError:  # the client left while the model loaded
+            self._on_request(slot, "", 499, time.monotonic() - began)
+            raise
         status = 499  # nginx's "client closed request": what a cancelled handler counts as
         try:
             response = await self._send(request, slot, replica, body, streamed)
@@ -178,7 +218,7 @@ class Forwarder:
         self, request: web.Request, slot: Slot, replica: Replica, body: bytes, streamed: bool
     ) -> web.StreamResponse:
         assert self.session is not None  # opened at startup
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED_UP}
         if streamed:
             # llama-server closes its connection after a streamed answer although it says
             # keep-alive (cpp-httplib), and aiohttp would pool it again at the answer's end:
@@ -254,7 +294,7 @@ class Proxy(Forwarder):
     def app(self) -> web.Application:
         return self.make_app([
             web.get("/health", self.health), web.get("/v1/models", self.models_list),
-            web.get("/v1/models/{model}", self.one_model), web.get("/metrics", self.metrics),
+            web.get("/v1/models/{model:.+}", self.one_model), web.get("/metrics", self.metrics),
             web.get("/models/status", self.status), web.post("/models/load", self.load),
             web.post("/models/unload", self.unload),
         ])  # fmt: skip

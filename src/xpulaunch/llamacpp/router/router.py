@@ -112,7 +112,7 @@ class Router:
 
         from xpulaunch.llamacpp.router.metrics import scrape
         from xpulaunch.llamacpp.router.models import ModelManager
-        from xpulaunch.llamacpp.router.proxy import Proxy
+        from xpulaunch.llamacpp.router.proxy import Proxy, server_logger
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         manager = ModelManager(self.config, self.setup, on_event=self._on_event,
@@ -128,6 +128,7 @@ class Router:
         # handler_cancellation: a client that disconnects cancels its handler, which closes
         # the upstream request (aiohttp >= 3.9 leaves handlers running unless asked).
         runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None,
+                               logger=server_logger(self._on_message),
                                shutdown_timeout=self.setup.grace_s)  # fmt: skip
         await runner.setup()
         try:
