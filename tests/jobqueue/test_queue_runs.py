@@ -4,9 +4,11 @@ runner started on demand, jobs run by ``xpulaunch run --wait`` holding real leas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -16,7 +18,13 @@ from typing import Any
 import pytest
 
 from helpers import lock_is_free, wait_for
-from queue_kit import JOB, QueueBox, overlaps, wait_gone
+from queue_kit import JOB, QueueBox, elapsed, overlaps, wait_gone
+from xpulaunch.core.jobs import Job, JobState
+from xpulaunch.jobqueue import actions, job_process
+from xpulaunch.jobqueue.files import JobSpec, RunnerLock
+from xpulaunch.jobqueue.runner import Runner
+from xpulaunch.jobqueue.store import Store
+from xpulaunch.leases.lock_directory import LockDirectory
 
 pytestmark = pytest.mark.slow
 
@@ -265,3 +273,74 @@ def test_jobs_sharing_one_events_file_each_read_their_own(box: QueueBox) -> None
     assert jobs[str(second)]["devices"] == ["nvidia 0 (0000:00:06.0)"]
     kinds = [line.split('"event":"')[1].split('"')[0] for line in events.read_text().splitlines()]
     assert kinds.count("lease_acquired") == 2 and kinds.count("stopped") == 2
+
+
+def _stop_runner(box: QueueBox) -> None:
+    """Stop the runner that ``submit`` started (its jobs stay as they are)."""
+    pid = wait_for(lambda: box.runner_pids().get("root"), "the runner submit started")
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(pid)
+
+
+def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
+    box: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cancel`` lands between the runner marking the job started and recording its run's
+    pid: it finds no pid to signal, so the runner must. (Before, the run went on for its
+    grace and ten seconds more, then was killed with SIGKILL: its workers got no grace.)"""
+    job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("late", 60))
+    _stop_runner(box)
+    env = box.env()
+    directory = actions.queue_directory(str(box.lock_dir), env)
+    said = []
+
+    def cancelled_meanwhile(job: Job, spec: JobSpec, where: LockDirectory) -> Any:
+        with Store.open(where, env, create=False) as other:  # type: ignore[union-attr]
+            said.append(actions.cancel(where, other, job.id))
+        return real_start(job, spec, where)
+
+    real_start = job_process.start
+    monkeypatch.setattr(job_process, "start", cancelled_meanwhile)
+    lock = RunnerLock(directory, os.getuid())  # this test is the user's runner
+    assert lock.acquire()
+    store = Store.open(directory, env, create=False)
+    assert store is not None
+    try:
+        runner = Runner(directory, env, log=lambda line: None)
+        box.cli("release", "--lock-dir", box.lock_dir, str(job_id))
+        start_s = time.monotonic()
+
+        def ended() -> Job | None:
+            runner.turn(store)
+            job = store.job(job_id)
+            return job if job is not None and job.state.ended else None
+
+        job = wait_for(ended, "the job cancelled while it started to end", timeout_s=15)
+        assert elapsed(start_s) < 10  # its grace is 10 s: it was not waited for
+    finally:
+        store.close()
+        lock.release()
+    assert said == [f"job {job_id}: cancelled; its run is ending (its runner records it)"]
+    assert job.state is JobState.CANCELLED
+    assert job.exit_code == 128 + signal.SIGTERM
+    assert box.records() == []
+    wait_for(lambda: box.status()["leases"] == [], "the lease to end")
+
+
+def test_a_job_cancelled_while_its_runner_died_starting_it_never_runs(box: QueueBox) -> None:
+    """A runner killed after marking a job started but before starting its run, and the job
+    cancelled meanwhile: the next runner ends it; it does not put it back in line."""
+    job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("never", 0))
+    _stop_runner(box)
+    database = box.lock_dir / "queue.sqlite"
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as db:
+        db.execute(  # as the runner left it
+            "UPDATE jobs SET state = 'starting', started_s = ? WHERE id = ?", (time.time(), job_id)
+        )
+    out = box.cli("cancel", "--lock-dir", box.lock_dir, str(job_id)).stdout
+    assert out == f"job {job_id}: cancelled; its run is ending (its runner records it)\n"
+    box.cli("runner", "--lock-dir", box.lock_dir)
+    jobs = box.wait_states({job_id: "cancelled"})
+    assert jobs[str(job_id)]["reason"] == "cancelled before its run started"
+    assert jobs[str(job_id)]["pid"] is None
+    assert box.records() == []

@@ -267,8 +267,14 @@ class Runner:
             return True
         with store.write():
             store.update(job.id, pid=process.pid, pid_ticks=process.ticks)
+            cancelled = (store.job(job.id) or job).cancel_requested_s is not None
         self._processes[job.id] = process
         self._say(f"job {job.id} started: pid {process.pid}")
+        if cancelled and process.signal(signal.SIGTERM):
+            # Cancelled while it started: `cancel` found no pid to signal, so its SIGTERM
+            # (and the workers' --grace) comes from here. Whichever of the two commits
+            # second sees the other's write, so the run gets exactly one SIGTERM.
+            self._say(f"job {job.id}: cancelled while it started; stopping it (SIGTERM)")
         return True
 
     def _adopt(self, store: Store) -> None:
@@ -279,6 +285,7 @@ class Runner:
             job = self._with_pid(store, row)
             if job is None:
                 continue
+            cancelled = row.pid is None and job.cancel_requested_s is not None
             try:
                 spec = read_spec(job_folder(self.directory, self.uid, job.id), self.uid)
             except QueueError as exc:
@@ -288,6 +295,8 @@ class Runner:
             process.leased = job.state is JobState.RUNNING
             self._processes[job.id] = process
             self._say(f"job {job.id}: adopted its run, pid {job.pid}")
+            if cancelled and process.signal(signal.SIGTERM):  # its cancel found no pid
+                self._say(f"job {job.id}: cancelled while it started; stopping it (SIGTERM)")
 
     def _with_pid(self, store: Store, job: Job) -> Job | None:
         """The job with its run's pid; None when no run of it exists (an earlier runner
@@ -296,11 +305,15 @@ class Runner:
             return job
         found = job_process.find_started(job.id, self.directory)
         with store.write():
+            cancelled = (store.job(job.id) or job).cancel_requested_s is not None
+            if found is None and cancelled:  # cancelled meanwhile: it never runs
+                store.end(job.id, JobState.CANCELLED, "cancelled before its run started")
+                return None
             if found is None:
                 store.update(job.id, state=JobState.QUEUED, started_s=None)
                 return None
             store.update(job.id, pid=found[0], pid_ticks=found[1])
-        return store.job(job.id)
+            return store.job(job.id)
 
     def _sleep(self) -> None:
         assert self._wake is not None
