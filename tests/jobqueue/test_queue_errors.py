@@ -144,3 +144,27 @@ def test_a_runner_lock_named_by_a_digit_int_cannot_read_is_ignored(box: QueueBox
     box.submit("--gpus", "1", "--", "true")
     (box.lock_dir / "queue-runner-².lock").write_text("²")
     assert "²" not in str(box.runner_pids())
+
+
+def test_a_database_moved_aside_leaves_no_old_job_in_the_new_ones(box: QueueBox) -> None:
+    """The error above says to move a bad database aside: ids start at 1 again, and a new
+    job must not take over the folder (console, events, logs) of the old job of its id."""
+    old = box.submit("--gpus", "1", "--", "sh", "-c", "echo old output")
+    box.wait_states({old: "done"})
+    box.stop_runner()
+    for name in ("queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"):
+        if (box.lock_dir / name).exists():
+            (box.lock_dir / name).rename(box.lock_dir / f"{name}.bad")
+    new = box.submit("--gpus", "1", "--hold", "--", "sh", "-c", "echo new output")
+    assert new == old
+    assert lines(box, "logs", str(new)) == (
+        1,
+        f"xpulaunch: error: job {new} has not started yet (held); "
+        f"'xpulaunch logs -f {new}' waits for it",
+    )
+    box.cli("release", "--lock-dir", box.lock_dir, str(new))
+    box.wait_states({new: "done"})
+    out = box.cli("logs", "--lock-dir", box.lock_dir, str(new)).stdout
+    assert "new output" in out and "old output" not in out
+    (aside,) = (box.lock_dir / "queue-jobs-0").glob(f"{old}.old-*")
+    assert "old output" in "".join(p.read_text() for p in aside.rglob("*.log"))

@@ -275,13 +275,6 @@ def test_jobs_sharing_one_events_file_each_read_their_own(box: QueueBox) -> None
     assert kinds.count("lease_acquired") == 2 and kinds.count("stopped") == 2
 
 
-def _stop_runner(box: QueueBox) -> None:
-    """Stop the runner that ``submit`` started (its jobs stay as they are)."""
-    pid = wait_for(lambda: box.runner_pids().get("root"), "the runner submit started")
-    os.kill(pid, signal.SIGTERM)
-    wait_gone(pid)
-
-
 def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
     box: QueueBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,7 +282,7 @@ def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
     pid: it finds no pid to signal, so the runner must. (Before, the run went on for its
     grace and ten seconds more, then was killed with SIGKILL: its workers got no grace.)"""
     job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("late", 60))
-    _stop_runner(box)
+    box.stop_runner()
     env = box.env()
     directory = actions.queue_directory(str(box.lock_dir), env)
     said = []
@@ -331,7 +324,7 @@ def test_a_job_cancelled_while_its_runner_died_starting_it_never_runs(box: Queue
     """A runner killed after marking a job started but before starting its run, and the job
     cancelled meanwhile: the next runner ends it; it does not put it back in line."""
     job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("never", 0))
-    _stop_runner(box)
+    box.stop_runner()
     database = box.lock_dir / "queue.sqlite"
     with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as db:
         db.execute(  # as the runner left it

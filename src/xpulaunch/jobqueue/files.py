@@ -82,7 +82,16 @@ def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
     check_user_folder(folder, uid)
     job = folder / str(job_id)
     if not make_private(job):
-        check_private(job, uid)  # an id reused after the database was moved aside
+        # An id used before, by a database since moved aside: that job's console, events
+        # and logs would pass for this one's (`logs` would show them, the runner would read
+        # its lease and its end). Kept, under another name, for whoever restores it.
+        check_private(job, uid)
+        aside = folder / f"{job_id}.old-{time.time_ns()}"
+        try:
+            os.rename(job, aside)
+        except OSError as exc:
+            raise QueueError(f"cannot move {job} aside to {aside.name}: {exc.strerror}") from exc
+        make_private(job)
     return job
 
 
