@@ -3,6 +3,7 @@ jobs, a corrupt or locked database, a lock directory on NFS, a job that can neve
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from helpers import one_line_error
-from queue_kit import QueueBox
+from queue_kit import NOBODY, QueueBox
 
 pytestmark = pytest.mark.slow
 UNKNOWN = "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"
@@ -168,3 +169,26 @@ def test_a_database_moved_aside_leaves_no_old_job_in_the_new_ones(box: QueueBox)
     assert "new output" in out and "old output" not in out
     (aside,) = (box.lock_dir / "queue-jobs-0").glob(f"{old}.old-*")
     assert "old output" in "".join(p.read_text() for p in aside.rglob("*.log"))
+
+
+def test_what_anyone_may_plant_in_a_shared_lock_directory_holds_no_queue_up(
+    box: QueueBox,
+) -> None:
+    """Another user's folder, FIFO or link named as some runner's lock or wake-up FIFO: no
+    runner, nobody to wake. (Before, a lock that was not a regular file failed every `queue`,
+    `top` and runner; a wake-up "FIFO" that was a folder failed every submit, cancel and
+    release after its change was committed, so a retried submit queued the job twice.)"""
+    box.submit("--hold", "--", "true")
+    box.stop_runner()
+    os.mkdir(box.lock_dir / "queue-runner-4242.lock")
+    os.mkfifo(box.lock_dir / "queue-runner-4343.lock")
+    os.symlink("/etc/hostname", box.lock_dir / "queue-runner-4444.lock")
+    os.mkdir(box.lock_dir / "queue-wake-4242")
+    for name in ("queue-runner-4242.lock", "queue-runner-4343.lock", "queue-wake-4242"):
+        os.chown(box.lock_dir / name, NOBODY, NOBODY)
+    os.lchown(box.lock_dir / "queue-runner-4444.lock", NOBODY, NOBODY)
+    job = box.submit("--gpus", "1", "--", "true")
+    assert box.wait_states({job: "done"})[str(job)]["exit_code"] == 0
+    assert set(box.runner_pids()) == {"root"}
+    assert lines(box, "cancel", "1") == (0, "job 1: cancelled (it had not started)\n")
+    assert [j["id"] for j in box.queue()["jobs"]] == [1, job]

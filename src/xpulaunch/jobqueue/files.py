@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import stat
@@ -23,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xpulaunch.errors import QueueError
+from xpulaunch.errors import LeaseError, QueueError
 from xpulaunch.leases.lock_directory import LockDirectory
 
 JOBS_PREFIX = "queue-jobs-"
@@ -35,10 +34,6 @@ _PRIVATE = 0o700
 _SPEC_MAX_BYTES = 8 * 1024 * 1024  # an environment and a command line, with room to spare
 # A runner that starts while someone probes its lock (for microseconds) tries again.
 _LOCK_TRIES_S = 1.0
-# A FIFO without a reader, full, gone, another user's, or a link (O_NOFOLLOW) wakes nobody.
-_QUIET_ERRNOS = frozenset(
-    {errno.ENXIO, errno.EAGAIN, errno.ENOENT, errno.EACCES, errno.EPERM, errno.ELOOP}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +181,10 @@ class RunnerLock:
 def runner_pid(directory: LockDirectory, uid: int) -> int | None:
     """The pid of ``uid``'s live runner; None when none runs."""
     name = f"{RUNNER_PREFIX}{uid}{RUNNER_SUFFIX}"
-    fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+    try:
+        fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+    except LeaseError:
+        return None  # a folder, FIFO or link by that name (anyone may make one): no runner's
     if fd is None:
         return None
     try:
@@ -239,19 +237,23 @@ class WakePipe:
 
 
 def notify(directory: LockDirectory) -> None:
-    """Wake every runner of the directory (a byte in each FIFO; a full or readerless one is
-    fine: its runner is awake or gone)."""
+    """Wake every runner of the directory (a byte in each FIFO). One that cannot be woken is
+    left to its next look at the queue, which comes every few seconds anyway: a full or
+    readerless FIFO (its runner is awake or gone), or whatever else bears a FIFO's name (a
+    folder, another user's file, a link: anyone may make one in a shared directory). Never an
+    error: the change it tells of is committed already, and a caller that failed now would
+    have its user do it twice."""
     for name in directory.names(WAKE_PREFIX, ""):
         try:
             fd = os.open(directory.join(name), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-            try:
-                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+        except OSError:
+            continue
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                with contextlib.suppress(BlockingIOError, BrokenPipeError):  # full; no reader
                     os.write(fd, b"\0")
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.errno not in _QUIET_ERRNOS:
-                raise QueueError(f"cannot wake the runner through {name}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
 
 
 def job_env(spec: JobSpec, job_id: int, directory: LockDirectory) -> Mapping[str, str]:
