@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +194,33 @@ def test_what_anyone_may_plant_in_a_shared_lock_directory_holds_no_queue_up(
     assert set(box.runner_pids()) == {"root"}
     assert lines(box, "cancel", "1") == (0, "job 1: cancelled (it had not started)\n")
     assert [j["id"] for j in box.queue()["jobs"]] == [1, job]
+
+
+@pytest.mark.parametrize(
+    ("name", "plant"),
+    [
+        ("queue-wake-0", lambda path: path.write_text("")),
+        ("queue-wake-0", os.mkfifo),
+        ("queue-runner-0.lock", lambda path: path.write_text("")),
+        ("queue-runner-0.lock", os.mkdir),
+    ],
+)
+def test_a_runner_that_could_not_start_is_said_at_submit(
+    box: QueueBox, name: str, plant: Callable[[Path], object]
+) -> None:
+    """Another user's file in the way of this user's runner: submit says so and queues
+    nothing. (Before, it queued the job and printed its id; the runner it started died at
+    once, in its log, and the job waited for ever; `xpulaunch runner` said "started".)"""
+    box.submit("--hold", "--", "true")
+    box.stop_runner()
+    (box.lock_dir / name).unlink()
+    plant(box.lock_dir / name)
+    os.chown(box.lock_dir / name, NOBODY, NOBODY)
+    expected = (
+        f"xpulaunch: error: {box.lock_dir / name} (made by user nobody) is not your runner's: "
+        "no runner of yours can start while it is there; have its owner (or root) remove it, "
+        "or use --lock-dir DIR (or XPULAUNCH_LOCK_DIR)"
+    )
+    assert lines(box, "submit", "--inventory", str(box.inventory), "--", "true") == (1, expected)
+    assert lines(box, "runner") == (1, expected)
+    assert [(j["id"], j["state"]) for j in box.queue()["jobs"]] == [(1, "held")]

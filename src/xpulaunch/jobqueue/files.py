@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xpulaunch.errors import LeaseError, QueueError
-from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.lock_directory import LockDirectory, owner_of
 
 JOBS_PREFIX = "queue-jobs-"
 RUNNER_PREFIX, RUNNER_SUFFIX = "queue-runner-", ".lock"
@@ -194,6 +194,30 @@ def runner_pid(directory: LockDirectory, uid: int) -> int | None:
     finally:
         os.close(fd)
     return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def check_runner_files(directory: LockDirectory, uid: int) -> None:
+    """Raise the error ``uid``'s runner would stop with at its start (in a log nobody reads,
+    its jobs waiting for ever): its lock or its wake-up FIFO is there already, but not a
+    regular file or a FIFO of that user's (anyone may make one in a shared directory)."""
+    names = {
+        f"{RUNNER_PREFIX}{uid}{RUNNER_SUFFIX}": stat.S_ISREG,
+        f"{WAKE_PREFIX}{uid}": stat.S_ISFIFO,
+    }
+    for name, right_kind in names.items():
+        path = directory.join(name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # the runner makes it
+        except OSError as exc:
+            raise QueueError(f"cannot use {path}: {exc.strerror}") from exc
+        if st.st_uid != uid or not right_kind(st.st_mode):
+            raise QueueError(
+                f"{path} (made by {owner_of(path)}) is not your runner's: no runner of yours "
+                "can start while it is there; have its owner (or root) remove it, or use "
+                "--lock-dir DIR (or XPULAUNCH_LOCK_DIR)"
+            )
 
 
 def live_runners(directory: LockDirectory) -> dict[int, int]:
