@@ -20,7 +20,7 @@ import pytest
 from helpers import lock_is_free, wait_for
 from queue_kit import JOB, QueueBox, elapsed, overlaps, wait_gone
 from xpulaunch.core.jobs import Job, JobState
-from xpulaunch.jobqueue import actions, job_process
+from xpulaunch.jobqueue import actions, job_process, runner as runner_module
 from xpulaunch.jobqueue.files import JobSpec, RunnerLock
 from xpulaunch.jobqueue.runner import Runner
 from xpulaunch.jobqueue.store import Store
@@ -337,3 +337,58 @@ def test_a_job_cancelled_while_its_runner_died_starting_it_never_runs(box: Queue
     assert jobs[str(job_id)]["reason"] == "cancelled before its run started"
     assert jobs[str(job_id)]["pid"] is None
     assert box.records() == []
+
+
+class SteppedClock:
+    """The runner's ``time`` module with its wall clock stepped by ``step_s`` (NTP, a VM
+    resumed); its monotonic clock goes on as the host's."""
+
+    def __init__(self) -> None:
+        self.step_s = 0.0
+        self.monotonic, self.sleep, self.strftime = time.monotonic, time.sleep, time.strftime
+
+    def time(self) -> float:
+        return time.time() + self.step_s
+
+
+def test_a_clock_stepped_forward_after_a_cancel_leaves_the_workers_their_grace(
+    box: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled job's run is killed by its runner only once its grace (and a margin) is
+    over, on the monotonic clock. (Before, the runner counted from the wall-clock time of
+    the cancel: a clock stepped an hour forward had it SIGKILL the run at once, and the
+    workers never got their grace.)"""
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    job_id = box.submit("--gpus", "1", "--grace", "2", "--hold", "--", sys.executable, "-c",
+                        stubborn)  # fmt: skip
+    box.stop_runner()
+    clock = SteppedClock()
+    monkeypatch.setattr(runner_module, "time", clock)
+    env = box.env()
+    directory = actions.queue_directory(str(box.lock_dir), env)
+    lock = RunnerLock(directory, os.getuid())  # this test is the user's runner
+    assert lock.acquire()
+    store = Store.open(directory, env, create=False)
+    assert store is not None
+    try:
+        runner = Runner(directory, env, log=lambda line: None)
+
+        def reached(state: JobState) -> Job | None:
+            runner.turn(store)
+            job = store.job(job_id)
+            return job if job is not None and job.state in (state, JobState.FAILED) else None
+
+        box.cli("release", "--lock-dir", box.lock_dir, str(job_id))
+        running = wait_for(lambda: reached(JobState.RUNNING), "the job to run")
+        assert running.state is JobState.RUNNING
+        box.cli("cancel", "--lock-dir", box.lock_dir, str(job_id))
+        cancelled_s = time.monotonic()
+        clock.step_s = 3600.0
+        job = wait_for(lambda: reached(JobState.CANCELLED), "the job to end", timeout_s=30)
+    finally:
+        store.close()
+        lock.release()
+    assert elapsed(cancelled_s) >= 2.0  # its --grace
+    assert (job.state, job.exit_code) == (JobState.CANCELLED, 128 + signal.SIGTERM)
+    assert job.reason is not None and "SIGKILL" not in job.reason
+    wait_for(lambda: box.status()["leases"] == [], "the lease to end")

@@ -74,6 +74,7 @@ class Runner:
         self._seen: tuple[int, tuple[int, ...]] | None = None  # data_version, live runners
         self._busy = True
         self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
+        self._cancels_seen: dict[int, float] = {}  # job id -> when we saw its cancel
         self._lock = RunnerLock(directory, self.uid)
 
     def serve(self) -> bool:
@@ -148,7 +149,7 @@ class Runner:
         changed = self._watch(store)
         runners = live_runners(self.directory)
         seen = (store.data_version(), tuple(sorted(runners)))
-        due = self._deadline_s is not None and time.time() >= self._deadline_s
+        due = self._deadline_s is not None and time.monotonic() >= self._deadline_s
         if not changed and not due and seen == self._seen:
             return self._busy
         jobs = store.with_dependencies()
@@ -173,6 +174,7 @@ class Runner:
                 self._finish(store, process)
                 process.close()
                 del self._processes[job_id]
+                self._cancels_seen.pop(job_id, None)
                 changed = True
         return changed
 
@@ -226,14 +228,18 @@ class Runner:
 
     def _escalate(self, mine: list[Job]) -> None:
         """Kill the run of a cancelled job still there ``grace + margin`` after the cancel:
-        its guardian then stops the workers and the leases end with them."""
-        now_s = time.time()
+        its guardian then stops the workers and the leases end with them. Counted on the
+        monotonic clock from when this runner saw the cancel (at once: the cancel wakes it),
+        not from the wall-clock time it was made: a clock stepped forward (NTP, a resumed VM)
+        would have the run killed while its workers still had their grace."""
+        now_s = time.monotonic()
         self._deadline_s = None
         for job in mine:
             process = self._processes.get(job.id)
             if process is None or job.cancel_requested_s is None:
                 continue
-            deadline_s = job.cancel_requested_s + job.grace_s + CANCEL_MARGIN_S
+            seen_s = self._cancels_seen.setdefault(job.id, now_s)
+            deadline_s = seen_s + job.grace_s + CANCEL_MARGIN_S
             if now_s < deadline_s:
                 self._deadline_s = min(self._deadline_s or deadline_s, deadline_s)
             elif process.signal(signal.SIGKILL):
@@ -326,7 +332,7 @@ class Runner:
         if any(not p.leased and not p.waiting for p in processes):
             timeout_s = STARTING_POLL_S
         if self._deadline_s is not None:
-            timeout_s = max(min(timeout_s, self._deadline_s - time.time()), 0.0)
+            timeout_s = max(min(timeout_s, self._deadline_s - time.monotonic()), 0.0)
         fds = [self._wake.fd, *(p.pidfd for p in processes if p.pidfd is not None)]
         select.select(fds, [], [], timeout_s)
         self._wake.drain()
