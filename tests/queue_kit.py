@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -147,6 +148,12 @@ class QueueBox:
     def runner_pids(self) -> dict[str, int]:
         runners: dict[str, int] = self.queue()["runners"]
         return runners
+
+    def stop_runner(self) -> None:
+        """Stop the runner that ``submit`` started (SIGTERM: its jobs stay as they are)."""
+        pid = wait_for(lambda: self.runner_pids().get("root"), "the runner submit started")
+        os.kill(pid, signal.SIGTERM)
+        wait_gone(pid)
 
     def start(self, *args: str | Path, uid: int = 0) -> subprocess.Popen[str]:
         """A command in the background (a plain launch, ``top``)."""

@@ -3,14 +3,17 @@ jobs, a corrupt or locked database, a lock directory on NFS, a job that can neve
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from helpers import one_line_error
-from queue_kit import QueueBox
+from queue_kit import NOBODY, QueueBox
 
 pytestmark = pytest.mark.slow
 UNKNOWN = "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"
@@ -144,3 +147,80 @@ def test_a_runner_lock_named_by_a_digit_int_cannot_read_is_ignored(box: QueueBox
     box.submit("--gpus", "1", "--", "true")
     (box.lock_dir / "queue-runner-².lock").write_text("²")
     assert "²" not in str(box.runner_pids())
+
+
+def test_a_database_moved_aside_leaves_no_old_job_in_the_new_ones(box: QueueBox) -> None:
+    """The error above says to move a bad database aside: ids start at 1 again, and a new
+    job must not take over the folder (console, events, logs) of the old job of its id."""
+    old = box.submit("--gpus", "1", "--", "sh", "-c", "echo old output")
+    box.wait_states({old: "done"})
+    box.stop_runner()
+    for name in ("queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"):
+        if (box.lock_dir / name).exists():
+            (box.lock_dir / name).rename(box.lock_dir / f"{name}.bad")
+    new = box.submit("--gpus", "1", "--hold", "--", "sh", "-c", "echo new output")
+    assert new == old
+    assert lines(box, "logs", str(new)) == (
+        1,
+        f"xpulaunch: error: job {new} has not started yet (held); "
+        f"'xpulaunch logs -f {new}' waits for it",
+    )
+    box.cli("release", "--lock-dir", box.lock_dir, str(new))
+    box.wait_states({new: "done"})
+    out = box.cli("logs", "--lock-dir", box.lock_dir, str(new)).stdout
+    assert "new output" in out and "old output" not in out
+    (aside,) = (box.lock_dir / "queue-jobs-0").glob(f"{old}.old-*")
+    assert "old output" in "".join(p.read_text() for p in aside.rglob("*.log"))
+
+
+def test_what_anyone_may_plant_in_a_shared_lock_directory_holds_no_queue_up(
+    box: QueueBox,
+) -> None:
+    """Another user's folder, FIFO or link named as some runner's lock or wake-up FIFO: no
+    runner, nobody to wake. (Before, a lock that was not a regular file failed every `queue`,
+    `top` and runner; a wake-up "FIFO" that was a folder failed every submit, cancel and
+    release after its change was committed, so a retried submit queued the job twice.)"""
+    box.submit("--hold", "--", "true")
+    box.stop_runner()
+    os.mkdir(box.lock_dir / "queue-runner-4242.lock")
+    os.mkfifo(box.lock_dir / "queue-runner-4343.lock")
+    os.symlink("/etc/hostname", box.lock_dir / "queue-runner-4444.lock")
+    os.mkdir(box.lock_dir / "queue-wake-4242")
+    for name in ("queue-runner-4242.lock", "queue-runner-4343.lock", "queue-wake-4242"):
+        os.chown(box.lock_dir / name, NOBODY, NOBODY)
+    os.lchown(box.lock_dir / "queue-runner-4444.lock", NOBODY, NOBODY)
+    job = box.submit("--gpus", "1", "--", "true")
+    assert box.wait_states({job: "done"})[str(job)]["exit_code"] == 0
+    assert set(box.runner_pids()) == {"root"}
+    assert lines(box, "cancel", "1") == (0, "job 1: cancelled (it had not started)\n")
+    assert [j["id"] for j in box.queue()["jobs"]] == [1, job]
+
+
+@pytest.mark.parametrize(
+    ("name", "plant"),
+    [
+        ("queue-wake-0", lambda path: path.write_text("")),
+        ("queue-wake-0", os.mkfifo),
+        ("queue-runner-0.lock", lambda path: path.write_text("")),
+        ("queue-runner-0.lock", os.mkdir),
+    ],
+)
+def test_a_runner_that_could_not_start_is_said_at_submit(
+    box: QueueBox, name: str, plant: Callable[[Path], object]
+) -> None:
+    """Another user's file in the way of this user's runner: submit says so and queues
+    nothing. (Before, it queued the job and printed its id; the runner it started died at
+    once, in its log, and the job waited for ever; `xpulaunch runner` said "started".)"""
+    box.submit("--hold", "--", "true")
+    box.stop_runner()
+    (box.lock_dir / name).unlink()
+    plant(box.lock_dir / name)
+    os.chown(box.lock_dir / name, NOBODY, NOBODY)
+    expected = (
+        f"xpulaunch: error: {box.lock_dir / name} (made by user nobody) is not your runner's: "
+        "no runner of yours can start while it is there; have its owner (or root) remove it, "
+        "or use --lock-dir DIR (or XPULAUNCH_LOCK_DIR)"
+    )
+    assert lines(box, "submit", "--inventory", str(box.inventory), "--", "true") == (1, expected)
+    assert lines(box, "runner") == (1, expected)
+    assert [(j["id"], j["state"]) for j in box.queue()["jobs"]] == [(1, "held")]

@@ -4,9 +4,11 @@ runner started on demand, jobs run by ``xpulaunch run --wait`` holding real leas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -16,7 +18,13 @@ from typing import Any
 import pytest
 
 from helpers import lock_is_free, wait_for
-from queue_kit import JOB, QueueBox, overlaps, wait_gone
+from queue_kit import JOB, QueueBox, elapsed, overlaps, wait_gone
+from xpulaunch.core.jobs import Job, JobState
+from xpulaunch.jobqueue import actions, job_process, runner as runner_module
+from xpulaunch.jobqueue.files import JobSpec, RunnerLock
+from xpulaunch.jobqueue.runner import Runner
+from xpulaunch.jobqueue.store import Store
+from xpulaunch.leases.lock_directory import LockDirectory
 
 pytestmark = pytest.mark.slow
 
@@ -265,3 +273,122 @@ def test_jobs_sharing_one_events_file_each_read_their_own(box: QueueBox) -> None
     assert jobs[str(second)]["devices"] == ["nvidia 0 (0000:00:06.0)"]
     kinds = [line.split('"event":"')[1].split('"')[0] for line in events.read_text().splitlines()]
     assert kinds.count("lease_acquired") == 2 and kinds.count("stopped") == 2
+
+
+def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
+    box: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cancel`` lands between the runner marking the job started and recording its run's
+    pid: it finds no pid to signal, so the runner must. (Before, the run went on for its
+    grace and ten seconds more, then was killed with SIGKILL: its workers got no grace.)"""
+    job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("late", 60))
+    box.stop_runner()
+    env = box.env()
+    directory = actions.queue_directory(str(box.lock_dir), env)
+    said = []
+
+    def cancelled_meanwhile(job: Job, spec: JobSpec, where: LockDirectory) -> Any:
+        with Store.open(where, env, create=False) as other:  # type: ignore[union-attr]
+            said.append(actions.cancel(where, other, job.id))
+        return real_start(job, spec, where)
+
+    real_start = job_process.start
+    monkeypatch.setattr(job_process, "start", cancelled_meanwhile)
+    lock = RunnerLock(directory, os.getuid())  # this test is the user's runner
+    assert lock.acquire()
+    store = Store.open(directory, env, create=False)
+    assert store is not None
+    try:
+        runner = Runner(directory, env, log=lambda line: None)
+        box.cli("release", "--lock-dir", box.lock_dir, str(job_id))
+        start_s = time.monotonic()
+
+        def ended() -> Job | None:
+            runner.turn(store)
+            job = store.job(job_id)
+            return job if job is not None and job.state.ended else None
+
+        job = wait_for(ended, "the job cancelled while it started to end", timeout_s=15)
+        assert elapsed(start_s) < 10  # its grace is 10 s: it was not waited for
+    finally:
+        store.close()
+        lock.release()
+    assert said == [f"job {job_id}: cancelled; its run is ending (its runner records it)"]
+    assert job.state is JobState.CANCELLED
+    assert job.exit_code == 128 + signal.SIGTERM
+    assert box.records() == []
+    wait_for(lambda: box.status()["leases"] == [], "the lease to end")
+
+
+def test_a_job_cancelled_while_its_runner_died_starting_it_never_runs(box: QueueBox) -> None:
+    """A runner killed after marking a job started but before starting its run, and the job
+    cancelled meanwhile: the next runner ends it; it does not put it back in line."""
+    job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("never", 0))
+    box.stop_runner()
+    database = box.lock_dir / "queue.sqlite"
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as db:
+        db.execute(  # as the runner left it
+            "UPDATE jobs SET state = 'starting', started_s = ? WHERE id = ?", (time.time(), job_id)
+        )
+    out = box.cli("cancel", "--lock-dir", box.lock_dir, str(job_id)).stdout
+    assert out == f"job {job_id}: cancelled; its run is ending (its runner records it)\n"
+    box.cli("runner", "--lock-dir", box.lock_dir)
+    jobs = box.wait_states({job_id: "cancelled"})
+    assert jobs[str(job_id)]["reason"] == "cancelled before its run started"
+    assert jobs[str(job_id)]["pid"] is None
+    assert box.records() == []
+
+
+class SteppedClock:
+    """The runner's ``time`` module with its wall clock stepped by ``step_s`` (NTP, a VM
+    resumed); its monotonic clock goes on as the host's."""
+
+    def __init__(self) -> None:
+        self.step_s = 0.0
+        self.monotonic, self.sleep, self.strftime = time.monotonic, time.sleep, time.strftime
+
+    def time(self) -> float:
+        return time.time() + self.step_s
+
+
+def test_a_clock_stepped_forward_after_a_cancel_leaves_the_workers_their_grace(
+    box: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled job's run is killed by its runner only once its grace (and a margin) is
+    over, on the monotonic clock. (Before, the runner counted from the wall-clock time of
+    the cancel: a clock stepped an hour forward had it SIGKILL the run at once, and the
+    workers never got their grace.)"""
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    job_id = box.submit("--gpus", "1", "--grace", "2", "--hold", "--", sys.executable, "-c",
+                        stubborn)  # fmt: skip
+    box.stop_runner()
+    clock = SteppedClock()
+    monkeypatch.setattr(runner_module, "time", clock)
+    env = box.env()
+    directory = actions.queue_directory(str(box.lock_dir), env)
+    lock = RunnerLock(directory, os.getuid())  # this test is the user's runner
+    assert lock.acquire()
+    store = Store.open(directory, env, create=False)
+    assert store is not None
+    try:
+        runner = Runner(directory, env, log=lambda line: None)
+
+        def reached(state: JobState) -> Job | None:
+            runner.turn(store)
+            job = store.job(job_id)
+            return job if job is not None and job.state in (state, JobState.FAILED) else None
+
+        box.cli("release", "--lock-dir", box.lock_dir, str(job_id))
+        running = wait_for(lambda: reached(JobState.RUNNING), "the job to run")
+        assert running.state is JobState.RUNNING
+        box.cli("cancel", "--lock-dir", box.lock_dir, str(job_id))
+        cancelled_s = time.monotonic()
+        clock.step_s = 3600.0
+        job = wait_for(lambda: reached(JobState.CANCELLED), "the job to end", timeout_s=30)
+    finally:
+        store.close()
+        lock.release()
+    assert elapsed(cancelled_s) >= 2.0  # its --grace
+    assert (job.state, job.exit_code) == (JobState.CANCELLED, 128 + signal.SIGTERM)
+    assert job.reason is not None and "SIGKILL" not in job.reason
+    wait_for(lambda: box.status()["leases"] == [], "the lease to end")

@@ -71,6 +71,7 @@ def _submit(
     if store is None:  # pragma: no cover - created
         raise UsageError(f"cannot create the queue in {directory.root}")
     with store:
+        actions.runner_can_start(directory)
         job_id = actions.submit(directory, store, job)
     actions.ensure_runner(directory, env)
     click.echo(str(job_id))

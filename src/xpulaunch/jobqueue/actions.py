@@ -26,6 +26,7 @@ from xpulaunch.jobqueue.files import (
     LOGS_NAME,
     RUNNER_LOG,
     JobSpec,
+    check_runner_files,
     make_job_folder,
     make_private,
     notify,
@@ -215,11 +216,20 @@ def parse_ids(texts: Sequence[str]) -> list[int | str]:
     return ids
 
 
+def runner_can_start(directory: LockDirectory) -> None:
+    """Raise why this user's runner could not start, unless one runs (``submit`` asks before
+    it queues a job that would otherwise wait for ever)."""
+    uid = os.getuid()
+    if runner_pid(directory, uid) is None:
+        check_runner_files(directory, uid)
+
+
 def ensure_runner(directory: LockDirectory, env: Mapping[str, str]) -> int | None:
     """Start this user's runner for ``directory`` unless one runs; its pid if started."""
     uid = os.getuid()
     if runner_pid(directory, uid) is not None:
         return None
+    check_runner_files(directory, uid)  # its own start would fail in its log, not here
     folder = user_folder(directory, uid)
     make_private(folder)
     argv = [sys.executable, "-m", "xpulaunch", "runner", "--foreground"]

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import stat
@@ -23,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xpulaunch.errors import QueueError
-from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.errors import LeaseError, QueueError
+from xpulaunch.leases.lock_directory import LockDirectory, owner_of
 
 JOBS_PREFIX = "queue-jobs-"
 RUNNER_PREFIX, RUNNER_SUFFIX = "queue-runner-", ".lock"
@@ -35,10 +34,6 @@ _PRIVATE = 0o700
 _SPEC_MAX_BYTES = 8 * 1024 * 1024  # an environment and a command line, with room to spare
 # A runner that starts while someone probes its lock (for microseconds) tries again.
 _LOCK_TRIES_S = 1.0
-# A FIFO without a reader, full, gone, another user's, or a link (O_NOFOLLOW) wakes nobody.
-_QUIET_ERRNOS = frozenset(
-    {errno.ENXIO, errno.EAGAIN, errno.ENOENT, errno.EACCES, errno.EPERM, errno.ELOOP}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +77,16 @@ def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
     check_user_folder(folder, uid)
     job = folder / str(job_id)
     if not make_private(job):
-        check_private(job, uid)  # an id reused after the database was moved aside
+        # An id used before, by a database since moved aside: that job's console, events
+        # and logs would pass for this one's (`logs` would show them, the runner would read
+        # its lease and its end). Kept, under another name, for whoever restores it.
+        check_private(job, uid)
+        aside = folder / f"{job_id}.old-{time.time_ns()}"
+        try:
+            os.rename(job, aside)
+        except OSError as exc:
+            raise QueueError(f"cannot move {job} aside to {aside.name}: {exc.strerror}") from exc
+        make_private(job)
     return job
 
 
@@ -177,7 +181,10 @@ class RunnerLock:
 def runner_pid(directory: LockDirectory, uid: int) -> int | None:
     """The pid of ``uid``'s live runner; None when none runs."""
     name = f"{RUNNER_PREFIX}{uid}{RUNNER_SUFFIX}"
-    fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+    try:
+        fd = directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+    except LeaseError:
+        return None  # a folder, FIFO or link by that name (anyone may make one): no runner's
     if fd is None:
         return None
     try:
@@ -187,6 +194,30 @@ def runner_pid(directory: LockDirectory, uid: int) -> int | None:
     finally:
         os.close(fd)
     return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def check_runner_files(directory: LockDirectory, uid: int) -> None:
+    """Raise the error ``uid``'s runner would stop with at its start (in a log nobody reads,
+    its jobs waiting for ever): its lock or its wake-up FIFO is there already, but not a
+    regular file or a FIFO of that user's (anyone may make one in a shared directory)."""
+    names = {
+        f"{RUNNER_PREFIX}{uid}{RUNNER_SUFFIX}": stat.S_ISREG,
+        f"{WAKE_PREFIX}{uid}": stat.S_ISFIFO,
+    }
+    for name, right_kind in names.items():
+        path = directory.join(name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # the runner makes it
+        except OSError as exc:
+            raise QueueError(f"cannot use {path}: {exc.strerror}") from exc
+        if st.st_uid != uid or not right_kind(st.st_mode):
+            raise QueueError(
+                f"{path} (made by {owner_of(path)}) is not your runner's: no runner of yours "
+                "can start while it is there; have its owner (or root) remove it, or use "
+                "--lock-dir DIR (or XPULAUNCH_LOCK_DIR)"
+            )
 
 
 def live_runners(directory: LockDirectory) -> dict[int, int]:
@@ -230,19 +261,23 @@ class WakePipe:
 
 
 def notify(directory: LockDirectory) -> None:
-    """Wake every runner of the directory (a byte in each FIFO; a full or readerless one is
-    fine: its runner is awake or gone)."""
+    """Wake every runner of the directory (a byte in each FIFO). One that cannot be woken is
+    left to its next look at the queue, which comes every few seconds anyway: a full or
+    readerless FIFO (its runner is awake or gone), or whatever else bears a FIFO's name (a
+    folder, another user's file, a link: anyone may make one in a shared directory). Never an
+    error: the change it tells of is committed already, and a caller that failed now would
+    have its user do it twice."""
     for name in directory.names(WAKE_PREFIX, ""):
         try:
             fd = os.open(directory.join(name), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-            try:
-                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+        except OSError:
+            continue
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                with contextlib.suppress(BlockingIOError, BrokenPipeError):  # full; no reader
                     os.write(fd, b"\0")
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.errno not in _QUIET_ERRNOS:
-                raise QueueError(f"cannot wake the runner through {name}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
 
 
 def job_env(spec: JobSpec, job_id: int, directory: LockDirectory) -> Mapping[str, str]:

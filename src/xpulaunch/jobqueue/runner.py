@@ -74,6 +74,7 @@ class Runner:
         self._seen: tuple[int, tuple[int, ...]] | None = None  # data_version, live runners
         self._busy = True
         self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
+        self._cancels_seen: dict[int, float] = {}  # job id -> when we saw its cancel
         self._lock = RunnerLock(directory, self.uid)
 
     def serve(self) -> bool:
@@ -148,7 +149,7 @@ class Runner:
         changed = self._watch(store)
         runners = live_runners(self.directory)
         seen = (store.data_version(), tuple(sorted(runners)))
-        due = self._deadline_s is not None and time.time() >= self._deadline_s
+        due = self._deadline_s is not None and time.monotonic() >= self._deadline_s
         if not changed and not due and seen == self._seen:
             return self._busy
         jobs = store.with_dependencies()
@@ -173,6 +174,7 @@ class Runner:
                 self._finish(store, process)
                 process.close()
                 del self._processes[job_id]
+                self._cancels_seen.pop(job_id, None)
                 changed = True
         return changed
 
@@ -226,14 +228,18 @@ class Runner:
 
     def _escalate(self, mine: list[Job]) -> None:
         """Kill the run of a cancelled job still there ``grace + margin`` after the cancel:
-        its guardian then stops the workers and the leases end with them."""
-        now_s = time.time()
+        its guardian then stops the workers and the leases end with them. Counted on the
+        monotonic clock from when this runner saw the cancel (at once: the cancel wakes it),
+        not from the wall-clock time it was made: a clock stepped forward (NTP, a resumed VM)
+        would have the run killed while its workers still had their grace."""
+        now_s = time.monotonic()
         self._deadline_s = None
         for job in mine:
             process = self._processes.get(job.id)
             if process is None or job.cancel_requested_s is None:
                 continue
-            deadline_s = job.cancel_requested_s + job.grace_s + CANCEL_MARGIN_S
+            seen_s = self._cancels_seen.setdefault(job.id, now_s)
+            deadline_s = seen_s + job.grace_s + CANCEL_MARGIN_S
             if now_s < deadline_s:
                 self._deadline_s = min(self._deadline_s or deadline_s, deadline_s)
             elif process.signal(signal.SIGKILL):
@@ -267,8 +273,14 @@ class Runner:
             return True
         with store.write():
             store.update(job.id, pid=process.pid, pid_ticks=process.ticks)
+            cancelled = (store.job(job.id) or job).cancel_requested_s is not None
         self._processes[job.id] = process
         self._say(f"job {job.id} started: pid {process.pid}")
+        if cancelled and process.signal(signal.SIGTERM):
+            # Cancelled while it started: `cancel` found no pid to signal, so its SIGTERM
+            # (and the workers' --grace) comes from here. Whichever of the two commits
+            # second sees the other's write, so the run gets exactly one SIGTERM.
+            self._say(f"job {job.id}: cancelled while it started; stopping it (SIGTERM)")
         return True
 
     def _adopt(self, store: Store) -> None:
@@ -279,6 +291,7 @@ class Runner:
             job = self._with_pid(store, row)
             if job is None:
                 continue
+            cancelled = row.pid is None and job.cancel_requested_s is not None
             try:
                 spec = read_spec(job_folder(self.directory, self.uid, job.id), self.uid)
             except QueueError as exc:
@@ -288,6 +301,8 @@ class Runner:
             process.leased = job.state is JobState.RUNNING
             self._processes[job.id] = process
             self._say(f"job {job.id}: adopted its run, pid {job.pid}")
+            if cancelled and process.signal(signal.SIGTERM):  # its cancel found no pid
+                self._say(f"job {job.id}: cancelled while it started; stopping it (SIGTERM)")
 
     def _with_pid(self, store: Store, job: Job) -> Job | None:
         """The job with its run's pid; None when no run of it exists (an earlier runner
@@ -296,11 +311,15 @@ class Runner:
             return job
         found = job_process.find_started(job.id, self.directory)
         with store.write():
+            cancelled = (store.job(job.id) or job).cancel_requested_s is not None
+            if found is None and cancelled:  # cancelled meanwhile: it never runs
+                store.end(job.id, JobState.CANCELLED, "cancelled before its run started")
+                return None
             if found is None:
                 store.update(job.id, state=JobState.QUEUED, started_s=None)
                 return None
             store.update(job.id, pid=found[0], pid_ticks=found[1])
-        return store.job(job.id)
+            return store.job(job.id)
 
     def _sleep(self) -> None:
         assert self._wake is not None
@@ -313,7 +332,7 @@ class Runner:
         if any(not p.leased and not p.waiting for p in processes):
             timeout_s = STARTING_POLL_S
         if self._deadline_s is not None:
-            timeout_s = max(min(timeout_s, self._deadline_s - time.time()), 0.0)
+            timeout_s = max(min(timeout_s, self._deadline_s - time.monotonic()), 0.0)
         fds = [self._wake.fd, *(p.pidfd for p in processes if p.pidfd is not None)]
         select.select(fds, [], [], timeout_s)
         self._wake.drain()
