@@ -204,6 +204,13 @@ def test_an_unknown_profile_names_the_ones_defined(project: Path) -> None:
     )
 
 
+def test_an_empty_profile_is_a_profile(project: Path) -> None:
+    """``[profiles.x]`` with no keys yet: -p x changes nothing (it was "no such profile; did
+    you mean 'x'? (defined: x)")."""
+    (project / "xpulaunch.toml").write_text("nproc-per-node = 2\n[profiles.x]\n")
+    assert planned(project, "-p", "x")["workers"] == 2
+
+
 def test_keys_for_another_command_are_valid(project: Path) -> None:
     """A project file may hold llama's options too; run ignores what it does not have."""
     (project / "xpulaunch.toml").write_text("replicas = 2\nnproc-per-node = 2\n")
