@@ -159,6 +159,10 @@ def test_config_show_text(project: Path) -> None:
         ("events = ''\n", "events: expected a value, not ''"),
         ("a = " + "[" * 100_000 + "\n", "nested too deeply"),
         (b"gpus = '\xff'\n", "not UTF-8 text"),
+        # TOML's \u0000: no command line or variable can hold one, and os.stat() or a socket
+        # raised ValueError or TypeError on it (a traceback).
+        ('log-dir = "a\\u0000b"\n', "log-dir: 'a\\x00b' holds a NUL character"),
+        ('master-addr = "a\\u0000b"\n', "master-addr: 'a\\x00b' holds a NUL character"),
     ],
 )
 def test_a_bad_file_is_one_line_with_file_and_key(

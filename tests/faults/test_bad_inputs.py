@@ -169,6 +169,12 @@ def test_an_accelerate_config_that_is_no_file_is_refused_at_once(
         ("num_processes: 2\nmain_process_port: 'abc'\n", "main_process_port: 'abc'"),
         ("num_processes: 2\nmain_process_port: 99999\n", "from 0 to 65535"),
         ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+        # Values a real run cannot use: the dry run printed a plan, and the real run died in
+        # Popen ("embedded null byte") or in the socket module (a part of a name over 63).
+        (
+            'fsdp_config:\n  fsdp_version: "2\\0"\n',
+            "fsdp_config.fsdp_version: the value holds a NUL",
+        ),
     ],
 )
 def test_bad_accelerate_values_are_one_line_naming_the_key(
