@@ -71,6 +71,24 @@ def test_status_without_a_router_is_one_line() -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["zero", "fifo", "huge"])
+def test_a_config_that_is_no_file_is_refused_at_once(tmp_path: Path, how: str) -> None:
+    """A FIFO blocked the open and /dev/zero was read for ever (both hung, the second eating
+    memory): the file is read as the inventory and accelerate configs are."""
+    config = tmp_path / "models.toml"
+    if how == "zero":
+        config.symlink_to("/dev/zero")
+    elif how == "fifo":
+        os.mkfifo(config)
+    else:
+        config.write_bytes(b"# " + b"x" * (5 * 2**20) + b"\n")
+    done = xpulaunch("llama", "serve", "--config", str(config), "--dry-run", timeout_s=30)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert f"--config {config}: " in line
+    assert ("larger than 4 MiB" if how == "huge" else "not a regular file") in line
+
+
 @pytest.mark.llama
 def test_the_dry_run_plans_each_model_with_its_estimate(
     model: Path, tmp_path: Path, llama_server: str
