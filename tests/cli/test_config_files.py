@@ -163,6 +163,7 @@ def test_config_show_text(project: Path) -> None:
         # raised ValueError or TypeError on it (a traceback).
         ('log-dir = "a\\u0000b"\n', "log-dir: 'a\\x00b' holds a NUL character"),
         ('master-addr = "a\\u0000b"\n', "master-addr: 'a\\x00b' holds a NUL character"),
+        ("master-addr = '" + "x" * 64 + "'\n", "is not a host name or address"),
     ],
 )
 def test_a_bad_file_is_one_line_with_file_and_key(

@@ -11,7 +11,7 @@ import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.llama_options import llama_binary_options, load_or_probe
-from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, Size
+from xpulaunch.cli.params import ANY_PORT, HOST, POSITIVE_SECONDS, SECONDS, Size
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.terminal import aligned
 from xpulaunch.cli.waiting import lock_dir_option
@@ -30,7 +30,7 @@ STATUS_TIMEOUT_S = 10.0
 @click.option("--config", "config_path", metavar="FILE", help="models.toml: [models.ID] tables.")
 @click.option("--port", type=ANY_PORT, default=8080, show_default=True,
               help="The one port clients use (0: a free port, printed).")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--host", type=HOST, default="127.0.0.1", show_default=True, help="Address to bind.")
 @llama_binary_options
 @click.option("--backend", envvar="XPULAUNCH_BACKEND", default="auto", show_default=True,
               metavar="auto|cuda|xpu|rocm|cpu", help="Vendor stack to use.")  # fmt: skip
