@@ -159,6 +159,11 @@ def test_config_show_text(project: Path) -> None:
         ("events = ''\n", "events: expected a value, not ''"),
         ("a = " + "[" * 100_000 + "\n", "nested too deeply"),
         (b"gpus = '\xff'\n", "not UTF-8 text"),
+        # TOML's \u0000: no command line or variable can hold one, and os.stat() or a socket
+        # raised ValueError or TypeError on it (a traceback).
+        ('log-dir = "a\\u0000b"\n', "log-dir: 'a\\x00b' holds a NUL character"),
+        ('master-addr = "a\\u0000b"\n', "master-addr: 'a\\x00b' holds a NUL character"),
+        ("master-addr = '" + "x" * 64 + "'\n", "is not a host name or address"),
     ],
 )
 def test_a_bad_file_is_one_line_with_file_and_key(
@@ -202,6 +207,13 @@ def test_an_unknown_profile_names_the_ones_defined(project: Path) -> None:
         "xpulaunch: error: --profile bog: no such profile; did you mean 'big'? "
         "(defined: big, small)\n"
     )
+
+
+def test_an_empty_profile_is_a_profile(project: Path) -> None:
+    """``[profiles.x]`` with no keys yet: -p x changes nothing (it was "no such profile; did
+    you mean 'x'? (defined: x)")."""
+    (project / "xpulaunch.toml").write_text("nproc-per-node = 2\n[profiles.x]\n")
+    assert planned(project, "-p", "x")["workers"] == 2
 
 
 def test_keys_for_another_command_are_valid(project: Path) -> None:

@@ -73,6 +73,11 @@ def test_bad_files_name_the_file_and_key(
     assert str(caught.value).startswith(message)
 
 
+def test_an_empty_profile_is_a_profile() -> None:
+    layer = Layer("f.toml", {"grace": 1, "profiles": {"empty": {}}})
+    assert merge([layer], VALID, "empty") == {"grace": Setting(1, "f.toml")}
+
+
 def test_a_profile_without_files_says_so() -> None:
     with pytest.raises(UsageError, match="--profile big: no config file found"):
         merge([], VALID, "big")

@@ -109,6 +109,51 @@ def test_an_unresolvable_llama_host_is_one_line(launch: Launch, tmp_path: Path) 
     assert "--host" in line and "cannot listen there" in line
 
 
+# Host names Python's socket module cannot hand to the resolver: it encodes a name to IDNA
+# first, and raises UnicodeError or TypeError (not socket.gaierror) for a part between dots
+# over 63 characters or bytes that are not UTF-8 (argv and the environment are decoded with
+# surrogateescape). From the command line, the environment or a cluster's variables, in a
+# dry run or a real one: one line naming the host, never the socket module's traceback.
+LONG_HOST = "x" * 64
+NOT_UTF8 = os.fsdecode(b"node\xff")
+BAD_HOSTS = [
+    (("run", "--dry-run", "--gpus", "none", "--master-addr", LONG_HOST, "true"), {}),
+    (("run", "--gpus", "none", "--master-addr", NOT_UTF8, "true"), {}),
+    (("run", "--gpus", "none", "--metrics-port", "0", "--metrics-host", "é" * 70, "true"), {}),
+    (("run", "--gpus", "none", "--nnodes", "2", "--node-rank", "1", "--join-timeout", "5",
+      "--rdzv-endpoint", f"{LONG_HOST}:29500", "true"), {}),
+    (("run", "--gpus", "none", "--nnodes", "2", "--node-rank", "1", "--join-timeout", "5",
+      "true"), {"MASTER_ADDR": LONG_HOST}),
+    (("torchrun", "--dry-run", "--gpus", "none", "x.py"), {"PET_MASTER_ADDR": NOT_UTF8}),
+    (("run", "--dry-run", "--gpus", "none", "true"), {"XPULAUNCH_METRICS_HOST": LONG_HOST}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "env"), BAD_HOSTS, ids=[str(i) for i in range(len(BAD_HOSTS))])
+def test_a_host_the_socket_module_cannot_encode_is_one_line(
+    launch: Launch, args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    line = one_line_error(launch, *args, env=env, timeout_s=30)
+    assert "not a host name or address" in line
+
+
+@pytest.mark.parametrize("command", ["llama", "serve"])
+def test_a_llama_host_the_socket_module_cannot_encode_is_one_line(
+    launch: Launch, tmp_path: Path, command: str
+) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.a]\nmodel = "{model}"\n')
+    what = ["llama", "--dry-run", "-m", str(model)] if command == "llama" else [
+        "llama", "serve", "--config", str(config)]  # fmt: skip
+    line = one_line_error(
+        launch, *what, "--host", LONG_HOST, "--binary", "/bin/true", "--llama-backend", "cpu",
+        "--inventory", document(tmp_path), timeout_s=30,
+    )  # fmt: skip
+    assert "--host" in line and "not a host name or address" in line
+
+
 # Numbers that str.isdigit() takes but int() refuses ("²" is a digit to Unicode), and signs
 # that a check by hand let through: each a one-line error, never int()'s traceback.
 NOT_NUMBERS = [
@@ -169,6 +214,13 @@ def test_an_accelerate_config_that_is_no_file_is_refused_at_once(
         ("num_processes: 2\nmain_process_port: 'abc'\n", "main_process_port: 'abc'"),
         ("num_processes: 2\nmain_process_port: 99999\n", "from 0 to 65535"),
         ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+        # Values a real run cannot use: the dry run printed a plan, and the real run died in
+        # Popen ("embedded null byte") or in the socket module (a part of a name over 63).
+        (
+            'fsdp_config:\n  fsdp_version: "2\\0"\n',
+            "fsdp_config.fsdp_version: the value holds a NUL",
+        ),
+        ("num_processes: 1\nmain_process_ip: " + "x" * 64 + "\n", "not a host name or address"),
     ],
 )
 def test_bad_accelerate_values_are_one_line_naming_the_key(

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,61 @@ def test_status_without_a_router_is_one_line() -> None:
     assert f"no model router answers at http://127.0.0.1:{port}/models/status" in one_line_error(
         done.stderr
     )
+
+
+@pytest.mark.parametrize("how", ["zero", "fifo", "huge"])
+def test_a_config_that_is_no_file_is_refused_at_once(tmp_path: Path, how: str) -> None:
+    """A FIFO blocked the open and /dev/zero was read for ever (both hung, the second eating
+    memory): the file is read as the inventory and accelerate configs are."""
+    config = tmp_path / "models.toml"
+    if how == "zero":
+        config.symlink_to("/dev/zero")
+    elif how == "fifo":
+        os.mkfifo(config)
+    else:
+        config.write_bytes(b"# " + b"x" * (5 * 2**20) + b"\n")
+    done = xpulaunch("llama", "serve", "--config", str(config), "--dry-run", timeout_s=30)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert f"--config {config}: " in line
+    assert ("larger than 4 MiB" if how == "huge" else "not a regular file") in line
+
+
+def _answering(answer: bytes) -> tuple[int, threading.Thread]:
+    """A one-request server on a free port that sends ``answer`` whatever it is asked."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener, listener.accept()[0] as connection:
+            connection.recv(65536)
+            connection.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+JSON_LIST = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n[1, 2]"
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [(b"garbage\r\n\r\n", "no model router answers"), (JSON_LIST, "not an xpulaunch model router")],
+)
+def test_status_of_something_else_on_the_port_is_one_line(answer: bytes, words: str) -> None:
+    """Not an HTTP server (http.client.BadStatusLine), or one that answers other JSON: both
+    were tracebacks."""
+    port, thread = _answering(answer)
+    done = xpulaunch("llama", "serve", "--status", "--port", str(port), timeout_s=30)
+    thread.join(timeout=10)
+    assert done.returncode == 2
+    assert words in one_line_error(done.stderr)
+
+
+def test_status_of_a_host_no_url_can_hold_is_one_line() -> None:
+    done = xpulaunch("llama", "serve", "--status", "--host", "a b")  # http.client.InvalidURL
+    assert done.returncode == 2
+    assert "no model router answers at http://a b:8080" in one_line_error(done.stderr)
 
 
 @pytest.mark.llama

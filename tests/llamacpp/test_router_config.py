@@ -61,6 +61,10 @@ def test_a_full_table_and_the_defaults() -> None:
             "'b' names both [models.a] and [models.b]",
         ),
         ({"models": {"a b": {"model": "m"}}}, "a model id must be non-empty printable text"),
+        # TOML's \u0000: os.stat() raised ValueError on the path (a traceback), and a server
+        # started with such an argument would die in Popen.
+        ({"models": {"a": {"model": "a\0b"}}}, "model: expected the path of a .gguf file"),
+        ({"models": {"a": {"model": "m", "args": ["-c", "8\0"]}}}, "holds a NUL character"),
     ],
 )
 def test_every_mistake_is_one_line_naming_table_and_key(document: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -83,6 +87,13 @@ def test_the_file_toml_errors_name_the_file(tmp_path: Path) -> None:
     assert raised.value.cli_message().startswith(f"--config {bad}: not valid TOML")
     with pytest.raises(UsageError, match="cannot read it"):
         read_config(tmp_path / "missing.toml")
+
+
+def test_a_config_nested_thousands_deep_is_one_line(tmp_path: Path) -> None:
+    deep = tmp_path / "models.toml"
+    deep.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")  # RecursionError in tomllib
+    with pytest.raises(UsageError, match="nested too deeply"):
+        read_config(deep)
 
 
 # -- decisions -------------------------------------------------------------------------------

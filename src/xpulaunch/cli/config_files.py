@@ -166,6 +166,8 @@ def _checked(option: click.Option, key: str, setting: Setting) -> Any:
         raise UsageError(f"{setting.source}: {key}: expected a value, not {value!r}")
     if isinstance(option.type, click.Path | click.Choice) and not isinstance(value, str):
         raise UsageError(f"{setting.source}: {key}: expected a string, not {value!r}")
+    if isinstance(value, str) and "\0" in value:  # TOML's \u0000: no argv or variable has one
+        raise UsageError(f"{setting.source}: {key}: {value!r} holds a NUL character")
     if isinstance(option.type, click.types.StringParamType):  # gpus = 2, nnodes = 2 read well
         if not isinstance(value, str | int):
             raise UsageError(f"{setting.source}: {key}: expected a string, not {value!r}")

@@ -10,7 +10,14 @@ import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.llama_options import llama_binary_options, load_or_probe
-from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, BackoffType, Integer
+from xpulaunch.cli.params import (
+    ANY_PORT,
+    HOST,
+    POSITIVE_SECONDS,
+    SECONDS,
+    BackoffType,
+    Integer,
+)
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.run_options import lease_parameters, plan_parameters
 from xpulaunch.cli.waiting import WaitReporter
@@ -43,7 +50,7 @@ if TYPE_CHECKING:
     type=Integer(1, 65535),
     help="Port of the first replica (the next ones count up). Default: free ports.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--host", type=HOST, default="127.0.0.1", show_default=True, help="Address to bind.")
 @llama_binary_options
 @click.option(
     "--ready-timeout",
@@ -130,6 +137,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--metrics-host",
+    type=HOST,
     default="127.0.0.1",
     show_default=True,
     envvar="XPULAUNCH_METRICS_HOST",

@@ -11,7 +11,7 @@ import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.llama_options import llama_binary_options, load_or_probe
-from xpulaunch.cli.params import ANY_PORT, POSITIVE_SECONDS, SECONDS, Size
+from xpulaunch.cli.params import ANY_PORT, HOST, POSITIVE_SECONDS, SECONDS, Size
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.terminal import aligned
 from xpulaunch.cli.waiting import lock_dir_option
@@ -30,7 +30,7 @@ STATUS_TIMEOUT_S = 10.0
 @click.option("--config", "config_path", metavar="FILE", help="models.toml: [models.ID] tables.")
 @click.option("--port", type=ANY_PORT, default=8080, show_default=True,
               help="The one port clients use (0: a free port, printed).")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--host", type=HOST, default="127.0.0.1", show_default=True, help="Address to bind.")
 @llama_binary_options
 @click.option("--backend", envvar="XPULAUNCH_BACKEND", default="auto", show_default=True,
               metavar="auto|cuda|xpu|rocm|cpu", help="Vendor stack to use.")  # fmt: skip
@@ -153,6 +153,7 @@ def _writer(stream: EventStream | None) -> Any:
 
 def _status(host: str, port: int, as_json: bool) -> int:
     """Ask the router at host:port (standard library: no aiohttp needed to look)."""
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -162,16 +163,23 @@ def _status(host: str, port: int, as_json: bool) -> int:
     try:
         with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_S) as answer:
             document = json.loads(answer.read())
-    except (OSError, ValueError) as exc:
+    # HTTPException: what answers is no HTTP server (BadStatusLine), or the URL cannot be
+    # sent (InvalidURL: a --host with a space); neither is an OSError or a ValueError.
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise UsageError(
             f"no model router answers at {url} ({reason}); start one with "
             "xpulaunch llama serve --config FILE"
         ) from None
+    models = document.get("models") if isinstance(document, dict) else None
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        raise UsageError(
+            f"what answers at {url} is not an xpulaunch model router (no list of models)"
+        )
     if as_json:
         click.echo(json.dumps(document, indent=2))
     else:
-        click.echo(_status_table(document.get("models", [])))
+        click.echo(_status_table(models))
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from xpulaunch.core.nodes import host_problem
 from xpulaunch.core.units import parse_size
 from xpulaunch.errors import UsageError
 from xpulaunch.launch.request import Backoff
@@ -174,7 +175,23 @@ class Names(ParamType):
         return frozenset(names)
 
 
+class Host(click.types.StringParamType):
+    """A host name or address that a socket call can take (``--master-addr``, ``--host``).
+    One it cannot (a part over 63 characters, bytes that are not UTF-8) made the socket
+    module raise UnicodeError or TypeError, a traceback, when the name was looked up."""
+
+    name = "host"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        host = super().convert(value, param, ctx)
+        why = host_problem(host)
+        if why is not None:
+            self.fail(f"{_shown(host)} is not a host name or address ({why})", param, ctx)
+        return host
+
+
 SECONDS = Seconds()
 POSITIVE_SECONDS = Seconds(positive=True)
 PORT = Integer(1, 65535)
 ANY_PORT = Integer(0, 65535)  # 0: a free one
+HOST = Host()

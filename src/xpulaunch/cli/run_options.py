@@ -20,6 +20,7 @@ import click
 
 from xpulaunch.cli.params import (
     ANY_PORT,
+    HOST,
     PORT,
     POSITIVE_SECONDS,
     SECONDS,
@@ -84,7 +85,7 @@ RUN_ONLY = (
     _spec("--device-map", type=click.Choice([m.value for m in DeviceMap]),
           help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one "
           "device, balanced for several)."),
-    _spec("--master-addr", torchrun=True,
+    _spec("--master-addr", type=HOST, torchrun=True,
           help="Node 0's address for the workers' rendezvous [default: 127.0.0.1, or "
           "MASTER_ADDR / the cluster's with several nodes]"),
     _spec("--master-port", type=PORT, torchrun=True, help="Default: a free port."),
@@ -143,7 +144,7 @@ OPERATIONS = (
           "and the workers' standard output goes to standard error)."),
     _spec("--metrics-port", type=ANY_PORT, envvar="XPULAUNCH_METRICS_PORT", metavar="PORT",
           help="Serve Prometheus metrics on http://HOST:PORT/metrics (0: a free port)."),
-    _spec("--metrics-host", default="127.0.0.1", show_default=True,
+    _spec("--metrics-host", type=HOST, default="127.0.0.1", show_default=True,
           envvar="XPULAUNCH_METRICS_HOST", help="Address the metrics endpoint listens on."),
     # Below a tenth of a second the probe loop would keep a core busy.
     _spec("--metrics-interval", type=Seconds(minimum=0.1), default=10.0, show_default=True,

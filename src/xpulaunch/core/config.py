@@ -50,7 +50,7 @@ def merge(
             settings = _settings(section, f"{layer.source} [{PROFILES}.{name}]", valid)
             if name == profile:
                 merged.update(settings)
-    if profile is not None and not any(_profiles(lay).get(profile) for lay in layers):
+    if profile is not None and not any(profile in _profiles(lay) for lay in layers):
         raise UsageError(_unknown_profile(profile, layers))
     return merged
 

@@ -87,6 +87,8 @@ def resolve_nodes(
             "or c10d (torch's elastic rendezvous)"
         )
     addr, port = _endpoint(request)
+    if addr is not None:
+        _master_addr(addr)
     if (request.nnodes or "").strip().lower() == "auto":
         if request.node_rank is not None:
             raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
@@ -104,9 +106,39 @@ def resolve_nodes(
         return NodeSettings(NodeGroup(), addr or LOOPBACK, port)
     return NodeSettings(
         NodeGroup(nnodes=nnodes, node_rank=node_rank),
-        addr or env.get("MASTER_ADDR") or LOOPBACK,
+        _master_addr(addr or env.get("MASTER_ADDR") or LOOPBACK),
         port or _env_port(env) or DEFAULT_PORT,
     )
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is no name or address the system could look up; None when it could be.
+
+    Python's socket module hands a name to the resolver in its IDNA form, and raises
+    UnicodeError or TypeError (not socket.gaierror, which callers expect) for a name that has
+    none: a part between dots longer than 63 characters, bytes that are not UTF-8 text (argv
+    decoded with surrogateescape), a NUL."""
+    if "\0" in host:
+        return "it contains a NUL character"
+    if any("\ud800" <= c <= "\udfff" for c in host):
+        return "it has bytes that are not UTF-8 text"
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return "a part between dots is empty, longer than 63 characters, or not a name"
+    return None
+
+
+def _master_addr(addr: str) -> str:
+    """Node 0's address from wherever it came (MASTER_ADDR, the cluster, an accelerate
+    config): one that no socket call could take is refused here, in one line."""
+    why = host_problem(addr)
+    if why is not None:
+        raise UsageError(
+            f"node 0's address {addr!r} is not a host name or address ({why}); check "
+            "--master-addr, MASTER_ADDR or the accelerate config's main_process_ip"
+        )
+    return addr
 
 
 def elastic_spec(request: NodeRequest) -> ElasticSpec:
@@ -156,7 +188,9 @@ def _from_cluster(addr: str | None, port: int | None, job: ClusterJob | None) ->
     if job is None:  # a workstation: the same command line runs the job on this one node
         return NodeSettings(NodeGroup(source=NO_CLUSTER), addr or LOOPBACK, port)
     master_addr = addr or job.master_addr
-    if not master_addr:
+    if master_addr:
+        _master_addr(master_addr)
+    else:
         if job.nnodes > 1:
             raise UsageError(
                 f"--nnodes auto: {job.source} names no node 0 address; give --master-addr "
@@ -180,6 +214,9 @@ def _split_endpoint(endpoint: str) -> tuple[str, int]:
     host, sep, port_text = endpoint.rpartition(":")
     if not sep or not host or not _is_port(port_text):
         raise UsageError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
+    why = host_problem(host)
+    if why is not None:
+        raise UsageError(f"--rdzv-endpoint {endpoint!r}: not a host name or address ({why})")
     return host.strip("[]"), int(port_text)
 
 

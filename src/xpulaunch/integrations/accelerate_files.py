@@ -62,7 +62,23 @@ def read_config(path: Path) -> dict[str, Any]:
         raise UsageError(f"--accelerate-config {path}: nested too deeply") from exc
     if not isinstance(data, dict):
         raise UsageError(f"--accelerate-config {path}: expected a mapping of keys to values")
+    key = _key_with_nul(data)
+    if key is not None:  # its value would reach a worker's environment, which cannot hold one
+        raise UsageError(f"--accelerate-config {path}: {key}: the value holds a NUL character")
     return data
+
+
+def _key_with_nul(table: Mapping[Any, Any], prefix: str = "") -> str | None:
+    """The first key (``fsdp_config.fsdp_version``) whose text holds a NUL (YAML's ``"\\0"``)."""
+    for key, value in table.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and "\0" in v for v in values):
+            return f"{prefix}{key}"
+        if isinstance(value, dict):
+            found = _key_with_nul(value, f"{prefix}{key}.")
+            if found is not None:
+                return found
+    return None
 
 
 def _parse_json(text: str, path: Path) -> Any:

@@ -31,6 +31,7 @@ KEYS = ("model", "gpus", "replicas", "ttl", "pinned", "aliases", "args")
 # The router chooses where each server listens and what it serves: these would break routing.
 _RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
 MAX_REPLICAS = 64
+MAX_CONFIG_BYTES = 4 * 2**20  # a table per model: a few kilobytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,7 @@ def _model_path(value: object, args: Sequence[str], where: str, base_dir: str | 
         if llama_args.has_remote_model(args):
             return None
         raise UsageError(f'{where}: no model; add model = "/path/to/model.gguf"')
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise UsageError(f"{where} model: expected the path of a .gguf file, got {value!r}")
     path = os.path.expanduser(value)
     return path if os.path.isabs(path) or base_dir is None else os.path.join(base_dir, path)
@@ -168,6 +169,8 @@ def _bool(value: object, where: str) -> bool:
 def _strings(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise UsageError(f"{where}: expected a list of strings, got {value!r}")
+    if any("\0" in v for v in value):  # no argument of a command line can hold one
+        raise UsageError(f"{where}: a string holds a NUL character: {value!r}")
     return tuple(value)
 
 
@@ -195,15 +198,24 @@ def read_config(path: str | os.PathLike[str]) -> RouterConfig:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
+    from xpulaunch.textfiles import read_regular_file
+
     shown = os.fspath(path)
     try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
+        # A regular file of a sane size: a FIFO blocked the open for ever, /dev/zero never ended.
+        data = read_regular_file(path, MAX_CONFIG_BYTES)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise UsageError(
+                f"larger than {MAX_CONFIG_BYTES // 2**20} MiB", option="config", value=shown
+            )
+        document = tomllib.loads(data.decode("utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read it ({exc.strerror})", option="config", value=shown) from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"not valid TOML: {exc}", option="config", value=shown) from exc
     except UnicodeDecodeError as exc:
         raise UsageError(f"not UTF-8 text ({exc.reason})", option="config", value=shown) from exc
+    except RecursionError as exc:  # arrays nested thousands deep
+        raise UsageError("nested too deeply", option="config", value=shown) from exc
     base = os.path.dirname(os.path.abspath(shown))
     return parse_config(document, source=shown, base_dir=base)
