@@ -133,6 +133,11 @@ def test_jobs_outlive_a_killed_runner_and_the_next_runner_adopts_them(box: Queue
     wait_for(lambda: "k3" in {r["tag"] for r in box.records()}, "k3 to run without a runner")
     assert box.jobs()[str(ids[3])]["state"] == "queued"
     assert box.runner_pids() == {}
+    # Ended, but no runner noted it: the listing says its "running" may be stale, and why.
+    stale = box.jobs()[str(ids[0])]
+    assert stale["state"] == "running" and stale["reason"] == (
+        "no runner of user root watches it: xpulaunch runner records its end"
+    )
     started = box.cli("runner", "--lock-dir", box.lock_dir)
     assert "runner started" in started.stderr
     jobs = box.wait_states(dict.fromkeys(ids, "done"), timeout_s=60)

@@ -186,10 +186,13 @@ class QueueView:
         self._starting = [j for j in jobs if j.state is JobState.STARTING]
 
     def why(self, job: Job) -> str:
-        """Why ``job`` has not got its devices yet, or how it ended; "" for a running job."""
+        """Why ``job`` has not got its devices yet, or how it ended; "" for a running job
+        (unless no runner of its user runs, to record its end)."""
         if job.state.ended:
             return job.reason or ""
         if job.state is JobState.RUNNING:
+            if job.uid not in self.runner_uids:  # it may have ended since: nobody noted it
+                return f"no runner of user {job.user} watches it: xpulaunch runner records its end"
             return ""
         if job.state is JobState.HELD:
             return f"held: xpulaunch release {job.id}"
