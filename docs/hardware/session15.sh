@@ -17,6 +17,10 @@
 #                                                 # router on two GPUs after session 14's
 #                                                 # simplification and this session's fixes),
 #                                                 # then processes_check.sh again
+#     OUT=... bash docs/hardware/session15.sh q   # 2 GPUs: queue_check.sh and
+#                                                 # processes_check.sh on the code after this
+#                                                 # session's queue fixes (the runner's start,
+#                                                 # adoption and cancel paths)
 #
 # b and l also carry .device-carry/ (llama_serve_check.sh's sdist and wheels).
 #
@@ -24,7 +28,7 @@
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?r, b or l}
+PHASE=${1:?r, b, l or q}
 SESSION=session15
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -52,6 +56,10 @@ build_llama() {  # the CUDA llama-server and llama-fit-params that llama_serve_c
 }
 
 case $PHASE in
+q)
+    step queue_check 330 bash docs/hardware/queue_check.sh
+    step processes_check 200 bash docs/hardware/processes_check.sh
+    ;;
 b)
     (time timeout 560 bash -c "$(declare -f build_llama); LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR build_llama") \
         >"$R/llama_build.log" 2>&1 &
