@@ -21,6 +21,8 @@
 #                                                 # processes_check.sh on the code after this
 #                                                 # session's queue fixes (the runner's start,
 #                                                 # adoption and cancel paths)
+#     OUT=... bash docs/hardware/session15.sh p   # any kind: the probe bench (40 runs, in an
+#                                                 # empty folder) and its phases
 #
 # b and l also carry .device-carry/ (llama_serve_check.sh's sdist and wheels).
 #
@@ -28,7 +30,7 @@
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?r, b, l or q}
+PHASE=${1:?r, b, l, q or p}
 SESSION=session15
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -56,6 +58,12 @@ build_llama() {  # the CUDA llama-server and llama-fit-params that llama_serve_c
 }
 
 case $PHASE in
+p)
+    step probe_bench 300 python3 bench/bench_probe.py --runs 40 --no-torch
+    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    step probe_phases 120 python3 bench/probe_phases.py --runs 20
+    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
+    ;;
 q)
     step queue_check 330 bash docs/hardware/queue_check.sh
     step processes_check 200 bash docs/hardware/processes_check.sh
