@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from helpers import lock_is_free, wait_for
+from helpers import lock_is_free, processes_marked, wait_for
 from queue_kit import JOB, QueueBox, elapsed, overlaps, wait_gone
 from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.jobqueue import actions, job_process, runner as runner_module
@@ -120,6 +120,10 @@ def test_jobs_outlive_a_killed_runner_and_the_next_runner_adopts_them(box: Queue
     ids = [box.submit("--gpus", "1", *box.audit_job(f"k{n}", 2.5)) for n in range(1, 5)]
     jobs = box.wait_states({ids[0]: "running", ids[1]: "running", ids[2]: "waiting"})
     runner = box.runner_pids()["root"]
+    # A submit that came before the runner held its lock started a runner of its own, which
+    # tries the lock for a second and then leaves: once this one is killed, such a runner
+    # would take over (rightly), and the queue would not be left without one.
+    wait_for(lambda: not _other_runners(box, runner), "the runners that lost the lock to leave")
     os.kill(runner, signal.SIGKILL)
     wait_gone(runner)
     run_pids = [jobs[str(i)]["pid"] for i in ids[:3]]
@@ -146,6 +150,14 @@ def test_jobs_outlive_a_killed_runner_and_the_next_runner_adopts_them(box: Queue
     assert box.status()["leases"] == []
     log = (box.lock_dir / "queue-jobs-0" / "runner.log").read_text()
     assert f"job {ids[2]}: adopted its run" in log
+
+
+def _other_runners(box: QueueBox, runner: int) -> list[Any]:
+    """The box's runner processes other than ``runner``."""
+    return [
+        p for p in processes_marked((str(box.lock_dir),))
+        if p.pid != runner and {"runner", "--foreground"} <= set(p.info["cmdline"] or ())
+    ]  # fmt: skip
 
 
 def test_two_users_share_one_queue_and_cannot_cancel_each_other(box: QueueBox) -> None:
