@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core import inventory as inventory_doc, plan as plan_doc
+from xpulaunch.errors import UsageError
 from xpulaunch.launch.plan import free_port, load_inventory, plan, probe
 
 if TYPE_CHECKING:
@@ -80,5 +82,11 @@ def run(
     from xpulaunch.launch.request import RunRequest
     from xpulaunch.launch.run import run as run_request
 
+    if isinstance(program, str | bytes) or not isinstance(program, list | tuple):
+        raise UsageError("expected the argv as a list of strings", option="program", value=program)
+    known = {each.name for each in fields(RunRequest)}
+    for name in options.keys() - known:
+        raise UsageError(f"not an option of run; expected one of {', '.join(sorted(known))}",
+                         option=name, value=options[name])  # fmt: skip
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     return run_request(RunRequest(program=tuple(program), **options), env, _Lines())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import math
 import subprocess
 import sys
 import types
@@ -197,3 +198,26 @@ def test_the_old_name_of_health_check_still_resolves_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="HealthCheck"):
         assert xpulaunch.Probe is xpulaunch.HealthCheck
     assert "Probe" not in xpulaunch.__all__
+
+
+@pytest.mark.parametrize(
+    ("program", "options", "message"),
+    [
+        ("true", {}, "program='true': expected the argv as a list of strings"),  # ran "t"
+        (None, {}, "program=None: expected the argv"),  # TypeError: not iterable
+        ([1], {}, "program=(1,): expected strings only"),  # AttributeError: .endswith
+        (["true"], {"gpus": 2}, "gpus=2: expected str"),  # AttributeError: .strip
+        (["true"], {"nproc_per_node": "2"}, "nproc_per_node='2': expected int or None"),
+        (["true"], {"max_restarts": "1"}, "max_restarts='1': expected int or None"),
+        (["true"], {"grace_s": "10"}, "grace_s='10': expected a number"),
+        (["true"], {"grace_s": math.nan}, "grace_s=nan: expected a number"),  # ran, no error
+        (["true"], {"metrics_port": "x"}, "metrics_port='x': expected int or None"),
+        (["true"], {"bogus": 1}, "bogus=1: not an option of run"),  # TypeError from __init__
+    ],
+)
+def test_run_refuses_a_wrong_type_with_a_usage_error(
+    program: object, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(xpulaunch.UsageError) as raised:
+        xpulaunch.run(program, parent_env={"PATH": "/usr/bin:/bin"}, **{"gpus": "none", **options})  # type: ignore[arg-type]
+    assert str(raised.value).startswith(message)

