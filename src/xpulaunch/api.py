@@ -79,14 +79,14 @@ def run(
     does; its exit status. ``options`` are the fields of
     :class:`~xpulaunch.launch.request.RunRequest`, named as the options are
     (``gpus="2"``, ``nproc_per_node=None`` for auto, ``max_restarts=1``, ``log_dir=...``)."""
-    from xpulaunch.launch.request import RunRequest
+    from xpulaunch.launch.request import RunRequest, check_program
     from xpulaunch.launch.run import run as run_request
 
-    if isinstance(program, str | bytes) or not isinstance(program, list | tuple):
-        raise UsageError("expected the argv as a list of strings", option="program", value=program)
+    check_program(program)
     known = {each.name for each in fields(RunRequest)}
-    for name in options.keys() - known:
+    unknown = sorted(options.keys() - known)
+    if unknown:
         raise UsageError(f"not an option of run; expected one of {', '.join(sorted(known))}",
-                         option=name, value=options[name])  # fmt: skip
+                         option=unknown[0], value=options[unknown[0]])  # fmt: skip
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     return run_request(RunRequest(program=tuple(program), **options), env, _Lines())

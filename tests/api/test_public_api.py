@@ -205,7 +205,7 @@ def test_the_old_name_of_health_check_still_resolves_with_a_warning() -> None:
     [
         ("true", {}, "program='true': expected the argv as a list of strings"),  # ran "t"
         (None, {}, "program=None: expected the argv"),  # TypeError: not iterable
-        ([1], {}, "program=(1,): expected strings only"),  # AttributeError: .endswith
+        ([1], {}, "program=[1]: expected strings only"),  # AttributeError: .endswith
         (["true"], {"gpus": 2}, "gpus=2: expected str"),  # AttributeError: .strip
         (["true"], {"nproc_per_node": "2"}, "nproc_per_node='2': expected int or None"),
         (["true"], {"max_restarts": "1"}, "max_restarts='1': expected int or None"),
@@ -221,3 +221,49 @@ def test_run_refuses_a_wrong_type_with_a_usage_error(
     with pytest.raises(xpulaunch.UsageError) as raised:
         xpulaunch.run(program, parent_env={"PATH": "/usr/bin:/bin"}, **{"gpus": "none", **options})  # type: ignore[arg-type]
     assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("program", "options", "message"),
+    [
+        ("true", {}, "program='true': expected the argv as a list of strings"),
+        (["true"], {"gpus": 2}, "gpus=2: expected str"),  # AttributeError: .strip
+        (["true"], {"nproc_per_node": "2"}, "nproc_per_node='2': expected int or None"),
+        (["true"], {"min_free_memory_bytes": "1"}, "min_free_memory_bytes='1': expected int"),
+        (["true"], {"max_utilization_percent": math.nan}, "max_utilization_percent=nan"),
+        (["true"], {"master_port": "29500"}, "master_port='29500': expected int or None"),
+    ],
+)
+def test_plan_refuses_a_wrong_type_with_a_usage_error(
+    program: object, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(xpulaunch.UsageError) as raised:
+        xpulaunch.plan(program, inventory=str(inventory_path("2x-h200.json")), parent_env={},
+                       **options)  # type: ignore[arg-type]  # fmt: skip
+    assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("workers", "fields", "message"),
+    [
+        (["true"], {}, "workers=['true']: expected a list of WorkerSpec"),  # .name
+        ({"a": 1}, {}, "workers={'a': 1}: expected a list of WorkerSpec"),
+        (None, {}, "workers=None: expected a list of WorkerSpec"),  # not iterable
+        ("spec", {"grace_s": "5"}, "grace_s='5': expected 0 or more seconds"),  # TypeError: <
+        ("spec", {"grace_s": math.nan}, "grace_s=nan: expected 0 or more seconds"),  # taken
+        ("spec", {"max_runtime_s": "9"}, "max_runtime_s='9': expected a number of seconds"),
+    ],
+)
+def test_supervisor_refuses_what_is_no_worker_or_no_seconds(
+    workers: object, fields: dict[str, object], message: str
+) -> None:
+    if workers == "spec":
+        workers = [xpulaunch.WorkerSpec(name="w", argv=("true",), env={})]
+    with pytest.raises(xpulaunch.UsageError) as raised:
+        xpulaunch.Supervisor(workers, **fields)  # type: ignore[arg-type]
+    assert str(raised.value).startswith(message)
+
+
+def test_serve_models_refuses_what_is_no_config() -> None:
+    with pytest.raises(xpulaunch.UsageError, match=r"config=None: expected a models\.toml path"):
+        xpulaunch.serve_models(None)  # type: ignore[arg-type]

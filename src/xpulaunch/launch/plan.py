@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
-from xpulaunch.errors import InventoryError, LaunchError
+from xpulaunch.errors import InventoryError
+from xpulaunch.launch.request import check_plain, check_program
 from xpulaunch.model import DeviceMap, DeviceShare, Inventory, NodeGroup, Plan
 from xpulaunch.processes import ports
 from xpulaunch.processes.program import resolve_program
@@ -105,8 +106,11 @@ def plan(
     (``--slots-per-gpu``, ``--gpu-memory``). ``run_id``: the workers' ``TORCHELASTIC_RUN_ID``
     (torchrun's ``--rdzv-id``).
     """
-    if not program:
-        raise LaunchError("no PROGRAM given")
+    arguments = locals()
+    check_program(program)
+    for name, annotation in plan.__annotations__.items():  # a Python caller's wrong type
+        if name in arguments:
+            check_plain(name, arguments[name], annotation)
     resolved = resolve_program(program, must_exist=must_exist)  # on this process's PATH
     if inventory is None:
         inventory = probe(parent_env)

@@ -23,7 +23,8 @@ DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 # converted the command line's already); a bool is no number, NaN no float.
 _PLAIN_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "str | None": (str, type(None)), "bool": (bool,),
-    "bool | None": (bool, type(None)), "int | None": (int, type(None)), "float": (int, float),
+    "bool | None": (bool, type(None)), "int": (int,), "int | None": (int, type(None)),
+    "float": (int, float),
     "float | None": (int, float, type(None)),
 }  # fmt: skip
 
@@ -90,12 +91,9 @@ class RunRequest:
     cwd: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.program:
-            raise UsageError("no PROGRAM given")
-        if not all(isinstance(arg, str) for arg in self.program):
-            raise UsageError("expected strings only", option="program", value=self.program)
+        check_program(self.program)
         for each in fields(self):
-            self._check_type(each.name, str(each.type))
+            check_plain(each.name, getattr(self, each.name), str(each.type))
         if self.heartbeat and self.hang_timeout_s is None:
             raise UsageError("--heartbeat needs --hang-timeout SECONDS (how long without a beat)")
         if self.max_restarts is not None and self.max_restarts < -1:
@@ -107,18 +105,6 @@ class RunRequest:
             raise UsageError(
                 f"--rdzv-conf {conf}: only with --rdzv-backend c10d (torch's rendezvous settings)"
             )
-
-    def _check_type(self, name: str, annotation: str) -> None:
-        accepted = _PLAIN_TYPES.get(annotation)
-        value = getattr(self, name)
-        if accepted is None:
-            return
-        a_bool_for_a_number = isinstance(value, bool) and bool not in accepted
-        nan = isinstance(value, float) and math.isnan(value)
-        if isinstance(value, accepted) and not a_bool_for_a_number and not nan:
-            return
-        expected = annotation.replace(" | ", " or ").replace("float", "a number")
-        raise UsageError(f"expected {expected}", option=name, value=value)
 
     @property
     def restart_mode(self) -> RestartMode:
@@ -151,3 +137,29 @@ class RunRequest:
             stable_window_s=self.stable_window_s,
             gang=not isolate if self.gang is None else self.gang,
         )
+
+
+def check_program(program: object) -> None:
+    """``program`` is an argv: a list or tuple of strings, not empty (a Python caller's
+    ``"train.py"`` would otherwise run as the letters ``t``, ``r``, ...)."""
+    if isinstance(program, str | bytes) or not isinstance(program, list | tuple):
+        raise UsageError("expected the argv as a list of strings", option="program", value=program)
+    if not program:
+        raise UsageError("no PROGRAM given")
+    if not all(isinstance(arg, str) for arg in program):
+        raise UsageError("expected strings only", option="program", value=program)
+
+
+def check_plain(name: str, value: object, annotation: str) -> None:
+    """A Python caller's ``value`` for a parameter annotated as a plain type (str, bool, int,
+    float, or one of them or None) is of that type; other annotations are not checked here.
+    A bool is no number and NaN no float; an int is a float."""
+    accepted = _PLAIN_TYPES.get(annotation)
+    if accepted is None:
+        return
+    a_bool_for_a_number = isinstance(value, bool) and bool not in accepted
+    nan = isinstance(value, float) and math.isnan(value)
+    if isinstance(value, accepted) and not a_bool_for_a_number and not nan:
+        return
+    expected = annotation.replace(" | ", " or ").replace("float", "a number")
+    raise UsageError(f"expected {expected}", option=name, value=value)

@@ -56,6 +56,11 @@ __all__ = [
 
 
 def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> None:
+    if not isinstance(workers, list | tuple) or not all(isinstance(w, WorkerSpec) for w in workers):
+        raise UsageError(
+            "expected a list of WorkerSpec (xpulaunch.worker_specs(plan) makes them from a plan)",
+            option="workers", value=workers,
+        )  # fmt: skip
     if not workers:
         raise UsageError("no workers to supervise: give at least one WorkerSpec")
     names = [w.name for w in workers]
@@ -67,14 +72,20 @@ def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> No
             raise UsageError(f"worker name {spec.name!r}: expected a non-empty name without '/'")
         if not spec.argv:
             raise UsageError(f"worker {spec.name}: argv is empty")
-    if settings.grace_s < 0:
-        raise UsageError(f"grace {settings.grace_s} s: expected 0 or more seconds")
+    if not _seconds(settings.grace_s) or not settings.grace_s >= 0:  # NaN: neither
+        raise UsageError("expected 0 or more seconds", option="grace_s", value=settings.grace_s)
     for name in ("hang_timeout_s", "max_runtime_s"):
         value = getattr(settings, name)
-        if value is not None and not (0 < value < float("inf")):
-            raise UsageError(f"{name} {value}: expected a number of seconds > 0")
+        if value is not None and not (_seconds(value) and 0 < value < float("inf")):
+            raise UsageError("expected a number of seconds > 0", option=name, value=value)
+
     if settings.heartbeat and settings.hang_timeout_s is None:
         raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
+
+
+def _seconds(value: object) -> bool:
+    """A number of seconds as a Python caller may give it (an int or a float, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class Supervisor:

@@ -263,6 +263,11 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfi
         return config
     if isinstance(config, Mapping):
         return parse_config(config, source="config")
+    if not isinstance(config, str | os.PathLike):
+        raise UsageError(
+            "expected a models.toml path, its parsed document or a RouterConfig",
+            option="config", value=config,
+        )  # fmt: skip
     return read_config(config)
 
 
