@@ -73,9 +73,9 @@ def reap(procs: list[Any], timeout_s: float = 60.0) -> None:
         proc.communicate(timeout=timeout_s)
 
 
-def wait_for(condition: Callable[[], Any], what: str = "", timeout_s: float = 20.0) -> Any:
+def wait_for(condition: Callable[[], Any], what: object = "", timeout_s: float = 20.0) -> Any:
     """Poll ``condition`` until it returns something truthy, and return that; fail the test
-    after ``timeout_s``, naming ``what`` it waited for."""
+    after ``timeout_s``, naming ``what`` it waited for (made into text only then)."""
     import time
 
     import pytest

@@ -127,17 +127,13 @@ class QueueBox:
             ok = all(jobs.get(str(i), {}).get("state") == s for i, s in wanted.items())
             return jobs if ok else None
 
-        found: dict[str, dict[str, Any]] = wait_for(
-            reached, f"states {wanted} (last seen: {self._states()})", timeout_s
-        )
-        return found
-
-    def _states(self) -> Any:
-        class Later:  # evaluated when the message is shown: the states at the timeout
+        class Seen:  # made when the message is shown: the states at the timeout, not before
             def __str__(inner) -> str:
-                return str({i: (j.get("state"), j.get("reason")) for i, j in self.jobs().items()})
+                states = {i: (j.get("state"), j.get("reason")) for i, j in self.jobs().items()}
+                return f"states {wanted} (last seen: {states})"
 
-        return Later()
+        found: dict[str, dict[str, Any]] = wait_for(reached, Seen(), timeout_s)
+        return found
 
     def status(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(
