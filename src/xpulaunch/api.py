@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from xpulaunch.core import inventory as inventory_doc, plan as plan_doc
 from xpulaunch.errors import UsageError
 from xpulaunch.launch.plan import free_port, load_inventory, plan, probe
+from xpulaunch.model import Inventory, Plan
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from xpulaunch.leases.wait_queue import WaitStatus
-    from xpulaunch.model import Inventory, Plan
     from xpulaunch.supervisor.spec import WorkerSpec
 
 __all__ = [
@@ -38,11 +38,18 @@ __all__ = [
 
 
 def inventory_document(inventory: Inventory) -> dict[str, Any]:
+    _check(inventory, Inventory, "inventory", "an Inventory (xpulaunch.probe() makes one)")
     return inventory_doc.to_dict(inventory)
 
 
 def plan_document(plan: Plan) -> dict[str, Any]:
+    _check(plan, Plan, "plan", "a Plan (xpulaunch.plan(...) makes one)")
     return plan_doc.to_dict(plan)
+
+
+def _check(value: object, kind: type, name: str, expected: str) -> None:
+    if not isinstance(value, kind):
+        raise UsageError(f"expected {expected}", option=name, value=value)
 
 
 def worker_specs(
@@ -56,6 +63,7 @@ def worker_specs(
     ``parent_env``)."""
     from xpulaunch.launch.run import specs_for_plan
 
+    _check(plan, Plan, "plan", "a Plan (xpulaunch.plan(...) makes one)")
     env = dict(os.environ) if parent_env is None else parent_env
     return specs_for_plan(plan, env, lease_fds=lease_fds)
 

@@ -267,3 +267,37 @@ def test_supervisor_refuses_what_is_no_worker_or_no_seconds(
 def test_serve_models_refuses_what_is_no_config() -> None:
     with pytest.raises(xpulaunch.UsageError, match=r"config=None: expected a models\.toml path"):
         xpulaunch.serve_models(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: xpulaunch.plan_document(None), "plan=None: expected a Plan"),  # .devices
+        (lambda: xpulaunch.inventory_document({}), "inventory={}: expected an Inventory"),
+        (lambda: xpulaunch.worker_specs("plan"), "plan='plan': expected a Plan"),
+        (lambda: xpulaunch.load_inventory(None), "path=None: expected the path of an inventory"),
+        (
+            lambda: xpulaunch.serve_llama("m.gguf", replicas="2", inventory=_no_gpu()),
+            "replicas='2': expected int",
+        ),  # TypeError: '<' (or the missing binary first)
+        (
+            lambda: xpulaunch.serve_llama("m.gguf", replicas=0, inventory=_no_gpu()),
+            "replicas=0: expected 1 or more",
+        ),
+        (
+            lambda: xpulaunch.serve_llama("m.gguf", port=70000, inventory=_no_gpu()),
+            "port=70000: expected a port from 1 to 65535",
+        ),
+        (lambda: xpulaunch.serve_llama(3, inventory=_no_gpu()), "model=3: expected str or None"),
+    ],
+)
+def test_the_other_entry_points_refuse_a_wrong_type_with_a_usage_error(
+    call: Callable[[], object], message: str
+) -> None:
+    with pytest.raises(xpulaunch.UsageError) as raised:
+        call()
+    assert str(raised.value).startswith(message)
+
+
+def _no_gpu() -> xpulaunch.Inventory:
+    return xpulaunch.load_inventory(inventory_path("cpu-only.json"))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
-from xpulaunch.errors import InventoryError
+from xpulaunch.errors import InventoryError, UsageError
 from xpulaunch.launch.request import check_plain, check_program
 from xpulaunch.model import DeviceMap, DeviceShare, Inventory, NodeGroup, Plan
 from xpulaunch.processes import ports
@@ -42,6 +42,8 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     from xpulaunch.core import inventory as inventory_doc
     from xpulaunch.textfiles import read_regular_file
 
+    if not isinstance(path, str | os.PathLike):
+        raise UsageError("expected the path of an inventory document", option="path", value=path)
     bad = partial(InventoryError, option="inventory", value=os.fspath(path))
     limit = inventory_doc.MAX_DOCUMENT_CHARS
     try:

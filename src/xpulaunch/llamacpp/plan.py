@@ -10,7 +10,7 @@ Vulkan ignores those masks and is pinned by ``--device VulkanN`` (:mod:`.vulkan`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.core.masks import ODS_VAR
@@ -43,6 +43,16 @@ class LlamaRequest:
     backend: str | None = None
     min_free_memory_bytes: int | None = None
     max_utilization_percent: float | None = None
+
+    def __post_init__(self) -> None:
+        from xpulaunch.launch.request import check_plain  # a Python caller's wrong type
+
+        for each in fields(self):
+            check_plain(each.name, getattr(self, each.name), str(each.type))
+        if self.replicas < 1:
+            raise UsageError("expected 1 or more", option="replicas", value=self.replicas)
+        if self.port is not None and not 1 <= self.port <= 65535:
+            raise UsageError("expected a port from 1 to 65535", option="port", value=self.port)
 
 
 @dataclass(frozen=True, slots=True)
