@@ -106,7 +106,7 @@ def resolve_nodes(
         return NodeSettings(NodeGroup(), addr or LOOPBACK, port)
     return NodeSettings(
         NodeGroup(nnodes=nnodes, node_rank=node_rank),
-        _master_addr(addr or env.get("MASTER_ADDR") or LOOPBACK),
+        addr or _master_addr(env.get("MASTER_ADDR") or LOOPBACK),  # addr: checked above
         port or _env_port(env) or DEFAULT_PORT,
     )
 
@@ -187,10 +187,8 @@ def parse_nnodes(text: str | None) -> int:
 def _from_cluster(addr: str | None, port: int | None, job: ClusterJob | None) -> NodeSettings:
     if job is None:  # a workstation: the same command line runs the job on this one node
         return NodeSettings(NodeGroup(source=NO_CLUSTER), addr or LOOPBACK, port)
-    master_addr = addr or job.master_addr
-    if master_addr:
-        _master_addr(master_addr)
-    else:
+    master_addr = addr or (job.master_addr and _master_addr(job.master_addr))
+    if not master_addr:
         if job.nnodes > 1:
             raise UsageError(
                 f"--nnodes auto: {job.source} names no node 0 address; give --master-addr "

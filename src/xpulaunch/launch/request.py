@@ -22,10 +22,10 @@ DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 # The plain fields, by annotation, and the types a Python caller's value may have (click has
 # converted the command line's already); a bool is no number, NaN no float.
 _PLAIN_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "str | None": (str, type(None)), "bool": (bool,),
-    "bool | None": (bool, type(None)), "int": (int,), "int | None": (int, type(None)),
-    "float": (int, float),
-    "float | None": (int, float, type(None)),
+    "str": (str,), "str | None": (str, type(None)),
+    "bool": (bool,), "bool | None": (bool, type(None)),
+    "int": (int,), "int | None": (int, type(None)),
+    "float": (int, float), "float | None": (int, float, type(None)),
 }  # fmt: skip
 
 

@@ -78,7 +78,6 @@ def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> No
         value = getattr(settings, name)
         if value is not None and not (_seconds(value) and 0 < value < float("inf")):
             raise UsageError("expected a number of seconds > 0", option=name, value=value)
-
     if settings.heartbeat and settings.hang_timeout_s is None:
         raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
 
