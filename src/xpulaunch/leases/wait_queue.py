@@ -148,8 +148,11 @@ class WaitQueue:
 
     def _probe(self, name: str) -> tuple[Mapping[str, object], int] | None:
         """The record of a locked ticket ({} when unreadable) and its file's owner uid; None
-        for a dead one."""
-        fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+        for a dead one, and for a file that is no ticket (see LockDirectory.is_held)."""
+        try:
+            fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+        except LeaseError:
+            return None
         if fd is None:
             return None
         try:
