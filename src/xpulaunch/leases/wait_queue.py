@@ -117,8 +117,14 @@ class WaitQueue:
             if fd is not None:
                 os.close(fd)
             raise LeaseError(f"could not create and lock the wait ticket {name}")
-        write_record(fd, record)
-        return Ticket(self._directory, name, fd, record)
+        ticket = Ticket(self._directory, name, fd, record)
+        try:
+            write_record(fd, record)
+        except OSError as exc:  # a full disk: say which file, and leave no ticket behind
+            ticket.close()
+            path = self._directory.join(name)
+            raise LeaseError(f"cannot write the wait ticket {path}: {exc.strerror}") from exc
+        return ticket
 
     def live(self, *, ahead_of: Ticket | None = None) -> list[WaiterRecord]:
         """Live waiters in arrival order (only those before ``ahead_of`` when given).
