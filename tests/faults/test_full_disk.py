@@ -177,3 +177,24 @@ def test_events_to_a_fifo_whose_reader_comes_late(launch: Launch, tmp_path: Path
     _good(code, err)
     names = [json.loads(line)["event"] for line in reader.stdout.decode().splitlines()]
     assert "started" in names and names[-1] == "lease_released"
+
+
+def test_a_wait_ticket_on_a_full_disk_is_named(
+    launch: Launch, tmp_path: Path, small_disk: Callable[[int], Path]
+) -> None:
+    locks = small_disk(1 << 20) / "locks"
+    inventory = tmp_path / "inventory.json"
+    device = {"vendor": "nvidia", "index": 0, "name": "NVIDIA H100", "pci_bus_id": "0000:01:00.0"}
+    inventory.write_text(json.dumps({"schema": "xpulaunch.inventory/1", "devices": [device]}))
+    args = ("--lock-dir", str(locks), "--inventory", str(inventory), "--gpus", "1")
+    holder = launch("run", *args, "sleep", "30")
+    wait_for(lambda: [f for f in locks.glob("unit-*.holder") if f.stat().st_size], "a lease")
+    small_disk(0)
+    code, _, err = finish(launch("run", *args, "--wait-timeout", "5", "true"))
+    holder.kill()
+    finish(holder)
+    assert code == 1
+    [line] = err.strip().splitlines()  # it used to name no file: "No space left on device"
+    assert line.startswith(f"xpulaunch: error: cannot write the wait ticket {locks}/wait-")
+    assert line.endswith(".ticket: No space left on device")
+    assert not list(locks.glob("wait-*"))

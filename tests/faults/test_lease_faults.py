@@ -278,9 +278,56 @@ def test_flock_of_a_file_we_hold_is_ours(tmp_path: Path) -> None:
         other = subprocess.Popen(["sleep", "30"], stdin=another_open)
     sharer = subprocess.Popen(["sleep", "30"], pass_fds=(fd,))
     try:
-        found = wait_for(lambda: flock_sharers({inode}, exclude=frozenset({os.getpid()})) or None)
+        found = wait_for(lambda: flock_sharers([fd], exclude=frozenset({os.getpid()})) or None)
         assert found == {sharer.pid: {inode}}
     finally:
         for proc in (other, sharer):
             _end(proc)
         os.close(fd)
+
+
+def test_another_jobs_shared_lock_of_the_same_file_is_not_ours(tmp_path: Path) -> None:
+    """Slot jobs of one device each hold their own shared lock of its lock file: a process
+    of another job lists a lock there too, but not ours."""
+    from xpulaunch.processes.procfs import flock_sharers
+
+    path = tmp_path / "f.lock"
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    st = os.fstat(fd)
+    inode = (st.st_dev, st.st_ino)
+    take_own = "import fcntl, time; fcntl.flock(0, fcntl.LOCK_SH); print(); time.sleep(30)"
+    with open(path, "rb") as another_open:  # its own open file description, its own lock
+        other = subprocess.Popen(
+            [sys.executable, "-u", "-c", take_own], stdin=another_open, stdout=subprocess.PIPE
+        )
+    sharer = subprocess.Popen(["sleep", "30"], pass_fds=(fd,))
+    try:
+        assert other.stdout is not None and other.stdout.readline() == b"\n"  # it has its lock
+        found = wait_for(lambda: flock_sharers([fd], exclude=frozenset({os.getpid()})) or None)
+        assert found == {sharer.pid: {inode}}
+    finally:
+        for proc in (other, sharer):
+            _end(proc)
+        os.close(fd)
+
+
+def test_a_slot_job_that_ends_beside_another_names_no_survivor(
+    launch: Launch, tmp_path: Path
+) -> None:
+    locks, inv = tmp_path / "locks", inventory(tmp_path)
+    wait_then = 'touch "$0.started"; while [ ! -e "$0.go" ]; do sleep 0.02; done'
+    args = ("--lock-dir", str(locks), "--inventory", inv, "--gpus", "1", "--slots-per-gpu", "2")
+    first = launch("run", *args, "sh", "-c", wait_then, str(tmp_path / "first"))
+    wait_for((tmp_path / "first.started").exists, "the first slot job to run")
+    second = launch("run", *args, "sh", "-c", wait_then, str(tmp_path / "second"))
+    wait_for((tmp_path / "second.started").exists, "the second slot job to run")
+    (tmp_path / "first.go").touch()
+    code, _, err = finish(first)
+    (tmp_path / "second.go").touch()
+    second_code, _, second_err = finish(second)
+    # The second job's own shared lock of the device's lock file used to be taken for the
+    # first job's lease: "pid N (... the second xpulaunch) left the job but still holds it".
+    assert (code, second_code) == (0, 0), err + second_err
+    assert "left the job" not in err
+    assert lock_is_free(locks / lock_file_name(BUS))

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fault_cli import Launch, finish
 from helpers import wait_for
 from xpulaunch.leases.lock_files import lock_file_name
@@ -103,3 +105,31 @@ def test_sigint_stops_a_waiting_launch_even_when_ignored_at_start(
     assert code == 130, err
     holder.send_signal(signal.SIGTERM)
     finish(holder)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+@pytest.mark.parametrize(
+    "name", ["unit-planted.lock", "slot-planted.0.lock", "wait-000000000009-1.ticket"]
+)
+def test_a_planted_name_of_no_device_holds_nobody_up(
+    launch: Launch, tmp_path: Path, kind: str, name: str
+) -> None:
+    """Anyone may create names in a shared (1777) lock directory, and nobody may remove
+    another's: such a file, named like a lease, a slot or a ticket but for no device of
+    ours, used to fail every launch and ``status`` ("cannot open ...: Too many levels of
+    symbolic links", "... is not a regular file")."""
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o1777)
+    planted = locks / name
+    if kind == "symlink":
+        planted.symlink_to("/etc/passwd")
+    elif kind == "fifo":
+        os.mkfifo(planted)
+    else:
+        planted.mkdir()
+    args = ("--lock-dir", str(locks), "--inventory", inventory(tmp_path), "--gpus", "1")
+    code, _, err = finish(launch("run", *args, "--wait-timeout", "5", "true"))
+    assert code == 0, err
+    code, out, err = finish(launch("status", "--lock-dir", str(locks)))
+    assert code == 0, err
+    assert "no devices are leased" in out

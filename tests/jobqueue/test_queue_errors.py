@@ -16,6 +16,7 @@ from helpers import one_line_error
 from queue_kit import NOBODY, QueueBox
 
 pytestmark = pytest.mark.slow
+HUGE = "9" * 23  # past SQLite's 64-bit INTEGER
 UNKNOWN = "no job 99 in the queue of {lock_dir} (jobs 1-1 exist; see xpulaunch queue -a)"
 
 
@@ -34,6 +35,13 @@ def lines(box: QueueBox, command: str, *args: str, **env: str) -> tuple[int, str
         (("cancel",), "give job ids (as xpulaunch queue shows them) or --all, not both"),
         (("cancel", "w1"), "w1: no launch with pid 1 waits for devices in {lock_dir}"),
         (("logs", "1"), "job 1 has not started yet (held); 'xpulaunch logs -f 1' waits for it"),
+        (("hold", HUGE), UNKNOWN.replace("99", HUGE, 1)),
+        (("cancel", HUGE), UNKNOWN.replace("99", HUGE, 1)),
+        (("logs", HUGE), UNKNOWN.replace("99", HUGE, 1)),
+        (("hold", "w1"), "w1 is a launch waiting with --wait, not a queued job: only queued jobs "
+         "can be held ('xpulaunch cancel w1' stops it)"),
+        (("release", "w1"), "w1 is a launch waiting with --wait, not a queued job: only queued "
+         "jobs can be released ('xpulaunch cancel w1' stops it)"),
     ],
 )  # fmt: skip
 def test_unknown_or_wrong_ids(box: QueueBox, args: tuple[str, ...], message: str) -> None:

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from xpulaunch.leases import LeaseManager
-from xpulaunch.leases.lock_files import holder_file_name, key_of_lock_file, lock_file_name
+from xpulaunch.leases.lock_files import (
+    HolderInfo,
+    holder_file_name,
+    key_of_lock_file,
+    lock_file_name,
+)
 
 
 def test_tile_key_is_escaped() -> None:
@@ -61,3 +68,20 @@ def test_a_tile_lease_creates_exactly_its_file_in_the_lock_dir(tmp_path: Path) -
         ]
         assert sorted(os.listdir(tmp_path)) == ["locks"]
         assert manager.unavailable().keys() == {"0000:29:00.0/tile1"}
+
+
+def test_a_holder_that_is_gone_is_not_named_as_if_it_ran() -> None:
+    """A lease outlives the xpulaunch that recorded it (its workers hold it): a message that
+    named that pid alone sent users to kill a process that was gone, or another one that got
+    the pid since."""
+    me = HolderInfo.of_this_process("j1", ["xpulaunch", "train.py"])
+    assert me.describe().startswith(f"pid {me.pid} (xpulaunch train.py, user ")
+    assert me.pid_started_s is not None
+    reused = replace(me, pid_started_s=me.pid_started_s - 3600)  # our pid, once another's
+    child = subprocess.Popen(["true"])
+    child.wait()
+    gone = replace(me, pid=child.pid)
+    for holder in (reused, gone):
+        text = holder.describe()
+        assert text.startswith(f"pid {holder.pid}, which has exited (xpulaunch train.py, user ")
+        assert text.endswith("; processes it started still hold it)")

@@ -116,12 +116,10 @@ def test_status_through_the_real_entry_point(
     planted.mkdir()
     os.mkfifo(planted / "unit-0000%3A01%3A00.0.lock")
     done = _xpulaunch("status", "--lock-dir", str(planted))
-    assert done.returncode == 1 and done.stdout == ""  # a LeaseError: one line, no traceback
-    assert done.stderr == (
-        f"xpulaunch: error: {planted}/unit-0000%3A01%3A00.0.lock (made by user "
-        f"{pwd.getpwuid(os.getuid()).pw_name}) is not a regular file; "
-        "remove it or use --lock-dir DIR (or XPULAUNCH_LOCK_DIR)\n"
-    )
+    # Not a lease: anyone may plant names in a shared directory, and status (like every
+    # launch) goes on; a launch that wants that very device fails naming the file's owner.
+    assert done.returncode == 0, done.stderr
+    assert "no devices are leased" in done.stdout
 
 
 def _xpulaunch(*args: str) -> subprocess.CompletedProcess[str]:

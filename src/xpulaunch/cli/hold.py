@@ -9,7 +9,7 @@ import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.waiting import lock_dir_option
-from xpulaunch.errors import QueueError
+from xpulaunch.errors import QueueError, UsageError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.store import Store
 
@@ -17,7 +17,14 @@ from xpulaunch.jobqueue.store import Store
 def _change(ids: tuple[str, ...], lock_dir: str | None, *, held: bool) -> int:
     env = dict(os.environ)
     directory = actions.queue_directory(lock_dir, env)
-    numbers = [i for i in actions.parse_ids(ids) if isinstance(i, int)]
+    numbers = []
+    for job_id in actions.parse_ids(ids):
+        if isinstance(job_id, str):  # wPID: a launch waiting with --wait has no queue state
+            raise UsageError(
+                f"{job_id} is a launch waiting with --wait, not a queued job: only queued jobs "
+                f"can be {'held' if held else 'released'} ('xpulaunch cancel {job_id}' stops it)"
+            )
+        numbers.append(job_id)
     store = Store.open(directory, env, create=False)
     if store is None:
         raise QueueError(

@@ -63,6 +63,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 _JSON_COLUMNS = frozenset({"after", "command", "wanted", "devices"})
 _COLUMNS = tuple(f.name for f in dataclasses.fields(Job))  # a Job is its row
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
+_ID_LIMIT = 1 << 63  # SQLite's INTEGER is 64-bit and signed: no row has a larger id
 
 
 class Store:
@@ -155,6 +156,8 @@ class Store:
         )
 
     def job(self, job_id: int) -> Job | None:
+        if not 0 < job_id < _ID_LIMIT:  # a user's typing: sqlite3 raises OverflowError on it
+            return None
         found = self._select("WHERE id = ?", [job_id])
         return found[0] if found else None
 

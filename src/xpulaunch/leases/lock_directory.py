@@ -170,8 +170,18 @@ class LockDirectory:
         return True
 
     def is_held(self, name: str) -> bool:
-        """Whether another process holds the lock on ``name``; a missing file is not held."""
-        fd = self.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+        """Whether another process holds the lock on ``name``, a name that a scan of the
+        directory found; a missing file is not held.
+
+        Nor is a file that is none of ours (a symlink, a FIFO, a directory, a file we may not
+        open): anyone may create names in a shared directory, and nobody may remove another's,
+        so failing on one would stop every launch and ``status`` for good. If it has the name
+        of a device's lock, taking that lease opens it and fails naming its owner.
+        """
+        try:
+            fd = self.open_file(name, os.O_RDONLY, create=False, writable_by_all=True)
+        except LeaseError:
+            return False
         if fd is None:
             return False
         try:

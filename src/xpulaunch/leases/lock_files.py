@@ -119,9 +119,16 @@ class HolderInfo:
         return time.strftime("%H:%M" if today else "%Y-%m-%d %H:%M", then)
 
     def describe(self) -> str:
-        """``pid 123 (python train.py, user bob, since 10:02)``, for messages and notes."""
+        """``pid 123 (python train.py, user bob, since 10:02)``, for messages and notes; a
+        holder that is gone says so."""
         where = "" if self.hostname == host_name() else f" on {self.hostname}"
-        return f"pid {self.pid}{where} ({self.command()}, user {self.user}, since {self.since()})"
+        details = f"{self.command()}, user {self.user}, since {self.since()}"
+        if self.alive() is False:
+            # The lease is held by processes it started; naming the pid alone would send the
+            # user to kill a process that is gone, or one that got its pid since.
+            gone = f", which has exited ({details}; processes it started still hold it)"
+            return f"pid {self.pid}{where}{gone}"
+        return f"pid {self.pid}{where} ({details})"
 
     def alive(self) -> bool | None:
         """Whether the recorded pid still runs (None: unknown, on another host).

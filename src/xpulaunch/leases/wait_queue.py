@@ -117,8 +117,14 @@ class WaitQueue:
             if fd is not None:
                 os.close(fd)
             raise LeaseError(f"could not create and lock the wait ticket {name}")
-        write_record(fd, record)
-        return Ticket(self._directory, name, fd, record)
+        ticket = Ticket(self._directory, name, fd, record)
+        try:
+            write_record(fd, record)
+        except OSError as exc:  # a full disk: say which file, and leave no ticket behind
+            ticket.close()
+            path = self._directory.join(name)
+            raise LeaseError(f"cannot write the wait ticket {path}: {exc.strerror}") from exc
+        return ticket
 
     def live(self, *, ahead_of: Ticket | None = None) -> list[WaiterRecord]:
         """Live waiters in arrival order (only those before ``ahead_of`` when given).
@@ -148,8 +154,11 @@ class WaitQueue:
 
     def _probe(self, name: str) -> tuple[Mapping[str, object], int] | None:
         """The record of a locked ticket ({} when unreadable) and its file's owner uid; None
-        for a dead one."""
-        fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+        for a dead one, and for a file that is no ticket (see LockDirectory.is_held)."""
+        try:
+            fd = self._directory.open_file(name, os.O_RDONLY, create=False, writable_by_all=False)
+        except LeaseError:
+            return None
         if fd is None:
             return None
         try:

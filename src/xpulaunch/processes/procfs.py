@@ -198,22 +198,30 @@ def _session_is_ours(sid: int, leader_ticks: int) -> bool:
 
 
 def flock_sharers(
-    inodes: Collection[tuple[int, int]],
+    fds: Collection[int],
     *,
     exclude: frozenset[int] = frozenset(),
     since_ticks: int = 0,
 ) -> dict[int, set[tuple[int, int]]]:
-    """Processes holding a descriptor that shares a flock'd open file description on one of
-    ``inodes`` (``(st_dev, st_ino)``): pid -> those inodes. Processes in ``exclude``, those
+    """Processes holding a descriptor that shares the flock'd open file description of one of
+    our ``fds``: pid -> those files' ``(st_dev, st_ino)``. Processes in ``exclude``, those
     started before ``since_ticks`` (a job's descriptors reach only processes forked after it
     started) and other users' (their descriptors are not ours to read, and a lease's are
     inherited only by our own descendants) are skipped.
 
     A descriptor of the same file that another process opened itself is a different open
     file description and holds no part of our lock: ``/proc/PID/fdinfo/FD`` lists a lock only
-    for the description that owns it (proc(5), "lock:" lines), so only those count.
+    for the description that owns it (proc(5), "lock:" lines). Such a description may hold a
+    lock of its own, though: jobs sharing a device each hold a shared lock of its lock file.
+    So a descriptor counts only when it lists our lock, the same line as ours (a flock names
+    the process that took it).
     """
-    wanted = set(inodes)
+    wanted: dict[tuple[int, int], tuple[bytes, ...]] = {}
+    for fd in fds:
+        ours = _locks_listed(f"/proc/self/fdinfo/{fd}")
+        if ours:
+            st = os.fstat(fd)
+            wanted[(st.st_dev, st.st_ino)] = ours[0]
     found: dict[int, set[tuple[int, int]]] = {}
     if not wanted:
         return found
@@ -226,7 +234,9 @@ def flock_sharers(
     return found
 
 
-def _flocked_inodes(pid: int, wanted: set[tuple[int, int]]) -> set[tuple[int, int]]:
+def _flocked_inodes(
+    pid: int, wanted: Mapping[tuple[int, int], tuple[bytes, ...]]
+) -> set[tuple[int, int]]:
     fd_dir = f"/proc/{pid}/fd"
     try:
         names = os.listdir(fd_dir)
@@ -239,17 +249,21 @@ def _flocked_inodes(pid: int, wanted: set[tuple[int, int]]) -> set[tuple[int, in
         except OSError:
             continue
         inode = (st.st_dev, st.st_ino)
-        if inode in wanted and _fd_holds_lock(pid, name):
+        if inode in wanted and wanted[inode] in _locks_listed(f"/proc/{pid}/fdinfo/{name}"):
             held.add(inode)
     return held
 
 
-def _fd_holds_lock(pid: int, fd: str) -> bool:
+def _locks_listed(fdinfo: str) -> list[tuple[bytes, ...]]:
+    """The locks an fdinfo file lists, without their ordinal: ``(b"FLOCK", b"ADVISORY",
+    b"READ", b"1234", b"fe:00:5678", b"0", b"EOF")``, the lock's kind, type, the pid that
+    took it and the file."""
     try:
-        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as handle:
-            return any(line.startswith(b"lock:") for line in handle.read(65536).splitlines())
+        with open(fdinfo, "rb") as handle:
+            lines = handle.read(65536).splitlines()
     except OSError:
-        return False
+        return []
+    return [tuple(line.split()[2:]) for line in lines if line.startswith(b"lock:")]
 
 
 def command_line(pid: int, width: int = 80) -> str:

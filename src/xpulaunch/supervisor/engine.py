@@ -529,7 +529,7 @@ class Engine:
         """Lease file (inode) -> the processes outside the supervisor that still hold it."""
         inodes = {_inode(fd): fd for fd in self._lease_fds}
         held: dict[tuple[int, int], list[int]] = {}
-        sharers = flock_sharers(inodes, exclude=self._ours, since_ticks=self.since_ticks)
+        sharers = flock_sharers(self._lease_fds, exclude=self._ours, since_ticks=self.since_ticks)
         for pid, files in sorted(sharers.items()):
             for inode in files:
                 held.setdefault(inode, []).append(pid)
