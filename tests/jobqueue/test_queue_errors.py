@@ -62,6 +62,19 @@ def test_only_a_held_job_is_released_and_an_ended_one_not_cancelled(box: QueueBo
     assert lines(box, "cancel", "1") == (1, "xpulaunch: error: job 1 has already ended (cancelled)")
 
 
+def test_an_id_refused_does_not_stop_the_next(box: QueueBox) -> None:
+    # as cancel does: each id is tried, each refused one is a line, and the status is 1
+    box.submit("--hold", "--", "true")
+    box.submit("--after", "1", "--", "true")  # queued behind the held job 1
+    held = box.cli("hold", "--lock-dir", str(box.lock_dir), "99", "2", check=False)
+    assert (held.returncode, held.stdout) == (1, "job 2: held\n")
+    assert one_line_error(held.stderr).startswith("xpulaunch: error: no job 99 in the queue of")
+    assert [(j["id"], j["state"]) for j in box.queue()["jobs"]] == [(1, "held"), (2, "held")]
+    released = box.cli("release", "--lock-dir", str(box.lock_dir), "99", "1", check=False)
+    assert (released.returncode, released.stdout) == (1, "job 1: queued\n")
+    assert box.queue()["jobs"][0]["state"] != "held"  # queued, or already started
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.hold import each_job
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import QueueError, UsageError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.store import Store
+
+if TYPE_CHECKING:
+    from xpulaunch.leases.lock_directory import LockDirectory
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -34,19 +39,17 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
         numbers = [i for i in wanted if isinstance(i, int)]
         if numbers:
             raise QueueError(f"no job {numbers[0]}: {directory.root} has no queue")
-    failed = 0
     with store or contextlib.nullcontext():
         if everything and store is not None:
             wanted = [j.id for j in store.jobs() if j.uid == os.getuid()]
-        for job_id in wanted:
-            try:
-                if isinstance(job_id, str):
-                    click.echo(actions.cancel_waiter(directory, int(job_id[1:])))
-                elif store is not None:
-                    click.echo(actions.cancel(directory, store, job_id, ended_ok=everything))
-            except QueueError as exc:
-                if len(wanted) == 1:
-                    raise
-                click.echo(f"xpulaunch: error: {exc.cli_message()}", err=True)
-                failed += 1
+        failed = each_job(wanted, lambda job_id: _cancel(directory, store, job_id, everything))
     return 1 if failed else 0
+
+
+def _cancel(
+    directory: LockDirectory, store: Store | None, job_id: int | str, ended_ok: bool
+) -> str:
+    if isinstance(job_id, str):
+        return actions.cancel_waiter(directory, int(job_id[1:]))
+    assert store is not None  # a job id with no queue was refused above
+    return actions.cancel(directory, store, job_id, ended_ok=ended_ok)

@@ -4,6 +4,8 @@ the queue but does not start until released. Only your own jobs."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import click
 
@@ -12,6 +14,8 @@ from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import QueueError, UsageError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.store import Store
+
+_Id = TypeVar("_Id", int, int | str)
 
 
 def _change(ids: tuple[str, ...], lock_dir: str | None, *, held: bool) -> int:
@@ -31,11 +35,25 @@ def _change(ids: tuple[str, ...], lock_dir: str | None, *, held: bool) -> int:
             f"no job {numbers[0] if numbers else ids[0]}: {directory.root} has no queue"
         )
     with store:
-        for job_id in numbers:
-            click.echo(actions.hold(directory, store, job_id, held=held))
+        failed = each_job(numbers, lambda job_id: actions.hold(directory, store, job_id, held=held))
     if not held:
         actions.ensure_runner(directory, env)
-    return 0
+    return 1 if failed else 0
+
+
+def each_job(ids: Sequence[_Id], act: Callable[[_Id], str]) -> int:
+    """``act`` on each id, printing what it says; an id it refuses is an error line and the
+    next id is still tried (one id alone: its error ends the command). How many it refused."""
+    failed = 0
+    for job_id in ids:
+        try:
+            click.echo(act(job_id))
+        except QueueError as exc:
+            if len(ids) == 1:
+                raise
+            click.echo(f"xpulaunch: error: {exc.cli_message()}", err=True)
+            failed += 1
+    return failed
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
