@@ -108,6 +108,28 @@ def test_a_process_that_left_the_job_keeps_its_device_leased(
     wait_for(lambda: lock_is_free(locks / lock_file_name(BUS)), "the device to be free")
 
 
+def test_two_processes_that_left_the_job_are_named_in_one_line(
+    launch: Launch, tmp_path: Path
+) -> None:
+    locks, outs = tmp_path / "locks", [tmp_path / "first.pid", tmp_path / "second.pid"]
+    args = ("--lock-dir", str(locks), "--inventory", inventory(tmp_path), "--gpus", "1")
+    escape = " && ".join(f'"$0" -c "$1" {out} no-cgroup' for out in outs)
+    proc = launch(
+        "run", *args, "sh", "-c", escape, sys.executable, ESCAPE, env={"XPULAUNCH_CGROUP": "0"}
+    )
+    code, _, err = finish(proc)
+    escapees = [psutil.Process(int(out.read_text())) for out in outs]
+    try:
+        assert code == 0, err
+        first = min(e.pid for e in escapees)
+        assert f"pid {first} (sleep 120) and 1 more left the job but still hold the lease" in err
+        assert "until they exit" in err
+    finally:
+        for escapee in escapees:
+            escapee.kill()
+            escapee.wait(10)
+
+
 def test_the_python_api_finds_the_lock_dir_the_cli_uses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

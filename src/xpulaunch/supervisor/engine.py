@@ -535,11 +535,15 @@ class Engine:
                 held.setdefault(inode, []).append(pid)
         for inode, pids in held.items():
             first = pids[0]
-            others = f" and {len(pids) - 1} more" if len(pids) > 1 else ""
+            others, verb, they = (
+                (f" and {len(pids) - 1} more", "hold", "they exit")
+                if len(pids) > 1
+                else ("", "holds", "that process exits")
+            )
             self.sink.message(
                 f"warning: pid {first} ({command_line(first, 60)}){others} left the job but "
-                f"still holds the lease of {_lease_name(inodes[inode])}: it stays leased "
-                f"until that process exits"
+                f"still {verb} the lease of {_lease_name(inodes[inode])}: it stays leased "
+                f"until {they}"
             )
         return held
 
