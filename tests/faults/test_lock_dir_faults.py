@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,22 @@ def test_a_planted_lease_file_names_its_owner(launch: Launch, tmp_path: Path) ->
     [line] = err.strip().splitlines()
     assert "is not a regular file" in line
     assert f"made by user {_me()}" in line
+
+
+def test_a_read_only_lock_directory_is_named_not_an_owner(
+    launch: Launch, small_disk: Callable[[int], Path], tmp_path: Path
+) -> None:
+    locks = small_disk(1 << 19) / "locks"
+    locks.mkdir(mode=0o700)
+    subprocess.run(["mount", "-o", "remount,ro", str(locks.parent)], check=True)
+    gpu = ("run", "--inventory", inventory(tmp_path), "--gpus", "1", "true")
+    for args in (("status",), gpu):
+        code, _, err = finish(launch(*args, "--lock-dir", str(locks)))
+        [line] = err.strip().splitlines()  # it named "an unknown user" of a file never made
+        assert (code, line.split("; ")[0]) == (
+            1,
+            f"xpulaunch: error: cannot create {locks}/allocate.lock: Read-only file system",
+        ), err
 
 
 def test_a_relative_xdg_runtime_dir_writes_nothing_here(launch: Launch, tmp_path: Path) -> None:

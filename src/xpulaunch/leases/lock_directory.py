@@ -140,10 +140,15 @@ class LockDirectory:
         try:
             fd = _open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK, mode, create=create)
         except OSError as exc:
+            # Whose file it is helps only where there is one: creating it failed otherwise.
+            what = (
+                f"create {path}"
+                if not os.path.lexists(path)
+                else f"open {path} (made by {owner_of(path)})"
+            )
             raise LeaseError(
-                f"cannot open {path} (made by {owner_of(path)}): {exc.strerror}; every user of "
-                f"a lock directory must be able to write to it (a shared one: chmod 1777), "
-                f"or {_HINT}"
+                f"cannot {what}: {exc.strerror}; every user of a lock directory must be able "
+                f"to write to it (a shared one: chmod 1777), or {_HINT}"
             ) from exc
         if fd is not None and not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
