@@ -12,6 +12,7 @@ import pytest
 
 from helpers import wait_for
 from run_kit import XPULAUNCH, xpulaunch
+from xpulaunch.joblog.log_reader import LogFollower
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
 
@@ -123,3 +124,27 @@ def test_follow_goes_on_into_the_attempt_a_restart_starts(tmp_path: Path) -> Non
         "2026-11-23T23:00:02.000Z second try",
     ]
     assert err.read_text() == "xpulaunch: attempt 1 started (a restart)\n"
+
+
+def test_a_followed_log_truncated_or_rotated_is_read_again_from_its_start(
+    tmp_path: Path,
+) -> None:
+    """logrotate's copytruncate (or ': > 0.log') and a rotation by rename: the lines written
+    after it come whole, not lost (truncated) nor cut from the middle (rotated)."""
+    log = tmp_path / "0.log"
+    log.write_bytes(b"2026-11-23T23:00:00.000Z a first line, longer than what follows\n")
+    follower = LogFollower([("0", log)])
+    assert [line for _, line in follower.read()] == [
+        b"2026-11-23T23:00:00.000Z a first line, longer than what follows"
+    ]
+    with open(log, "r+b") as handle:  # copytruncate: the same file, cut to nothing
+        handle.truncate(0)
+    with open(log, "ab") as handle:
+        handle.write(b"2026-11-23T23:00:01.000Z after the truncation\n")
+    assert follower.read() == [("0", b"2026-11-23T23:00:01.000Z after the truncation")]
+    log.rename(tmp_path / "0.log.1")  # a rotation: a new file takes the name
+    log.write_bytes(b"2026-11-23T23:00:02.000Z in the new file, a line longer than the old\n")
+    assert follower.read() == [
+        ("0", b"2026-11-23T23:00:02.000Z in the new file, a line longer than the old")
+    ]
+    assert follower.read() == []
