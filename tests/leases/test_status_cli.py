@@ -212,5 +212,8 @@ def test_reporter_rewrites_one_line_on_a_terminal() -> None:
     with WaitReporter(tty) as reporter:
         reporter.on_wait(WaitStatus(1.0, 2, "1 earlier launch(es) go first"))
         reporter.on_wait(WaitStatus(2.0, 1, "--gpus 1: only 0 free"))
+        # the holder's command line, in the reason, may hold a newline of its own
+        reporter.on_wait(WaitStatus(3.0, 1, "pid 9 (python -c 'a\nb')"))
     out = tty.getvalue()
-    assert "\n" not in out and out.count("\r\x1b[K") == 3 and out.endswith("\r\x1b[K")
+    assert "\n" not in out and out.count("\r\x1b[K") == 4 and out.endswith("\r\x1b[K")
+    assert "python -c 'a\\x0ab'" in out
