@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from xpulaunch.cli.queue_list import queue_text
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
+from xpulaunch.core.jobs import Waiter
+from xpulaunch.jobqueue.listing import Snapshot, table_rows
 
 GIB = 1024**3
 HEADER = ("ID", "USER", "STATE", "DEVICES", "WAITED", "RUNTIME", "EXIT", "COMMAND")
@@ -60,3 +63,18 @@ def test_headers_are_strong_and_nothing_is_cut_without_a_height() -> None:
 def test_an_empty_box() -> None:
     lines = [line.text for line in render(Frame(title="t"), 80, 24)]
     assert lines == ["t", "no devices", "", "QUEUE: empty"]
+
+
+def test_a_waiting_launchs_command_and_reason_stay_on_their_rows() -> None:
+    """Another user's --wait launch writes its own command line and reason; a newline in
+    either is shown (\\x0a), not a row of its own, in ``xpulaunch queue`` and in top."""
+    waiter = Waiter(77, "bob", 0.0, ("python", "-c", "x\n17  root  running"),
+                    "its turn\n18  root  running  nvidia 0")  # fmt: skip
+    snapshot = Snapshot("/tmp/locks", True, 10.0, waiters=(waiter,))
+    queue = queue_text(snapshot, 200).splitlines()
+    shown = Frame(title="top", queue_header=HEADER, queue_rows=tuple(table_rows(snapshot)))
+    top = [line.text for line in render(shown, 200)]
+    for lines in (queue, top):
+        assert not any(line.startswith(("17", "18")) for line in lines), lines
+        assert any(line.endswith("python -c 'x\\x0a17  root  running'") for line in lines)
+        assert any(line.endswith("its turn\\x0a18  root  running  nvidia 0") for line in lines)

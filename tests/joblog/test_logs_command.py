@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import wait_for
 from run_kit import XPULAUNCH, xpulaunch
+from xpulaunch.joblog.log_reader import LogFollower
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
 
@@ -92,3 +94,57 @@ def test_follow_prints_new_lines_until_the_summary_appears(tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def test_follow_goes_on_into_the_attempt_a_restart_starts(tmp_path: Path) -> None:
+    """-f follows the run, not only the attempt it began in: the lines of a restarted
+    worker (attempt_1) are printed as they come, after what attempt_0 wrote last."""
+    run, out, err = tmp_path / "run", tmp_path / "out", tmp_path / "err"
+    (run / "attempt_0").mkdir(parents=True)
+    (run / "attempt_0" / "0.log").write_bytes(b"2026-11-23T23:00:00.000Z first try\n")
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen([XPULAUNCH, "logs", "-f", str(run)], stdout=stdout, stderr=stderr)
+    try:
+        wait_for(lambda: b"first try" in out.read_bytes(), "the first line")
+        with open(run / "attempt_0" / "0.log", "ab") as handle:
+            handle.write(b"2026-11-23T23:00:01.000Z crashed\n")
+        (run / "attempt_1").mkdir()
+        (run / "attempt_1" / "0.log").write_bytes(b"2026-11-23T23:00:02.000Z second try\n")
+        wait_for(lambda: b"second try" in out.read_bytes(), "attempt 1's line, while it runs")
+        assert proc.poll() is None
+        (run / "summary.json").write_text("{}")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out.read_text().splitlines() == [
+        "2026-11-23T23:00:00.000Z first try",
+        "2026-11-23T23:00:01.000Z crashed",
+        "2026-11-23T23:00:02.000Z second try",
+    ]
+    assert err.read_text() == "xpulaunch: attempt 1 started (a restart)\n"
+
+
+def test_a_followed_log_truncated_or_rotated_is_read_again_from_its_start(
+    tmp_path: Path,
+) -> None:
+    """logrotate's copytruncate (or ': > 0.log') and a rotation by rename: the lines written
+    after it come whole, not lost (truncated) nor cut from the middle (rotated)."""
+    log = tmp_path / "0.log"
+    log.write_bytes(b"2026-11-23T23:00:00.000Z a first line, longer than what follows\n")
+    follower = LogFollower([("0", log)])
+    assert [line for _, line in follower.read()] == [
+        b"2026-11-23T23:00:00.000Z a first line, longer than what follows"
+    ]
+    with open(log, "r+b") as handle:  # copytruncate: the same file, cut to nothing
+        handle.truncate(0)
+    with open(log, "ab") as handle:
+        handle.write(b"2026-11-23T23:00:01.000Z after the truncation\n")
+    assert follower.read() == [("0", b"2026-11-23T23:00:01.000Z after the truncation")]
+    log.rename(tmp_path / "0.log.1")  # a rotation: a new file takes the name
+    log.write_bytes(b"2026-11-23T23:00:02.000Z in the new file, a line longer than the old\n")
+    assert follower.read() == [
+        ("0", b"2026-11-23T23:00:02.000Z in the new file, a line longer than the old")
+    ]
+    assert follower.read() == []

@@ -84,6 +84,23 @@ def test_status_table(lock_dir: Path, inventory: Inventory, plan_for: PlanFor) -
         assert line.endswith("python3 train.py")
 
 
+def test_status_keeps_a_command_with_a_newline_on_its_row(
+    lock_dir: Path, one_card: Inventory, plan_for: PlanFor
+) -> None:
+    """A launch's argument may hold a newline (``python -c "a<newline>b"``); in a shared lock
+    directory its second line would read as a lease row of its own."""
+    forged = "x\n0000:09:00.0  1  root  10:00  job-9  python3 train.py"
+    _plan, lease = LeaseManager(lock_dir).allocate(
+        plan_for(one_card, "1"), command=["python3", "-c", forged]
+    )
+    with lease:
+        result = CliRunner().invoke(status, ["--lock-dir", str(lock_dir)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[3].startswith("0000:01:00.0") and "\\x0a0000:09:00.0" in lines[3]
+    assert not any(line.startswith("0000:09:00.0") for line in lines)
+
+
 def test_status_of_missing_or_empty_directory(tmp_path: Path) -> None:
     result = CliRunner().invoke(status, ["--lock-dir", str(tmp_path / "none")])
     assert "does not exist yet" in result.output and result.exit_code == 0
@@ -193,5 +210,8 @@ def test_reporter_rewrites_one_line_on_a_terminal() -> None:
     with WaitReporter(tty) as reporter:
         reporter.on_wait(WaitStatus(1.0, 2, "1 earlier launch(es) go first"))
         reporter.on_wait(WaitStatus(2.0, 1, "--gpus 1: only 0 free"))
+        # the holder's command line, in the reason, may hold a newline of its own
+        reporter.on_wait(WaitStatus(3.0, 1, "pid 9 (python -c 'a\nb')"))
     out = tty.getvalue()
-    assert "\n" not in out and out.count("\r\x1b[K") == 3 and out.endswith("\r\x1b[K")
+    assert "\n" not in out and out.count("\r\x1b[K") == 4 and out.endswith("\r\x1b[K")
+    assert "python -c 'a\\x0ab'" in out

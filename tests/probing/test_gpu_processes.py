@@ -22,7 +22,7 @@ from test_probe_cli_devices import fake_host_env, xpulaunch
 
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.leases import LeaseManager
-from xpulaunch.model import Device, Vendor
+from xpulaunch.model import Device, DeviceShare, Vendor
 from xpulaunch.probing.gpu_processes import gpu_processes
 from xpulaunch.probing.parsers.fdinfo import parse_fdinfo
 
@@ -97,6 +97,37 @@ def test_devices_processes_lists_drm_clients_once_each(tmp_path: Path) -> None:
     assert table.returncode == 0, table.stderr
     assert "PROCESSES" in table.stdout and "python3 train.py" in table.stdout
     assert f"{4 * 1024**2 / GIB:.2f} GiB" in table.stdout
+    lease.release()
+
+
+def test_lease_column_of_a_process_outside_the_lease_and_of_a_slot_job(
+    tmp_path: Path,
+) -> None:
+    """LEASE is "no" for a process whose environment names no job on a leased device (the
+    squatter the column is there to show), "?" only when that environment is unreadable;
+    a job holding a slot of a shared device (--slots-per-gpu) covers its own processes."""
+    m = FakeMachine(tmp_path)
+    b580_uhd_host(m)
+    mi300x_host(m)
+    inventory = probe_fake(m)
+    manager = LeaseManager(tmp_path / "locks")
+    whole = LaunchRequest(argv=("x",), gpus="0000:03:00.0")
+    _, lease = manager.allocate(lambda held: make_plan(whole, inventory, {}, unavailable=held))
+    share = DeviceShare(slots=2)
+    small = LaunchRequest(argv=("x",), gpus="0000:0c:00.0", share=share)
+    _, slot = manager.allocate(
+        lambda held: make_plan(small, inventory, {}, unavailable=held), share=share
+    )
+    _process(m, 4242, {5: XE}, {"HOME": "/home/bob"})  # readable: no xpulaunch job
+    _process(m, 4343, {5: XE}, {})
+    (m.proc / "4343" / "environ").unlink()  # unreadable (another user's, without root)
+    _process(m, 4444, {3: AMDGPU_OLD}, {"XPULAUNCH_JOB_ID": slot.job_id})
+    env = {**fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    out = xpulaunch("devices", "--json", "--processes", env=env)
+    assert out.returncode == 0, out.stderr
+    covers = {r["pid"]: r["lease_covers"] for r in json.loads(out.stdout)["processes"]}
+    assert covers == {4242: False, 4343: None, 4444: True}
+    slot.release()
     lease.release()
 
 

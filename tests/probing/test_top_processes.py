@@ -39,3 +39,20 @@ def test_top_links_devices_to_holders_and_other_processes(tmp_path: Path) -> Non
     )
     assert "not listed" not in out.stdout
     lease.release()
+
+
+def test_a_command_line_with_a_newline_or_escape_stays_on_its_row(tmp_path: Path) -> None:
+    """Anyone's process may carry a newline or an ESC in an argument: top and devices
+    --processes show them escaped on the process's own row, never as a row of their own."""
+    m = FakeMachine(tmp_path)
+    mi300x_host(m)
+    _process(m, 4343, {3: AMDGPU_OLD}, {})
+    (m.proc / "4343" / "cmdline").write_bytes(b"python3\0-c\0x\nnvidia 9  fake row\x1b[2J\0")
+    env = {**fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks"), "COLUMNS": "200"}
+    for args in (("top", "--once"), ("devices", "--processes")):
+        out = xpulaunch(*args, env=env)
+        assert out.returncode == 0, out.stderr
+        row = next(line for line in out.stdout.splitlines() if "4343" in line)
+        assert "python3 -c x\\x0anvidia 9  fake row\\x1b[2J" in row
+        assert not any(line.startswith("nvidia 9") for line in out.stdout.splitlines())
+        assert "\x1b" not in out.stdout

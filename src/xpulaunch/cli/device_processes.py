@@ -14,7 +14,7 @@ from xpulaunch.cli.terminal import aligned
 from xpulaunch.model import Inventory, Problem
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from xpulaunch.model import Device
     from xpulaunch.probing.gpu_processes import GpuProcess
@@ -38,22 +38,28 @@ def with_processes(inventory: Inventory, *, probed: bool) -> Inventory:
     return replace(inventory, problems=(*inventory.problems, *problems), extra=extra)
 
 
-def _lease_jobs() -> dict[str, str]:
-    """Leased unit key -> the job id holding it (the default lock directory)."""
+def _lease_jobs() -> list[tuple[str, str]]:
+    """(leased unit key, the job id holding it): whole-device leases and the slots of
+    shared devices (--slots-per-gpu: one device, several jobs), of the default lock
+    directory."""
     from xpulaunch.leases import LeaseManager
 
     report = LeaseManager(os.environ.get("XPULAUNCH_LOCK_DIR")).status()
-    return {lease.key: lease.holder.job_id for lease in report.leases if lease.holder}
+    leases = [(lease.key, lease.holder) for lease in report.leases]
+    slots = [(slot.key, slot.holder) for slot in report.slots]
+    return [(key, holder.job_id) for key, holder in (*leases, *slots) if holder]
 
 
 def _row(
-    process: GpuProcess, devices: Sequence[Device], leases: Mapping[str, str]
+    process: GpuProcess, devices: Sequence[Device], leases: Sequence[tuple[str, str]]
 ) -> dict[str, object]:
     device = next((d for d in devices if d.key == process.device_key), None)
-    held = {job for key, job in leases.items() if key.split("/")[0] == process.device_key}
+    held = {job for key, job in leases if key.split("/")[0] == process.device_key}
     # covered: a lease on this device is held by the job the process belongs to; None when
-    # the device is leased but the process's environment (its job) could not be read.
-    covered = bool(held) and process.job_id in held if process.job_id or not held else None
+    # the device is leased but the process's environment (its job) could not be read. A
+    # readable environment without XPULAUNCH_JOB_ID is no job's: not covered.
+    unknown = held and process.job_id is None and not process.environ_read
+    covered = None if unknown else process.job_id in held
     return {
         "device": f"{device.vendor.value}:{device.index}" if device else process.device_key,
         "pci_bus_id": device.pci_bus_id if device else None,

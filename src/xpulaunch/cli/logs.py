@@ -6,7 +6,8 @@ directory); in torchrun's layout also the run's own ``<run_id>_<random>`` direct
 ``--log-dir`` holding several runs means the latest). Without ``--rank`` every worker's lines
 are prefixed ``[name]`` as on the console, merged by their time stamps in our layout, worker
 after worker (stdout, then stderr) in torchrun's, whose lines carry no time. ``--attempt``
-defaults to the last one. ``-f`` keeps printing new lines until the run is over: its
+defaults to the last one, and then ``-f`` goes on into each attempt a restart starts (a
+line on stderr says so). ``-f`` keeps printing new lines until the run is over: its
 supervisor gone (or, for a run of an older version, its ``summary.json`` written), or its
 directory removed (or Ctrl-C). Lines are streamed, never held in memory all at once.
 """
@@ -55,13 +56,34 @@ def logs(
     if chosen not in known:
         raise UsageError(f"--attempt {chosen}: {run.root} has attempts {_listing(known)}")
     follower = LogFollower(_files(run, chosen, ranks), stamped=run.stamped)
-    prefix = len({name for name, _ in follower.files}) > 1
     while True:
         ended = not follow or run_ended(run.root)
+        if follow and attempt is None:  # following "the last attempt": a restart makes one
+            chosen = _follow_newer(run, chosen, ranks, follower)
+        prefix = len({name for name, _ in follower.files}) > 1
         _print(follower.lines(), prefix=prefix)  # after the end: all it wrote before it
         if ended:
             return 0
         time.sleep(FOLLOW_INTERVAL_S)
+
+
+def _follow_newer(run: RunLogs, chosen: int, ranks: str | None, follower: LogFollower) -> int:
+    """The run's last attempt now, its files added to those followed: a restart's new
+    attempt, or a worker whose log came after ``logs -f`` began. Added after the others:
+    those are read to their end (a worker restarted alone, without a gang, is one attempt
+    ahead of the others, which still write to theirs)."""
+    try:
+        latest = max(run.attempts(), default=chosen)
+        names = run.workers(latest)
+    except (OSError, UsageError):  # the run's directory going away: the loop sees it end
+        return chosen
+    wanted = names if not ranks else [r.strip() for r in ranks.split(",")]
+    known = {path for _, path in follower.files}
+    new = [(name, path) for name in wanted for path in run.files(latest, name)]
+    follower.files += [(name, path) for name, path in new if path not in known]
+    if latest != chosen:
+        click.echo(f"xpulaunch: attempt {latest} started (a restart)", err=True)
+    return latest
 
 
 def _files(run: RunLogs, attempt: int, ranks: str | None) -> list[tuple[str, Path]]:

@@ -14,7 +14,7 @@ import shutil
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import aligned, terminal_safe
+from xpulaunch.cli.terminal import aligned, one_line, terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.jobqueue import actions, listing
 
@@ -47,5 +47,6 @@ def queue_text(snapshot: listing.Snapshot, width: int) -> str:
     for line, (_, reason) in zip(table, rows, strict=True):
         lines.append(line[:width].rstrip())
         if reason:
-            lines.append(("      " + reason)[:width])
+            # A --wait launch's reason is its own text (other users' command lines in it).
+            lines.append(("      " + one_line(reason))[:width])
     return "\n".join(lines)

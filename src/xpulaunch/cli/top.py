@@ -22,7 +22,6 @@ from typing import Any
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.core.jobs import Job, JobState, short_devices
@@ -64,7 +63,7 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
     if once:
         size = shutil.get_terminal_size()
         lines = render(gather(directory, env, loaded), size.columns)
-        click.echo("\n".join(terminal_safe(line.text) for line in lines))
+        click.echo("\n".join(line.text for line in lines))
         return 0
     if not sys.stdout.isatty():
         raise XpulaunchError("xpulaunch top needs a terminal; use --once for a script")
@@ -217,11 +216,10 @@ def _draw(screen: Any, current: Frame) -> None:
     height, width = screen.getmaxyx()
     screen.erase()
     for row, line in enumerate(render(current, width, height)):
-        text = terminal_safe(line.text)
         # The last cell of the last row cannot be written without scrolling: stop before it.
         room = width - 1 if row == height - 1 else width
         try:
-            screen.addnstr(row, 0, text, room, curses.A_BOLD if line.strong else 0)
+            screen.addnstr(row, 0, line.text, room, curses.A_BOLD if line.strong else 0)
         except curses.error:
             break  # a terminal shrunk under us: the next refresh fits it again
     screen.noutrefresh()

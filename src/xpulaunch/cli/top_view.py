@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xpulaunch.cli.terminal import aligned
+from xpulaunch.cli.terminal import aligned, one_line
 from xpulaunch.core.units import format_bytes
 
 MIN_WIDTH = 40
@@ -49,7 +49,9 @@ class Line:
 
 def render(frame: Frame, width: int, height: int | None = None) -> list[Line]:
     """The frame as at most ``height`` lines (None: all of them) of at most ``width``
-    characters."""
+    characters, control characters shown (:func:`~xpulaunch.cli.terminal.one_line`: device
+    names and other users' command lines are not the terminal's to act on, nor to break a
+    row in two)."""
     width = max(width, MIN_WIDTH)
     head = [Line(frame.title, strong=True), *_device_lines(frame.devices)]
     head += [Line(n) for n in frame.notes]
@@ -62,7 +64,7 @@ def render(frame: Frame, width: int, height: int | None = None) -> list[Line]:
             if room:
                 queue.append(Line(f"... {hidden} more job{'s' if hidden != 1 else ''} below"))
     lines = [*head, Line(""), *queue] if queue else head
-    return [Line(line.text[:width].rstrip(), line.strong) for line in lines][:height]
+    return [Line(one_line(line.text)[:width].rstrip(), line.strong) for line in lines][:height]
 
 
 def _device_lines(devices: tuple[DeviceRow, ...]) -> list[Line]:

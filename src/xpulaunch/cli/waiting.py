@@ -47,10 +47,11 @@ class WaitReporter:
         self._stream.flush()
 
     def on_wait(self, status: WaitStatus) -> None:
-        from xpulaunch.cli.terminal import terminal_safe  # only a launch that waits gets here
+        from xpulaunch.cli.terminal import one_line  # only a launch that waits gets here
         from xpulaunch.leases.wait_queue import wait_line
 
-        line = "xpulaunch: " + terminal_safe(wait_line(status))  # names other users' commands
+        # It names other users' commands; one line, so that \r rewrites all of it.
+        line = "xpulaunch: " + one_line(wait_line(status))
         if self._tty:
             width = shutil.get_terminal_size().columns - 1
             self._stream.write("\r\x1b[K" + line[:width])

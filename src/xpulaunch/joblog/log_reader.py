@@ -158,7 +158,7 @@ class LogFollower:
 
     files: list[tuple[str, Path]]
     stamped: bool = True
-    _offsets: dict[Path, int] = field(default_factory=dict)
+    _offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)  # (inode, bytes read)
     _partial: dict[Path, bytes] = field(default_factory=dict)
 
     def lines(self) -> Iterator[tuple[str, bytes]]:
@@ -180,11 +180,12 @@ class LogFollower:
         fd = open_log(path)
         if fd is None:
             return
+        now = os.fstat(fd)
         with contextlib.closing(os.fdopen(fd, "rb")) as handle:
-            handle.seek(self._offsets.get(path, 0))
+            handle.seek(self._resume_at(path, now))
             rest = self._partial.pop(path, b"")
             while chunk := handle.read(_READ_BYTES):
-                self._offsets[path] = handle.tell()
+                self._offsets[path] = (now.st_ino, handle.tell())
                 pieces = (rest + chunk).split(b"\n")
                 rest = pieces.pop()
                 for line in pieces:
@@ -194,3 +195,13 @@ class LogFollower:
                     rest = rest[_MAX_PIECE_BYTES:]
             if rest:
                 self._partial[path] = rest  # a line still being written
+
+    def _resume_at(self, path: Path, now: os.stat_result) -> int:
+        """Where reading ``path`` goes on: where it stopped, unless the file was rotated
+        (another file now has its name) or truncated (``logrotate``'s ``copytruncate``, ``:
+        > 0.log``): then from its start, as ``tail -F`` does, not from the middle of a line."""
+        inode, offset = self._offsets.get(path, (now.st_ino, 0))
+        if inode != now.st_ino or now.st_size < offset:
+            self._partial.pop(path, None)  # the end of a line of the file that is gone
+            return 0
+        return offset

@@ -28,6 +28,7 @@ class GpuProcess:
     user: str | None = None
     command: str | None = None
     job_id: str | None = None  # XPULAUNCH_JOB_ID of its environment, where readable
+    environ_read: bool = False  # its environment was readable: no job_id means none
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ def _described(proc_root: str, process: GpuProcess) -> GpuProcess:
     return GpuProcess(
         process.pid, process.device_key, process.memory_bytes, process.source,
         _owner(base), (command or "").replace("\0", " ").strip() or None, job,
+        environ is not None,
     )  # fmt: skip
 
 
