@@ -164,6 +164,17 @@ def test_rendered_and_relabelled_text_parses() -> None:
     assert len(families["llamacpp:slots"].samples) == 2
 
 
+def test_a_label_from_a_path_that_is_not_utf8_is_scraped() -> None:
+    # os.fsdecode(b"model-\xff.gguf"), a model file's name: encoding the scrape used to raise
+    model = os.fsdecode(b"model-\xff.gguf")
+    text = render([("x_up", "gauge", "h", [((("model", model),), 1.0)])])
+    theirs = relabel("# TYPE t gauge\nt 2\n", (("model", model),))
+    text += render_relabelled([theirs])
+    samples = _samples(text.encode().decode())
+    assert samples[("x_up", (("model", "model-?.gguf"),))] == 1
+    assert samples[("t", (("model", "model-?.gguf"),))] == 2
+
+
 def test_a_label_of_ours_that_the_exporter_has_too_is_kept_as_exported() -> None:
     """The old line relabelling wrote model="m",model="x": an invalid scrape."""
     theirs = '# TYPE x gauge\nx{model="their-name",slot="0"} 1\nuntyped_one 5\n'

@@ -33,9 +33,16 @@ def _labels(labels: Labels) -> str:
     if not labels:
         return ""
     escaped = (
-        (k, v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")) for k, v in labels
+        (k, _utf8(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+        for k, v in labels
     )
     return "{" + ",".join(f'{k}="{v}"' for k, v in escaped) + "}"
+
+
+def _utf8(value: str) -> str:
+    """``value`` as UTF-8 can carry it (a scrape is UTF-8): a lone surrogate, which is how
+    Python holds a path's bytes that are not UTF-8 (a model file's name), becomes ``?``."""
+    return value.encode("utf-8", "replace").decode()
 
 
 def _number(value: float) -> str:
