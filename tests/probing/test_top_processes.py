@@ -26,6 +26,9 @@ def test_top_links_devices_to_holders_and_other_processes(tmp_path: Path) -> Non
     )
     _process(m, 4242, {5: XE}, {"XPULAUNCH_JOB_ID": lease.job_id})  # the lease's own worker
     _process(m, 4343, {3: AMDGPU_OLD}, {})  # someone else's, on an AMD card nobody leased
+    # a job's variable where its job holds no lease: a shell that kept it, or a device its job
+    # never leased; it used to be hidden as if a holder line named it
+    _process(m, 4444, {3: AMDGPU_OLD}, {"XPULAUNCH_JOB_ID": lease.job_id})
     env = {**fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks"), "COLUMNS": "120"}
     out = xpulaunch("top", "--once", env=env)
     assert out.returncode == 0, out.stderr
@@ -34,9 +37,10 @@ def test_top_links_devices_to_holders_and_other_processes(tmp_path: Path) -> Non
     assert "python3 train.py" not in rows["intel 0"]  # the lease's worker is the holder's
     amd = out.stdout.splitlines().index(rows["amd 0"])
     assert rows["amd 0"].endswith("  -")
-    assert out.stdout.splitlines()[amd + 1].strip() == (
-        "other: pid 4343  root  python3 train.py (0.0 GiB)"
-    )
+    assert [line.strip() for line in out.stdout.splitlines()[amd + 1 : amd + 3]] == [
+        "other: pid 4343  root  python3 train.py (0.0 GiB)",
+        "other: pid 4444  root  python3 train.py (0.0 GiB)",
+    ]
     assert "not listed" not in out.stdout
     lease.release()
 

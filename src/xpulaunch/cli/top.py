@@ -85,7 +85,7 @@ def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory |
         from xpulaunch.probing.host import probe_from_env
 
         inventory = probe_from_env(env)
-        processes = _processes(inventory, env, notes)
+        processes = _processes(inventory, env, _holding_jobs(snapshot.leases), notes)
     else:
         inventory, processes = loaded, {}
         notes.append("processes: not listed (the devices come from an inventory file)")
@@ -149,10 +149,24 @@ def _holder(holder: HolderInfo | None, jobs: Mapping[int, Job], key: str, device
     return f"{part}pid {holder.pid}  {holder.user}  {holder.command(60)}"
 
 
+def _holding_jobs(report: StatusReport | None) -> set[tuple[str, str]]:
+    """(device key, job id) of every lease and slot: whose processes a holder line names."""
+    if report is None:
+        return set()
+    held = [(r.key, r.holder) for r in report.leases] + [(r.key, r.holder) for r in report.slots]
+    return {(key.split("/")[0], holder.job_id) for key, holder in held if holder}
+
+
 def _processes(
-    inventory: Inventory, env: Mapping[str, str], notes: list[str]
+    inventory: Inventory,
+    env: Mapping[str, str],
+    holding: set[tuple[str, str]],
+    notes: list[str],
 ) -> dict[str, list[str]]:
-    """Processes using each device (probed hosts only): pid, user, memory, command."""
+    """Processes using each device (probed hosts only): pid, user, memory, command. Those of
+    a job that holds the device are left to its holder line; any other is listed, an
+    xpulaunch job's too (a device its job did not lease, or an ``XPULAUNCH_JOB_ID`` a shell
+    kept after its job)."""
     if not inventory.devices:
         return {}
     from xpulaunch.probing.gpu_processes import gpu_processes
@@ -163,7 +177,7 @@ def _processes(
     notes += [str(p) for p in problems[:2]]
     per_device: dict[str, list[str]] = {}
     for process in found:
-        if process.job_id:  # a process of an xpulaunch job: its holder line names it
+        if (process.device_key, process.job_id) in holding:
             continue
         memory = (
             "" if process.memory_bytes is None else f" ({process.memory_bytes / 1024**3:.1f} GiB)"
