@@ -4,11 +4,14 @@ and the processes on it that belong to no lease's job, from DRM fdinfo."""
 from __future__ import annotations
 
 import os
+import pty
+import subprocess
 from pathlib import Path
 
+import pytest
 from probe_fakes import FakeMachine, b580_uhd_host, mi300x_host, probe_fake
 from test_gpu_processes import AMDGPU_OLD, XE, _process
-from test_probe_cli_devices import fake_host_env, xpulaunch
+from test_probe_cli_devices import XPULAUNCH, fake_host_env, xpulaunch
 
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.leases import LeaseManager
@@ -60,3 +63,33 @@ def test_a_command_line_with_a_newline_or_escape_stays_on_its_row(tmp_path: Path
         assert "python3 -c x\\x0anvidia 9  fake row\\x1b[2J" in row
         assert not any(line.startswith("nvidia 9") for line in out.stdout.splitlines())
         assert "\x1b" not in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("term", "message"),
+    [
+        (None, "xpulaunch top needs a terminal; use --once for a script"),
+        ("dumb", "xpulaunch top needs a terminal that can move its cursor (TERM=dumb); use --once"),
+    ],
+)
+def test_the_live_view_without_a_terminal_it_can_draw_on(
+    tmp_path: Path, term: str | None, message: str
+) -> None:
+    m = FakeMachine(tmp_path)
+    mi300x_host(m)
+    env = {**os.environ, **fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    if term is None:  # stdout is a pipe
+        out = xpulaunch("top", env=env)
+        code, err = out.returncode, out.stderr
+    else:  # a real terminal (a pty) whose TERM cannot move the cursor: Emacs's M-x shell
+        parent, child = pty.openpty()
+        try:
+            proc = subprocess.run(
+                [str(XPULAUNCH), "top"], stdin=child, stdout=child, stderr=subprocess.PIPE,
+                env={**env, "TERM": term}, timeout=60, check=False, text=True,
+            )  # fmt: skip
+        finally:
+            os.close(child)
+            os.close(parent)
+        code, err = proc.returncode, proc.stderr
+    assert (code, err) == (1, f"xpulaunch: error: {message}\n")

@@ -67,6 +67,11 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
         return 0
     if not sys.stdout.isatty():
         raise XpulaunchError("xpulaunch top needs a terminal; use --once for a script")
+    if env.get("TERM", "dumb") == "dumb":  # Emacs's shell: curses would draw rows of blanks
+        term = f"TERM={env['TERM']}" if "TERM" in env else "no TERM"
+        raise XpulaunchError(
+            f"xpulaunch top needs a terminal that can move its cursor ({term}); use --once"
+        )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
         _live(lambda: gather(directory, env, loaded), interval)
     return 0
