@@ -259,19 +259,20 @@ def _standalone(values: dict[str, Any], one_node: bool, from_env: set[str]) -> N
 
 
 def _program(args: list[str], flags: Mapping[str, bool], python: str) -> tuple[str, ...]:
+    """The worker's command as torchrun builds it (``config_from_args``): a script or module
+    runs under ``python -u``, so that its lines reach the console as it prints them and are
+    not lost in a buffer when it is killed; ``--no-python`` runs the program as it is."""
     first, rest = args[0], args[1:]
     if flags["module"] and flags["no_python"]:
         raise UsageError("--module and --no-python: give one of them")
     if flags["module"]:
-        return (python, "-m", first, *rest)
+        return (python, "-u", "-m", first, *rest)
     if flags["no_python"]:
         found = first if "/" in first else shutil.which(first)
         if found is None:
             raise UsageError(f"--no-python {first}: command not found on PATH")
         return (found, *rest)
-    if first.endswith(".py"):
-        return tuple(args)
-    return (python, first, *rest)  # torchrun runs any script under Python
+    return (python, "-u", first, *rest)  # torchrun runs any script under Python
 
 
 def _parameters() -> list[click.Parameter]:
