@@ -123,9 +123,13 @@ def translate(
     args = _launch_args(config, source)
     launcher = LAUNCHERS[args["distributed_type"]]
     warnings = _mask_clash(args, parent_env)
+    try:
+        env = launch_env(args, launcher, parent_env, cwd=cwd)
+    except UsageError as exc:  # a value of the file's: say which file, as for every key
+        raise UsageError(f"{source}: {exc.detail}") from exc
     return AccelerateLaunch(
         options=_run_options(args, launcher, nproc_per_node),
-        env=launch_env(args, launcher, parent_env, cwd=cwd),
+        env=env,
         ignored=_ignored(config),
         warnings=warnings,
         summary=_summary(args),
