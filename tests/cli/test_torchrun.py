@@ -133,8 +133,10 @@ def test_mistakes_are_one_line(args: list[str], message: str) -> None:
 @pytest.mark.parametrize(
     ("args", "run_id"),
     [
-        (["t.py"], "none"),  # torchrun's default --rdzv-id
-        (["--rdzv-id", "job7", "t.py"], "job7"),
+        (["--master-port", "29500", "t.py"], "none"),  # torchrun's default --rdzv-id
+        (["--rdzv-id", "job7", "--master-port", "29500", "t.py"], "job7"),
+        (["--nnodes", "2", "t.py"], "none"),
+        (["--rdzv-endpoint", "h:29500", "--rdzv-id", "j", "t.py"], "j"),
         (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "--rdzv-id", "j", "t.py"],
          "j"),
         (["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "t.py"], "none"),
@@ -145,8 +147,17 @@ def test_log_dir_is_laid_out_as_torchrun_names_its_run(args: list[str], run_id: 
     assert (request.log_layout.value, request.log_run_id) == ("torchrun", run_id)
 
 
-def test_the_standalone_run_id_is_a_new_uuid() -> None:
-    first, second = (request_of("torchrun", "--standalone", "t.py").log_run_id for _ in "ab")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--standalone"],
+        [],  # torchrun runs a one-node line that names no port as --standalone
+        ["--rdzv-id", "job7"],  # ... and gives it a new uuid even then
+        ["--nnodes=1:1", "--rdzv-backend=static", "--master-addr", "127.0.0.1"],
+    ],
+)
+def test_the_standalone_run_id_is_a_new_uuid(args: list[str]) -> None:
+    first, second = (request_of("torchrun", *args, "t.py").log_run_id for _ in "ab")
     uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
     assert re.fullmatch(uuid, first or "") and first != second
 

@@ -209,6 +209,12 @@ def _map(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str]) 
         values["rdzv_id"] = None  # the static rendezvous has no use for it
     if flags["standalone"]:
         _standalone(values, one_node, from_env)
+    # torchrun makes a one-node static line that names no port (no --master-port, no
+    # --rdzv-endpoint) a standalone one (run() in torch/distributed/run.py): either way its
+    # run id, TORCHELASTIC_RUN_ID and the --log-dir folder's name, is a new uuid, even over
+    # a --rdzv-id.
+    implicit = backend in (None, "static") and one_node and not values["rdzv_endpoint"]
+    if flags["standalone"] or (implicit and values["master_port"] is None):
         run_id = str(uuid.uuid4())
     values["log_layout"] = "torchrun"
     values["log_run_id"] = run_id or "none"
