@@ -4,21 +4,25 @@ refused by name (or by variable); and the warning of plain ``run``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import select
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from helpers import cli_error, inventory_path, request_of
+from helpers import cli_error, inventory_path, reap, request_of
 from xpulaunch.cli.main import main
 from xpulaunch.cli.torchrun import FLAGS, REFUSED, TORCHRUN_ONLY, torchrun
 from xpulaunch.launch.request import RunRequest
 
 PY = sys.executable
+U = [PY, "-u"]  # torchrun runs a script or module with python -u: unbuffered output
 CPU_ONLY = str(inventory_path("cpu-only.json"))
 
 
@@ -40,38 +44,39 @@ def r(*args: str) -> RunRequest:
     ("args", "expected"),
     [
         (["--standalone", "--nproc_per_node=2", "train.py", "--lr", "1"],
-         ["--nproc-per-node", "2", "--", "train.py", "--lr", "1"]),
+         ["--nproc-per-node", "2", "--", *U, "train.py", "--lr", "1"]),
         (["--nnodes=2", "--node_rank", "1", "--master_addr", "h0", "--master_port=29501", "t.py"],
          ["--nnodes", "2", "--node-rank", "1", "--master-addr", "h0", "--master-port", "29501",
-          "--", "t.py"]),
+          "--", *U, "t.py"]),
         (["--nproc-per-node", "gpu", "t.py"],
-         ["--backend", "cuda", "--nproc-per-node", "auto", "--", "t.py"]),
+         ["--backend", "cuda", "--nproc-per-node", "auto", "--", *U, "t.py"]),
         (["--nproc-per-node", "xpu", "t.py"],
-         ["--backend", "xpu", "--nproc-per-node", "auto", "--", "t.py"]),
+         ["--backend", "xpu", "--nproc-per-node", "auto", "--", *U, "t.py"]),
         (["--nproc-per-node", "cpu", "t.py"],
-         ["--gpus", "none", "--nproc-per-node", str(os.cpu_count()), "--", "t.py"]),
-        (["-m", "pkg.train", "--x"], ["--", PY, "-m", "pkg.train", "--x"]),
-        (["--run-path", "script"], ["--", PY, "script"]),
+         ["--gpus", "none", "--nproc-per-node", str(os.cpu_count()), "--", *U, "t.py"]),
+        (["-m", "pkg.train", "--x"], ["--", *U, "-m", "pkg.train", "--x"]),
+        (["--run-path", "script"], ["--", *U, "script"]),
         (["--max_restarts", "3", "--monitor_interval", "5", "--rdzv_id", "j", "--tee", "3",
           "-r", "3", "--start_method", "fork", "--role", "default", "t.py"],
-         ["--max-restarts", "3", "--", "t.py"]),
+         ["--max-restarts", "3", "--", *U, "t.py"]),
         (["--log_dir", "L", "--local_ranks_filter", "0", "--shutdown-timeout", "5", "t.py"],
-         ["--log-dir", "L", "--ranks", "0", "--grace", "5", "--", "t.py"]),
-        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "t.py"], ["--", "t.py"]),
-        (["--rdzv-conf", "join_timeout=30", "t.py"], ["--join-timeout", "30", "--", "t.py"]),
+         ["--log-dir", "L", "--ranks", "0", "--grace", "5", "--", *U, "t.py"]),
+        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "t.py"], ["--", *U, "t.py"]),
+        (["--rdzv-conf", "join_timeout=30", "t.py"], ["--join-timeout", "30", "--", *U, "t.py"]),
         # torch's other c10d settings: for the agent of a multi-node c10d job ...
         (["--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1",
           "--rdzv-conf", "join_timeout=30, last_call_timeout=1,is_host=0", "t.py"],
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1",
-          "--join-timeout", "30", "--rdzv-conf", "last_call_timeout=1,is_host=0", "--", "t.py"]),
+          "--join-timeout", "30", "--rdzv-conf", "last_call_timeout=1,is_host=0",
+          "--", *U, "t.py"]),
         # ... and changing nothing where no c10d rendezvous runs, as in torchrun
-        (["--rdzv-conf", "read_timeout=5", "t.py"], ["--", "t.py"]),
-        (["--standalone", "--rdzv-conf", "last_call_timeout=1", "t.py"], ["--", "t.py"]),
+        (["--rdzv-conf", "read_timeout=5", "t.py"], ["--", *U, "t.py"]),
+        (["--standalone", "--rdzv-conf", "last_call_timeout=1", "t.py"], ["--", *U, "t.py"]),
         (["--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--rdzv_id=7", "t.py"],
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400",
-          "--rdzv-id", "7", "--", "t.py"]),
-        (["--gpus", "2", "--isolate", "t.py"], ["--gpus", "2", "--isolate", "--", "t.py"]),
-        (["t.py", "--nproc_per_node", "2"], ["--", "t.py", "--nproc_per_node", "2"]),
+          "--rdzv-id", "7", "--", *U, "t.py"]),
+        (["--gpus", "2", "--isolate", "t.py"], ["--gpus", "2", "--isolate", "--", *U, "t.py"]),
+        (["t.py", "--nproc_per_node", "2"], ["--", *U, "t.py", "--nproc_per_node", "2"]),
     ],
 )  # fmt: skip
 def test_a_torchrun_line_is_the_run_line(args: list[str], expected: list[str]) -> None:
@@ -128,8 +133,10 @@ def test_mistakes_are_one_line(args: list[str], message: str) -> None:
 @pytest.mark.parametrize(
     ("args", "run_id"),
     [
-        (["t.py"], "none"),  # torchrun's default --rdzv-id
-        (["--rdzv-id", "job7", "t.py"], "job7"),
+        (["--master-port", "29500", "t.py"], "none"),  # torchrun's default --rdzv-id
+        (["--rdzv-id", "job7", "--master-port", "29500", "t.py"], "job7"),
+        (["--nnodes", "2", "t.py"], "none"),
+        (["--rdzv-endpoint", "h:29500", "--rdzv-id", "j", "t.py"], "j"),
         (["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "--rdzv-id", "j", "t.py"],
          "j"),
         (["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "t.py"], "none"),
@@ -140,8 +147,17 @@ def test_log_dir_is_laid_out_as_torchrun_names_its_run(args: list[str], run_id: 
     assert (request.log_layout.value, request.log_run_id) == ("torchrun", run_id)
 
 
-def test_the_standalone_run_id_is_a_new_uuid() -> None:
-    first, second = (request_of("torchrun", "--standalone", "t.py").log_run_id for _ in "ab")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--standalone"],
+        [],  # torchrun runs a one-node line that names no port as --standalone
+        ["--rdzv-id", "job7"],  # ... and gives it a new uuid even then
+        ["--nnodes=1:1", "--rdzv-backend=static", "--master-addr", "127.0.0.1"],
+    ],
+)
+def test_the_standalone_run_id_is_a_new_uuid(args: list[str]) -> None:
+    first, second = (request_of("torchrun", *args, "t.py").log_run_id for _ in "ab")
     uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
     assert re.fullmatch(uuid, first or "") and first != second
 
@@ -149,37 +165,37 @@ def test_the_standalone_run_id_is_a_new_uuid() -> None:
 @pytest.mark.parametrize(
     ("env", "args", "expected"),
     [
-        ({"PET_NPROC_PER_NODE": "2"}, [], ["--nproc-per-node", "2", "--", "t.py"]),
+        ({"PET_NPROC_PER_NODE": "2"}, [], ["--nproc-per-node", "2", "--", *U, "t.py"]),
         ({"PET_NPROC_PER_NODE": "2"}, ["--nproc_per_node=3"],  # the command line wins
-         ["--nproc-per-node", "3", "--", "t.py"]),
+         ["--nproc-per-node", "3", "--", *U, "t.py"]),
         ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "h0",
           "PET_MASTER_PORT": "29501"}, [],
          ["--master-addr", "h0", "--master-port", "29501", "--nnodes", "2", "--node-rank", "1",
-          "--", "t.py"]),
+          "--", *U, "t.py"]),
         ({"PET_NNODES": "2", "PET_NODE_RANK": "1"}, ["--node-rank", "0"],
-         ["--nnodes", "2", "--node-rank", "0", "--", "t.py"]),
+         ["--nnodes", "2", "--node-rank", "0", "--", *U, "t.py"]),
         ({"PET_MAX_RESTARTS": "3", "PET_LOG_DIR": "L", "PET_LOCAL_RANKS_FILTER": "0"}, [],
-         ["--ranks", "0", "--log-dir", "L", "--max-restarts", "3", "--", "t.py"]),
+         ["--ranks", "0", "--log-dir", "L", "--max-restarts", "3", "--", *U, "t.py"]),
         ({"PET_NNODES": "1:2", "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "h:29400",
           "PET_RDZV_ID": "7"}, [],
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400",
-          "--rdzv-id", "7", "--", "t.py"]),
-        ({"PET_RDZV_BACKEND": "etcd"}, ["--rdzv-backend", "static"], ["--", "t.py"]),
+          "--rdzv-id", "7", "--", *U, "t.py"]),
+        ({"PET_RDZV_BACKEND": "etcd"}, ["--rdzv-backend", "static"], ["--", *U, "t.py"]),
         ({"PET_NNODES": "1:2", "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "h:29400",
           "PET_RDZV_CONF": "last_call_timeout=2"}, [],
          ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-conf", "last_call_timeout=2",
-          "--rdzv-endpoint", "h:29400", "--", "t.py"]),
+          "--rdzv-endpoint", "h:29400", "--", *U, "t.py"]),
         ({"PET_STANDALONE": "1", "PET_NPROC_PER_NODE": "2"}, [],
-         ["--nproc-per-node", "2", "--", "t.py"]),
-        ({"PET_STANDALONE": "0", "PET_NNODES": "2"}, [], ["--nnodes", "2", "--", "t.py"]),
-        ({"PET_MODULE": "1"}, [], ["--", PY, "-m", "t.py"]),
+         ["--nproc-per-node", "2", "--", *U, "t.py"]),
+        ({"PET_STANDALONE": "0", "PET_NNODES": "2"}, [], ["--nnodes", "2", "--", *U, "t.py"]),
+        ({"PET_MODULE": "1"}, [], ["--", *U, "-m", "t.py"]),
         ({"PET_TEE": "3", "PET_REDIRECTS": "3", "PET_MONITOR_INTERVAL": "0.5",
-          "PET_START_METHOD": "fork", "PET_ROLE": "default"}, [], ["--", "t.py"]),
+          "PET_START_METHOD": "fork", "PET_ROLE": "default"}, [], ["--", *U, "t.py"]),
         # torchrun reads no variable for these two, and an empty variable is no value.
         ({"PET_NUMA_BINDING": "node", "PET_LOGS_SPECS": "x", "PET_NPROC_PER_NODE": ""}, [],
-         ["--", "t.py"]),
-        ({"PET_VIRTUAL_LOCAL_RANK": "0"}, [], ["--", "t.py"]),
-        ({"XPULAUNCH_NNODES": "2", "NNODES": "2"}, [], ["--nnodes", "2", "--", "t.py"]),
+         ["--", *U, "t.py"]),
+        ({"PET_VIRTUAL_LOCAL_RANK": "0"}, [], ["--", *U, "t.py"]),
+        ({"XPULAUNCH_NNODES": "2", "NNODES": "2"}, [], ["--nnodes", "2", "--", *U, "t.py"]),
     ],
 )  # fmt: skip
 def test_pet_variables_are_defaults(
@@ -194,6 +210,33 @@ def test_a_no_python_program_is_looked_up_on_path(tmp_path: Path) -> None:
     program.chmod(0o755)
     env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "PET_NO_PYTHON": "1"}
     assert t("tool", env=env).program == (str(program),)
+
+
+def test_a_line_printed_without_a_flush_reaches_the_console_at_once(tmp_path: Path) -> None:
+    """As under torchrun (python -u): a worker's line is on the console while the worker still
+    runs (here until the test has seen it), not only when its buffer fills or it ends."""
+    go = tmp_path / "go"
+    script = tmp_path / "prints.py"
+    script.write_text(
+        f"import os, time\nprint('up')\nwhile not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.05)\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen(
+        [PY, "-m", "xpulaunch", "torchrun", "--gpus", "none", str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        readable, _, _ = select.select([proc.stdout], [], [], 60)
+        assert readable, "no line from the worker while it runs"
+        assert proc.stdout.readline().endswith("up\n")
+    finally:
+        go.touch()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=60)
+        reap([proc])
+    assert proc.returncode == 0
 
 
 def test_every_torchrun_option_has_both_spellings_and_its_variable() -> None:

@@ -107,6 +107,22 @@ def test_the_agents_rendezvous_settings_logs_and_console(
 
 
 @pytest.mark.parametrize(
+    ("program", "expected"),
+    [
+        ((PY, "t.py", "--x"), ("t.py", "--x")),
+        ((PY, "-u", "t.py", "--x"), ("t.py", "--x")),  # xpulaunch torchrun's; the agent adds -u
+        ((PY, "-u", "-m", "pkg"), ("--no-python", PY, "-u", "-m", "pkg")),
+        (("/bin/tool", "-u"), ("--no-python", "/bin/tool", "-u")),
+    ],
+)  # fmt: skip
+def test_the_agent_runs_a_script_of_this_python_itself(
+    program: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    got = agent_argv(program, 2, spec("1:2"), python=PY, max_restarts=0, join_timeout_s=0)
+    assert got[got.index("--max-restarts") + 2 :] == expected
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("", ()),

@@ -1,7 +1,7 @@
 """The agent module's round lines, from synthetic records shaped as torch's agent logs them
-(``SimpleElasticAgent._rendezvous``), and its one change to torch's agent (``admit_joiners``),
-on an agent class and a rendezvous handler of ours with torch's own result types; the real
-agent's are in tests/multinode/test_c10d.py."""
+(``SimpleElasticAgent._rendezvous``), and its changes to torch's agent (``admit_joiners``,
+``stop_with_the_others``), on agent classes, rendezvous handlers and stores of ours with torch's
+own result types; the real agent's are in tests/multinode/test_c10d.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from xpulaunch.integrations.torch_agent import RoundLines, admit_joiners, install, nodes_waiting
+from xpulaunch.integrations.torch_agent import (
+    GAVE_UP_KEY,
+    RoundLines,
+    admit_joiners,
+    install,
+    nodes_waiting,
+    stop_with_the_others,
+)
 
 # torch's message (torch/distributed/elastic/agent/server/api.py), values as a dict argument.
 MESSAGE = (
@@ -232,3 +239,95 @@ def test_the_agent_says_it_waits_for_late_nodes_before_the_silence() -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "c10d: waiting for 1 to 2 nodes; once 1 is here, torch waits 1 s more" in done.stderr
+
+
+class Store:
+    """A round's store as torch's agent uses it: check, get (bytes) and set."""
+
+    def __init__(self, **keys: str) -> None:
+        self.keys = {key: value.encode() for key, value in keys.items()}
+        self.checked = 0
+
+    def check(self, keys: list[str]) -> bool:
+        self.checked += 1
+        return all(key in self.keys for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.keys[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.keys[key] = value.encode()
+
+
+class GoneStore(Store):
+    def check(self, keys: list[str]) -> bool:
+        raise RuntimeError("Connection reset by peer")  # as torch's store client raises
+
+    def set(self, key: str, value: str) -> None:
+        raise RuntimeError("Connection reset by peer")
+
+
+def watching_agent(store: Store, final: str = "FAILED") -> tuple[Any, io.StringIO]:
+    """An agent with ``stop_with_the_others`` applied: its workers are healthy until stopped,
+    and its run ends ``final``."""
+    api = pytest.importorskip("torch.distributed.elastic.agent.server.api")
+
+    class Agent:
+        def __init__(self) -> None:
+            self.stopped = 0
+            self._worker_group = type("Group", (), {"store": store, "group_rank": 1})()
+
+        def _invoke_run(self, role: str = "default") -> Any:
+            return api.RunResult(state=api.WorkerState[final])
+
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            if self.stopped:
+                return api.RunResult(state=api.WorkerState.FAILED, failures={0: "SIGTERM"})
+            return api.RunResult(state=api.WorkerState.HEALTHY)
+
+        def _stop_workers(self, worker_group: Any) -> None:
+            self.stopped += 1
+
+    stream = io.StringIO()
+    stop_with_the_others(Agent, stream, check_every_s=60.0)
+    return Agent(), stream
+
+
+def test_an_agent_that_gives_up_tells_the_others() -> None:
+    store = Store()
+    agent, _ = watching_agent(store, final="FAILED")
+    assert agent._invoke_run().state.name == "FAILED"
+    assert store.keys == {GAVE_UP_KEY: b"1"}
+
+
+def test_an_agent_that_succeeds_tells_nothing() -> None:
+    store = Store()
+    agent, _ = watching_agent(store, final="SUCCEEDED")
+    agent._invoke_run()
+    assert store.keys == {}
+
+
+def test_workers_are_stopped_when_another_node_gave_up() -> None:
+    agent, stream = watching_agent(Store(**{GAVE_UP_KEY: "1"}))
+    group = agent._worker_group
+    result = agent._monitor_workers(group)
+    assert (result.state.name, result.failures, agent.stopped) == ("FAILED", {0: "SIGTERM"}, 1)
+    assert stream.getvalue() == (
+        "xpulaunch: c10d: the node of group rank 1 gave up (its workers failed, with no "
+        "restarts left); stopping this node's workers\n"
+    )
+
+
+def test_while_no_node_gave_up_the_store_is_asked_once_a_period() -> None:
+    store = Store()
+    agent, stream = watching_agent(store)
+    for _ in range(3):
+        assert agent._monitor_workers(agent._worker_group).state.name == "HEALTHY"
+    assert (store.checked, agent.stopped, stream.getvalue()) == (1, 0, "")
+
+
+def test_a_store_that_cannot_answer_leaves_the_workers_to_torch() -> None:
+    agent, stream = watching_agent(GoneStore(), final="FAILED")
+    assert agent._monitor_workers(agent._worker_group).state.name == "HEALTHY"
+    assert agent._invoke_run().state.name == "FAILED"  # telling the others cannot fail it
+    assert (agent.stopped, stream.getvalue()) == (0, "")

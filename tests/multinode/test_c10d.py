@@ -105,6 +105,39 @@ def test_kill_9_of_one_node_within_min_max_lets_the_other_go_on_alone(
     wait_for(lambda: not processes_marked((tag,)), "every process of both nodes gone", 60)
 
 
+# Node 1's worker fails once node 0's is up; node 0's sleeps, blind to its peer's death as an
+# NCCL rank waiting in a collective is.
+BLIND_WORKER = """
+import os, sys, time
+from pathlib import Path
+marks = Path(sys.argv[1])
+if os.environ.get("FAIL_HERE"):
+    while not (marks / "up").exists():
+        time.sleep(0.1)
+    sys.exit(3)
+(marks / "up").touch()
+time.sleep(3600)
+"""
+
+
+def test_a_node_that_gives_up_stops_the_workers_of_the_others(nodes: Nodes, tmp_path: Path):
+    """torchrun's agents leave such workers running for ever; here node 1's agent, giving up
+    (no restarts left), tells node 0's, which stops its workers and ends too."""
+    pytest.importorskip("torch")
+    port, worker, marks = free_port(), tmp_path / "blind.py", tmp_path / "marks"
+    worker.write_text(BLIND_WORKER)
+    marks.mkdir()
+    job = ["--max-restarts", "0", str(worker), str(marks)]
+    node0 = nodes.start(*c10d(port, "2", *job))
+    wait_for(lambda: listening(port), "node 0's rendezvous store", timeout_s=120)
+    node1 = nodes.start(*c10d(port, "2", *job), env={"FAIL_HERE": "1"})
+    status1, _, err1 = nodes.finish(node1)
+    status0, _, err0 = nodes.finish(node0)
+    assert (status0, status1) == (1, 1), err0[-3000:] + err1[-3000:]
+    assert "xpulaunch: c10d: the node of group rank " in err0
+    assert "gave up (its workers failed, with no restarts left); stopping this node's" in err0
+
+
 @pytest.mark.parametrize("pace", [("--every", "0.2"), ("--every", "0.005", "--fail-fast")])
 def test_a_third_node_joins_at_the_next_round(
     nodes: Nodes, tmp_path: Path, pace: tuple[str, ...]

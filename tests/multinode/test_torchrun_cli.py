@@ -84,7 +84,8 @@ def test_a_failing_workers_error_json_is_where_torchrun_puts_it(
     )  # fmt: skip
     status, _, err = nodes.finish(job)
     assert status == 1, err
-    attempt = the_run(logs, "none") / "attempt_0"  # torchrun's default --rdzv-id
+    # A one-node line with no port: standalone for torchrun, whose run id is then a new uuid.
+    attempt = the_run(logs, UUID) / "attempt_0"
     error = json.loads((attempt / "1" / "error.json").read_text())
     assert error["message"]["message"] == "ValueError: bad batch on local rank 1"
     assert not (attempt / "0" / "error.json").exists()

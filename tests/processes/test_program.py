@@ -35,6 +35,8 @@ def test_a_script_runs_under_this_python_and_programs_are_found_on_path(
         (["b/tool"], "b/tool: not executable", "b/tool: not executable here"),
         (["c/tool"], "c/tool: no such file", "c/tool: no such file here"),
         (["python3", "gone.py"], "gone.py: no such script", "gone.py: no such script here"),
+        # xpulaunch torchrun's python -u SCRIPT
+        (["python3", "-u", "gone.py"], "gone.py: no such script", "gone.py: no such script here"),
     ],
 )
 def test_what_cannot_run_is_one_line_or_a_note_for_a_dry_run(

@@ -72,6 +72,19 @@ def test_the_command_line_wins_over_the_file(multi_cpu: Path) -> None:
     assert workers[0]["env"]["ACCELERATE_MIXED_PRECISION"] == "bf16"
 
 
+def test_a_process_count_of_the_command_line_takes_as_many_devices(tmp_path: Path) -> None:
+    """accelerate launch --num_processes 3 with gpu_ids: all runs 3 processes on 3 devices; the
+    file's own count (2) must not leave the third worker without a device of its own."""
+    path = tmp_path / "multi-gpu.yaml"
+    path.write_text(config_text("multi-gpu-dynamo"))  # num_processes: 2, gpu_ids: all
+    inventory = HERE.parent / "fixtures" / "inventories" / "8x-h100.json"
+    done = run(XPULAUNCH, "--accelerate-config", str(path), "--nproc-per-node", "3",
+               "--inventory", str(inventory), "--dry-run", "--json", "/bin/true")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert (len(plan["workers"]), len(plan["devices"])) == (3, 3)
+
+
 def test_default_is_accelerates_default_file(multi_cpu: Path, tmp_path: Path) -> None:
     home = tmp_path / "hf"
     (home / "accelerate").mkdir(parents=True)

@@ -148,7 +148,18 @@ def test_what_accelerate_config_writes_is_all_honoured() -> None:
             {"compute_environment": "AMAZON_SAGEMAKER"},
             "c.yaml: compute_environment 'AMAZON_SAGEMAKER': xpulaunch runs LOCAL_MACHINE",
         ),
-        ({"mixed_precision": "fp4"}, "mixed_precision 'fp4': expected one of no, fp8, fp16, bf16"),
+        (
+            {"mixed_precision": "fp4"},
+            "c.yaml: mixed_precision 'fp4': expected one of no, fp8, fp16, bf16",
+        ),
+        (
+            {"dynamo_config": {"dynamo_backend": "TURBO"}},
+            "c.yaml: dynamo_backend 'TURBO': expected one of NO, EAGER",
+        ),
+        (
+            {"distributed_type": "FSDP", "fsdp_config": {"fsdp_sync_module_states": False}},
+            "c.yaml: fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states: true",
+        ),
     ],
 )
 def test_bad_configs_name_file_and_key(extra: dict[str, object], message: str) -> None:

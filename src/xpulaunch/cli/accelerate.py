@@ -29,15 +29,16 @@ def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> N
     value = values["accelerate_config"]
     path = default_config_path(env) if value == "default" else Path(value)
     source = f"--accelerate-config {path}"
-    launch = translate(read_config(path), env, source=source, cwd=os.getcwd())
+    sources = click.get_current_context().get_parameter_source
+    nproc = values["nproc_per_node"] if sources("nproc_per_node") in _SET_BY_USER else None
+    launch = translate(read_config(path), env, source=source, cwd=os.getcwd(), nproc_per_node=nproc)
     _fill(values, launch.options, str(path))
     if launch.ignored:
         _warn(f"{path}: not honoured: {', '.join(launch.ignored)}")
     for line in launch.warnings:
         _warn(f"{path}: {line}")
     values["extra_env"] = tuple(sorted(launch.env.items()))
-    gpus_source = click.get_current_context().get_parameter_source("gpus")
-    if launch.gpu_ids is not None and gpus_source not in _SET_BY_USER:
+    if launch.gpu_ids is not None and sources("gpus") not in _SET_BY_USER:
         values["gpu_ids"] = launch.gpu_ids  # a --gpus of the user's wins over the file
     values["notes"] = (*values.get("notes", ()), f"accelerate config {path}: {launch.summary}")
 

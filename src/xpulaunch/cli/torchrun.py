@@ -209,6 +209,12 @@ def _map(values: dict[str, Any], flags: Mapping[str, bool], from_env: set[str]) 
         values["rdzv_id"] = None  # the static rendezvous has no use for it
     if flags["standalone"]:
         _standalone(values, one_node, from_env)
+    # torchrun makes a one-node static line that names no port (no --master-port, no
+    # --rdzv-endpoint) a standalone one (run() in torch/distributed/run.py): either way its
+    # run id, TORCHELASTIC_RUN_ID and the --log-dir folder's name, is a new uuid, even over
+    # a --rdzv-id.
+    implicit = backend in (None, "static") and one_node and not values["rdzv_endpoint"]
+    if flags["standalone"] or (implicit and values["master_port"] is None):
         run_id = str(uuid.uuid4())
     values["log_layout"] = "torchrun"
     values["log_run_id"] = run_id or "none"
@@ -259,19 +265,20 @@ def _standalone(values: dict[str, Any], one_node: bool, from_env: set[str]) -> N
 
 
 def _program(args: list[str], flags: Mapping[str, bool], python: str) -> tuple[str, ...]:
+    """The worker's command as torchrun builds it (``config_from_args``): a script or module
+    runs under ``python -u``, so that its lines reach the console as it prints them and are
+    not lost in a buffer when it is killed; ``--no-python`` runs the program as it is."""
     first, rest = args[0], args[1:]
     if flags["module"] and flags["no_python"]:
         raise UsageError("--module and --no-python: give one of them")
     if flags["module"]:
-        return (python, "-m", first, *rest)
+        return (python, "-u", "-m", first, *rest)
     if flags["no_python"]:
         found = first if "/" in first else shutil.which(first)
         if found is None:
             raise UsageError(f"--no-python {first}: command not found on PATH")
         return (found, *rest)
-    if first.endswith(".py"):
-        return tuple(args)
-    return (python, first, *rest)  # torchrun runs any script under Python
+    return (python, "-u", first, *rest)  # torchrun runs any script under Python
 
 
 def _parameters() -> list[click.Parameter]:

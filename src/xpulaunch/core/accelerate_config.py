@@ -109,16 +109,27 @@ class AccelerateLaunch:
 
 
 def translate(
-    config: Mapping[str, Any], parent_env: Mapping[str, str], *, source: str, cwd: str = ""
+    config: Mapping[str, Any],
+    parent_env: Mapping[str, str],
+    *,
+    source: str,
+    cwd: str = "",
+    nproc_per_node: int | None = None,
 ) -> AccelerateLaunch:
     """Map a parsed config file (``source`` names it in errors) onto ``run``; ``cwd`` is the
-    directory DeepSpeed jobs get on their ``PYTHONPATH``, as under accelerate launch."""
+    directory DeepSpeed jobs get on their ``PYTHONPATH``, as under accelerate launch.
+    ``nproc_per_node``: the user's own count, which wins over the file's, as accelerate
+    launch's ``--num_processes`` does (and so sets how many devices ``gpu_ids: all`` takes)."""
     args = _launch_args(config, source)
     launcher = LAUNCHERS[args["distributed_type"]]
     warnings = _mask_clash(args, parent_env)
+    try:
+        env = launch_env(args, launcher, parent_env, cwd=cwd)
+    except UsageError as exc:  # a value of the file's: say which file, as for every key
+        raise UsageError(f"{source}: {exc.detail}") from exc
     return AccelerateLaunch(
-        options=_run_options(args, launcher),
-        env=launch_env(args, launcher, parent_env, cwd=cwd),
+        options=_run_options(args, launcher, nproc_per_node),
+        env=env,
         ignored=_ignored(config),
         warnings=warnings,
         summary=_summary(args),
@@ -201,10 +212,12 @@ def _flatten_sections(args: dict[str, Any]) -> None:
             args[key if key.startswith(prefix) else prefix + key] = value
 
 
-def _run_options(args: Mapping[str, Any], launcher: str) -> dict[str, object]:
+def _run_options(
+    args: Mapping[str, Any], launcher: str, nproc_per_node: int | None
+) -> dict[str, object]:
     machines = int(args.get("num_machines") or 1)
     processes = int(args["num_processes"])
-    per_node = max(processes // machines, 1)
+    per_node = nproc_per_node or max(processes // machines, 1)
     options: dict[str, object] = {"nproc_per_node": str(per_node)}
     options["gpus"] = _gpus(args, launcher, per_node)
     if args["distributed_type"] == "MULTI_XPU" and not args.get("use_cpu"):

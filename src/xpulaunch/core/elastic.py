@@ -137,8 +137,9 @@ def agent_argv(
         options += ["--log-dir", log_dir, "--redirects", ALL_STREAMS, "--tee", ALL_STREAMS]
     if local_ranks is not None:
         options += ["--local-ranks-filter", local_ranks]
-    if program[0] == python and len(program) > 1 and not program[1].startswith("-"):
-        return (*options, *program[1:])  # a script run by this Python: the agent's default
+    script = program[2:] if program[1:2] == ("-u",) else program[1:]  # the agent adds -u
+    if program[0] == python and script and not script[0].startswith("-"):
+        return (*options, *script)  # a script run by this Python: the agent's default
     return (*options, "--no-python", *program)
 
 

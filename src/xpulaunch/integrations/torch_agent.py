@@ -14,6 +14,9 @@ arguments, in this process: the same exit status, the same signal handling.
 With room to grow (``--nnodes MIN:MAX``, MIN < MAX), one decision of torch's agent is changed
 (:func:`admit_joiners`): workers that fail while a node waits to join start again in the next
 round without spending a restart, as torch's agent does for workers that are still healthy.
+And an agent that gives up tells the others through the round's store, which then stop their
+workers (:func:`stop_with_the_others`): torch's agents would leave workers that do not notice
+the failure (NCCL's) running for ever.
 
 Nothing of xpulaunch imports this module; it imports torch, and only in the agent's process.
 It never touches a GPU runtime (neither does torchrun's agent).
@@ -195,6 +198,77 @@ def nodes_waiting(handler: Any, fresh_after_s: float) -> bool:
         time.sleep(ASK_EVERY_S)
 
 
+# The key (in the round's store) by which an agent that gave up tells the other agents, and
+# how often a healthy agent looks for it (as often as torch's handler rereads its state).
+GAVE_UP_KEY = "xpulaunch/gave_up"
+
+
+def stop_with_the_others(
+    agent_class: Any, stream: TextIO, check_every_s: float = STATE_CACHE_S
+) -> None:
+    """Make ``agent_class`` (torch's ``LocalElasticAgent``) stop its workers when the agent of
+    another node of the round gave up, as a node of a static job does (``Supervisor.fail``).
+
+    Why: an agent gives up when its workers fail with no restarts left; it closes the
+    rendezvous and ends. torch's other agents look only for nodes waiting to join, so their
+    workers go on: with gloo their next collective fails, but NCCL does not fail a collective
+    whose peer died (only its watchdog does, many minutes later), and workers blind to the
+    failure wait for ever (torchrun's agents too). Not the closed rendezvous itself: a node
+    whose workers ended well closes it too, once the exit barrier times out, while another
+    node's workers may still be busy for good reason (rank 0 saving or evaluating).
+    """
+    from torch.distributed.elastic.agent.server.api import WorkerState
+
+    invoke_run: Callable[..., Any] = agent_class._invoke_run
+    monitor: Callable[[Any, Any], Any] = agent_class._monitor_workers
+    next_look = {"at": 0.0}
+
+    def _invoke_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = invoke_run(self, *args, **kwargs)
+        if result.is_failed():  # torch ends this node's job: say so to the others first
+            _tell(self._worker_group.store, str(self._worker_group.group_rank))
+        return result
+
+    def _monitor_workers(self: Any, worker_group: Any) -> Any:
+        result = monitor(self, worker_group)
+        if result.state is not WorkerState.HEALTHY or time.monotonic() < next_look["at"]:
+            return result
+        next_look["at"] = time.monotonic() + check_every_s
+        who = _gave_up(worker_group.store)
+        if who is None:
+            return result
+        _say(
+            stream,
+            f"xpulaunch: c10d: the node of group rank {who} gave up (its workers failed, with "
+            "no restarts left); stopping this node's workers",
+        )
+        self._stop_workers(worker_group)  # torch's own stop: SIGTERM, then SIGKILL
+        return monitor(self, worker_group)  # their failure, for torch to handle as any other
+
+    agent_class._invoke_run = _invoke_run
+    agent_class._monitor_workers = _monitor_workers
+
+
+def _tell(store: Any, group_rank: str) -> None:
+    if store is None:
+        return
+    with contextlib.suppress(RuntimeError):  # the store gone: the others lose it too
+        store.set(GAVE_UP_KEY, group_rank)
+
+
+def _gave_up(store: Any) -> str | None:
+    """The group rank of a node that gave up, by the round's store; None while none did, or
+    where the store cannot answer (torch's next call to it then fails the agent)."""
+    if store is None:
+        return None
+    try:
+        if not store.check([GAVE_UP_KEY]):
+            return None
+        return str(store.get(GAVE_UP_KEY).decode())
+    except RuntimeError:  # torch's store errors (DistStoreError, DistNetworkError) are these
+        return None
+
+
 # torch's default last call for late nodes (RendezvousTimeout in dynamic_rendezvous.py).
 LAST_CALL_DEFAULT_S = 30
 
@@ -285,6 +359,7 @@ def main() -> None:
         _say(sys.stderr, line)
     if min_nodes < max_nodes:
         admit_joiners(local_elastic_agent.LocalElasticAgent, sys.stderr)
+    stop_with_the_others(local_elastic_agent.LocalElasticAgent, sys.stderr)
     limit_s = join_timeout_s(args.rdzv_conf or "") + START_MARGIN_S
     bound_start(lines.first_round, args.rdzv_endpoint, limit_s, sys.stderr)
     # xpulaunch sends SIGUSR1/SIGUSR2 on to the workers itself (they run in sessions of

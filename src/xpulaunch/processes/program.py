@@ -84,10 +84,17 @@ def _problem(command: tuple[str, ...], cwd: str | None) -> tuple[str, tuple[str,
         return command[0], _NO_FILE
     if not os.access(program, os.X_OK):
         return command[0], _NOT_EXECUTABLE
-    script = command[1] if len(command) > 1 and _is_python(command[0]) else ""
+    script = _script(command) if _is_python(command[0]) else ""
     if script.endswith(".py") and not os.path.isfile(_from(cwd, script)):
         return script, _NO_SCRIPT
     return None
+
+
+def _script(command: tuple[str, ...]) -> str:
+    """The script of ``python SCRIPT ...`` or ``python -u SCRIPT ...`` (xpulaunch torchrun
+    runs its scripts with ``-u``, as torchrun does)."""
+    args = command[2:] if command[1:2] == ("-u",) else command[1:]
+    return args[0] if args else ""
 
 
 def _cannot_run(
