@@ -200,3 +200,43 @@ def test_non_distributed_workers_get_no_rank_variables_and_no_omp_default() -> N
 def test_amd_plans_of_unpartitioned_gpus_carry_no_partition_note(parent: dict[str, str]) -> None:
     plan = plan_for("4x-mi300x.json", parent, gpus="2")
     assert not [n for n in plan.notes if "partition" in n], plan.notes
+
+
+@pytest.mark.parametrize(
+    ("request_args", "chosen"),
+    [
+        # several workers, each on the device LOCAL_RANK picks: the best N of the free ones
+        ({"nproc_per_node": 2}, ["nvidia:0", "nvidia:1"]),
+        ({"nproc_per_node": 3, "gpus": "auto"}, ["nvidia:0", "nvidia:1", "nvidia:2"]),
+        # one process may spread a model over every device; --isolate gives each worker a
+        # share of them; auto workers are one per device; a count is taken as it is
+        ({"nproc_per_node": 1}, ["nvidia:0", "nvidia:1", "nvidia:2", "nvidia:4", "nvidia:5",
+                                 "nvidia:6", "nvidia:7"]),
+        ({"nproc_per_node": 2, "isolate": True}, ["nvidia:0", "nvidia:1", "nvidia:2", "nvidia:4",
+                                                  "nvidia:5", "nvidia:6", "nvidia:7"]),
+        ({"nproc_per_node": None}, ["nvidia:0", "nvidia:1", "nvidia:2", "nvidia:4", "nvidia:5",
+                                    "nvidia:6", "nvidia:7"]),
+        ({"nproc_per_node": 2, "gpus": "4"}, ["nvidia:0", "nvidia:1", "nvidia:2", "nvidia:4"]),
+    ],
+)  # fmt: skip
+def test_auto_for_workers_that_use_one_device_each_leaves_the_rest(
+    request_args: dict[str, object], chosen: list[str]
+) -> None:
+    plan = plan_for("8x-h100.json", **request_args)  # nvidia 3 is busy: 7 free
+    assert [f"{d.device.vendor.value}:{d.device.index}" for d in plan.devices] == chosen
+    left = [n for n in plan.notes if "left to other jobs" in n]
+    if len(chosen) < 7 and request_args.get("gpus", "auto") == "auto":
+        assert len(left) == 1
+        assert left[0].endswith(
+            f": free, left to other jobs: {len(chosen)} workers use one device each "
+            "(--nproc-per-node auto: one worker per free device)"
+        )
+        assert "nvidia 7" in left[0] and "nvidia 3" not in left[0]
+    else:
+        assert left == []
+
+
+def test_auto_for_more_workers_than_free_devices_takes_every_free_one() -> None:
+    plan = plan_for("2x-h200.json", nproc_per_node=4)
+    assert len(plan.devices) == 2 and len(plan.workers) == 4
+    assert not any("left to other jobs" in n for n in plan.notes)

@@ -117,6 +117,7 @@ def make_plan(
         )
         notes.append(read_as)
     job = _Job(request, backend, (), inventory, parent_env, hierarchy)
+    gpus = _one_per_worker(gpus, request)
     units, selection_notes = _select_units(job, gpus, visible, unavailable)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
     workers, worker_notes = _workers(job)
@@ -135,6 +136,20 @@ def make_plan(
         nodes=request.nodes,
         share=request.share if units else None,
     )
+
+
+def _one_per_worker(gpus: GpuRequest, request: LaunchRequest) -> GpuRequest:
+    """``auto`` for N workers that each use the device LOCAL_RANK picks (several, not
+    isolated, not sharing slots): at most N devices. torchrun's workers see every GPU and use
+    the first N; leasing the rest would keep them from every other job for nothing. A single
+    worker keeps every free device (one process may spread a model over them), as does
+    ``--isolate`` (each worker gets its share of them) and ``--nproc-per-node auto``."""
+    count = request.nproc_per_node
+    if gpus.mode is not GpuMode.AUTO or count is None or count < 2:
+        return gpus
+    if request.isolate or request.share is not None:
+        return gpus
+    return GpuRequest(GpuMode.AUTO, count=count)
 
 
 def _share_note(share: DeviceShare, units: tuple[Unit, ...]) -> str:

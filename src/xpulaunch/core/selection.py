@@ -79,7 +79,7 @@ class GpuRequest:
     """A parsed ``--gpus`` value."""
 
     mode: GpuMode
-    count: int = 0
+    count: int = 0  # COUNT: exactly this many; AUTO: at most this many (0: no limit)
     ids: tuple[str, ...] = ()
 
     @property
@@ -217,6 +217,13 @@ def _select_free(
                 option="gpus",
                 value=request.text,
             )
+        eligible = eligible[: request.count]
+    elif request.count and len(eligible) > request.count:  # auto, with one device per worker
+        left = ", ".join(u.label() for u in physical_order(eligible[request.count :]))
+        notes.append(
+            f"{left}: free, left to other jobs: {request.count} workers use one device each "
+            "(--nproc-per-node auto: one worker per free device)"
+        )
         eligible = eligible[: request.count]
     notes += [f"{unit.label()}: chosen, {_describe_free(unit)}" for unit in eligible]
     if any(u.memory_free_bytes is None for u in eligible):
