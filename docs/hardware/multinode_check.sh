@@ -12,7 +12,8 @@
 #  3. static, 2 + 1 workers (4 GPUs): node 1 on --gpus auto with a 30 GiB hog on its second
 #     GPU runs 1 worker and says why; world size 3; the weights of one node of 3; and the same
 #     under a Slurm allocation (dry run): auto takes the busy GPU too, with a warning
-#  4. c10d, two nodes of half the GPUs: first run, crash on node 1, kill -9 of node 1
+#  4. c10d, two nodes of half the GPUs: first run, crash on node 1, kill -9 of node 1; a node
+#     that gives up (no restarts left) while the other's ranks wait in NCCL: both end
 #  5. --hang-timeout: a rank stuck before an NCCL all-reduce, one node and two static nodes
 #  6. leases: two concurrent jobs get disjoint GPUs, a third is refused naming the holder, a
 #     --wait job starts when one ends
@@ -235,6 +236,19 @@ finish $N0 60; r0=$RC
 # torch's agent decides here (its workers may wait in NCCL): observed, not judged.
 info "c10d: node 0 ended with '$r0' $((SECONDS - killed_at)) s after kill -9 of node 1 (hung = still there after 60 s, then killed)"
 check no_gpu_process "no GPU process left after the c10d kill"
+fi
+if room 150; then
+# A node gives up (its last rank crashes, no restarts left) while the other node's ranks wait in
+# an NCCL all-reduce that never completes: before session 16, they waited for ever (NCCL does
+# not fail a collective whose peer died), as under torchrun.
+start=$SECONDS
+c10d_pair 4d_c10d_gave_up --max-restarts 0 "${TRAIN[@]}" --steps 100000000 --ckpt-every 100000000 \
+  --ckpt-dir "$WORK/c_gave_up" --crash-at-step 12
+finish $N0 120; r0=$RC; finish $N1 120; r1=$RC
+check '[ "$r0" != hung ] && [ "$r1" != hung ] && [ "$r0" != 0 ] && [ "$r1" != 0 ]' \
+  "c10d: a node gives up, both end: exit $r0 $r1 after $((SECONDS - start)) s (hung = still waiting after 120 s)"
+check 'grep -q "gave up" "$LOGS"/4d_c10d_gave_up.node*' "c10d: the other node names the node that gave up"
+check no_gpu_process "no GPU process left after a node gave up"
 fi
 
 section 5 "--hang-timeout: a rank stuck before an NCCL all-reduce"

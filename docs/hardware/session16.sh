@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The sixteenth session's GPU evidence (2026-11-27): the code after this session's four bug
+# hunts (the supervisor and signals, leases, torchrun/accelerate, what users read), checked
+# again by every check script that needs no llama.cpp build. Carry .whl/ (gpu_env.sh's wheels).
+#
+#     OUT=... bash docs/hardware/session16.sh m   # 4 GPUs: multinode_check.sh (NCCL on one
+#                                                 # node, static and c10d "nodes", 2 + 1
+#                                                 # workers, kill -9 of a node, --hang-timeout
+#                                                 # in NCCL, leases between jobs)
+#     OUT=... bash docs/hardware/session16.sh t   # 2 or 4 GPUs, right after m: train_check.sh
+#                                                 # (DDP, a gang restart, --isolate, kill -9),
+#                                                 # queue_check.sh, processes_check.sh,
+#                                                 # probe_check.sh, then the probe bench
+#
+# Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
+# lines into $OUT/phase_X_summary.txt.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+PHASE=${1:?m or t}
+SESSION=session16
+# shellcheck source=docs/hardware/session_steps.sh
+source docs/hardware/session_steps.sh
+
+case $PHASE in
+m)
+    step multinode_check 560 bash docs/hardware/multinode_check.sh
+    ;;
+t)
+    step train_check 200 bash docs/hardware/train_check.sh
+    step queue_check 200 bash docs/hardware/queue_check.sh
+    step processes_check 60 bash docs/hardware/processes_check.sh
+    step probe_check 60 bash docs/hardware/probe_check.sh
+    step probe_bench 100 python3 bench/bench_probe.py --runs 30 --no-torch
+    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+esac
+finish_phase
