@@ -183,3 +183,20 @@ def test_one_thread_per_process_without_omp_num_threads(
     _, expected = accelerate_launch(path)
     ours = translate(yaml.safe_load(path.read_text()), dict(os.environ), source=str(path))
     assert ours.env["OMP_NUM_THREADS"] == expected["OMP_NUM_THREADS"] == "1"
+
+
+def test_no_distribution_is_one_process_whatever_the_count(tmp_path: Path) -> None:
+    # accelerate launch runs distributed_type NO with its simple launcher: one process
+    path = tmp_path / "no.yaml"
+    config: dict[str, Any] = {**yaml.safe_load(config_text("single")), "num_processes": 2}
+    path.write_text(yaml.safe_dump(config))
+    args, _ = accelerate_launch(path)
+    assert not (args.multi_gpu or args.use_deepspeed or args.use_fsdp)  # the simple launcher
+    launch = translate(config, {}, source=str(path))
+    assert launch.options["nproc_per_node"] == "1"
+    assert launch.warnings == (
+        "distributed_type NO: one process, as accelerate launch starts; num_processes 2 is for "
+        "a distributed type (MULTI_GPU, MULTI_XPU, MULTI_CPU)",
+    )
+    mine = translate(config, {}, source=str(path), nproc_per_node=3)  # --nproc-per-node 3
+    assert (mine.options["nproc_per_node"], mine.warnings) == ("3", ())

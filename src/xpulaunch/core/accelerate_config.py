@@ -123,6 +123,11 @@ def translate(
     args = _launch_args(config, source)
     launcher = LAUNCHERS[args["distributed_type"]]
     warnings = _mask_clash(args, parent_env)
+    if args["distributed_type"] == "NO" and int(args["num_processes"]) > 1 and not nproc_per_node:
+        warnings += (
+            f"distributed_type NO: one process, as accelerate launch starts; num_processes "
+            f"{args['num_processes']} is for a distributed type (MULTI_GPU, MULTI_XPU, MULTI_CPU)",
+        )
     try:
         env = launch_env(args, launcher, parent_env, cwd=cwd)
     except UsageError as exc:  # a value of the file's: say which file, as for every key
@@ -218,6 +223,8 @@ def _run_options(
     machines = int(args.get("num_machines") or 1)
     processes = int(args["num_processes"])
     per_node = nproc_per_node or max(processes // machines, 1)
+    if args["distributed_type"] == "NO" and nproc_per_node is None:
+        per_node = 1  # accelerate launch's simple launcher: one process, whatever the count
     options: dict[str, object] = {"nproc_per_node": str(per_node)}
     options["gpus"] = _gpus(args, launcher, per_node)
     if args["distributed_type"] == "MULTI_XPU" and not args.get("use_cpu"):
