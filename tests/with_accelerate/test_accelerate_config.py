@@ -200,3 +200,21 @@ def test_no_distribution_is_one_process_whatever_the_count(tmp_path: Path) -> No
     )
     mine = translate(config, {}, source=str(path), nproc_per_node=3)  # --nproc-per-node 3
     assert (mine.options["nproc_per_node"], mine.warnings) == ("3", ())
+
+
+@pytest.mark.parametrize("kind", ["MULTI_GPU", "MULTI_XPU"])
+def test_several_processes_on_one_gpu_id_are_refused_as_accelerate_does(
+    kind: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "one-id.yaml"
+    config = yaml.safe_load(config_text("multi-gpu-dynamo")) | {"distributed_type": kind,
+                                                                "gpu_ids": "0"}  # fmt: skip
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match="Less than two GPU ids"):
+        accelerate_launch(path)
+    with pytest.raises(UsageError) as caught:
+        translate(config, {}, source="c.yaml")
+    assert str(caught.value) == (
+        f"c.yaml: gpu_ids '0': distributed_type {kind} needs at least two GPU ids, or all (for "
+        "one GPU: distributed_type NO)"
+    )

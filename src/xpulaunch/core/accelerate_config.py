@@ -181,6 +181,13 @@ def _launch_args(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     _whole(args, "num_machines", source, low=1)
     _whole(args, "machine_rank", source, low=0)
     _whole(args, "main_process_port", source, low=0, high=65535)
+    ids = str(args.get("gpu_ids", "all"))
+    one_node = int(args.get("num_machines") or 1) <= 1
+    if kind in ("MULTI_GPU", "MULTI_XPU") and one_node and ids != "all" and "," not in ids:
+        raise UsageError(  # accelerate launch refuses it too
+            f"{source}: gpu_ids {ids!r}: distributed_type {kind} needs at least two GPU ids, "
+            "or all (for one GPU: distributed_type NO)"
+        )
     _flatten_sections(args)
     return args
 
