@@ -160,6 +160,12 @@ class Worker:
     def spawn(self, attempt: int, *, restarts: int) -> str | None:
         """Start attempt ``attempt``; returns why it could not be started, else None."""
         self.attempt, self.restarts = attempt, restarts
+        # The last run's pipes may still be open: a process that escaped the job (setsid and
+        # an empty environment, without a job cgroup) holds their write ends. Read what they
+        # hold and let go of them: the new run's pipes take their place in _streams, and
+        # the old ones left registered would be read by nobody, and spin the loop once
+        # readable.
+        self._close_streams()
         try:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
@@ -310,6 +316,14 @@ class Worker:
         self._sink.write(self.name, is_err, buffer.feed(data))
         return True
 
+    def _close_streams(self) -> None:
+        """Read what the pipes hold now, then close them."""
+        self.drain()
+        for stream, _ in list(self._streams.values()):
+            self._loop.selector.unregister(stream)
+            stream.close()
+        self._streams.clear()
+
     def drain(self) -> None:
         """Read everything the pipes hold now (before reporting an exit or closing)."""
         for is_err in (False, True):
@@ -378,11 +392,7 @@ class Worker:
 
     def close(self) -> None:
         """The loop is ending: read what is left, release fds, reap (after a kill)."""
-        self.drain()
-        for stream, _ in list(self._streams.values()):
-            self._loop.selector.unregister(stream)
-            stream.close()
-        self._streams.clear()
+        self._close_streams()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
