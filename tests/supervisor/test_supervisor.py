@@ -296,6 +296,14 @@ def test_record_file_is_removed_after_a_clean_run(child: Argv, record_dir: Path)
         ([WorkerSpec("a", ["x"], {}), WorkerSpec("a", ["y"], {})], "repeated: a"),
         ([WorkerSpec("a/b", ["x"], {})], "without '/'"),
         ([WorkerSpec("a", [], {})], "argv is empty"),
+        # These used to kill the loop thread (Popen's TypeError or ValueError, raised again by
+        # wait()), or to run "t" for "true".
+        ([WorkerSpec("a", "true", {})], "argv='true': worker a: expected argv as a list"),
+        ([WorkerSpec("a", ["sleep", 1], {})], "worker a: expected strings without NUL in argv"),  # type: ignore[list-item]
+        ([WorkerSpec("a", ["true"], None)], "env=None: worker a: expected env as a mapping"),  # type: ignore[arg-type]
+        ([WorkerSpec("a", ["true"], {"N": 1})], "worker a: env 'N'=1: expected strings"),  # type: ignore[dict-item]
+        ([WorkerSpec("a", ["true"], {"A=B": "1"})], "worker a: env 'A=B': expected a name"),
+        ([WorkerSpec("a", ["true"], {"A": "x\0"})], "worker a: env 'A': expected a name"),
     ],
 )
 def test_bad_specs(workers: list[WorkerSpec], message: str) -> None:
