@@ -38,7 +38,8 @@ CHILDREN = {
             os.kill(os.getpid(), getattr(signal, sys.argv[2]))
         sys.exit(int(sys.argv[1]))
     """,
-    # sleeper.py [--ignore-term] [--pidfile F]: wait to be stopped.
+    # sleeper.py [--ignore-term] [--exit-7-on-int] [--exit-7-on-quit] [--pidfile F]: wait to
+    # be stopped.
     "sleeper.py": """
         import os, signal, sys, time
         if "--ignore-term" in sys.argv:
@@ -48,6 +49,8 @@ CHILDREN = {
             sys.exit(7)
         if "--exit-7-on-int" in sys.argv:
             signal.signal(signal.SIGINT, on_int)
+        if "--exit-7-on-quit" in sys.argv:
+            signal.signal(signal.SIGQUIT, on_int)
         if "--pidfile" in sys.argv:
             path = sys.argv[sys.argv.index("--pidfile") + 1]
             with open(path + ".tmp", "w") as f:

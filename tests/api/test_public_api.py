@@ -16,6 +16,8 @@ import pytest
 
 import xpulaunch
 from helpers import inventory_path
+from xpulaunch.joblog.logs import LogLayout
+from xpulaunch.launch.request import Backoff
 
 EXPECTED = {
     "Backend", "Device", "DeviceBusyError", "DeviceMap", "DeviceShare", "Event", "Exited", "GaveUp",
@@ -213,6 +215,8 @@ def test_the_old_name_of_health_check_still_resolves_with_a_warning() -> None:
         (["true"], {"grace_s": math.nan}, "grace_s=nan: expected a number"),  # ran, no error
         (["true"], {"metrics_port": "x"}, "metrics_port='x': expected int or None"),
         (["true"], {"bogus": 1}, "bogus=1: not an option of run"),  # TypeError from __init__
+        (["true"], {"restart": "sometimes"}, "restart='sometimes': expected one of no,"),
+        (["true"], {"log_layout": "tree"}, "log_layout='tree': expected one of xpulaunch,"),
     ],
 )
 def test_run_refuses_a_wrong_type_with_a_usage_error(
@@ -221,6 +225,28 @@ def test_run_refuses_a_wrong_type_with_a_usage_error(
     with pytest.raises(xpulaunch.UsageError) as raised:
         xpulaunch.run(program, parent_env={"PATH": "/usr/bin:/bin"}, **{"gpus": "none", **options})  # type: ignore[arg-type]
     assert str(raised.value).startswith(message)
+
+
+def test_run_takes_the_words_of_the_options_choices(tmp_path: Path) -> None:
+    """restart="on-failure" as on the command line; a plain string compared with `is` used
+    to restart nothing ("gave up: no restarts were requested")."""
+    marker = tmp_path / "failed-once"
+    script = f"[ -e {marker} ] && exit 0; touch {marker}; exit 3"
+    status = xpulaunch.run(
+        ["sh", "-c", script], gpus="none", restart="on-failure", max_restarts=1,
+        backoff=Backoff(0.0, 0.0, 1.0), parent_env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert status == 0
+    options = xpulaunch.RunRequest(program=("x",), restart="always", log_layout="torchrun")  # type: ignore[arg-type]
+    assert options.restart is xpulaunch.RestartMode.ALWAYS
+    assert options.log_layout is LogLayout.TORCHRUN
+
+
+def test_a_restart_policy_takes_the_words_of_its_modes() -> None:
+    """The Supervisor's RestartPolicy(mode="always") restarted nothing before."""
+    assert xpulaunch.RestartPolicy(mode="always").mode is xpulaunch.RestartMode.ALWAYS  # type: ignore[arg-type]
+    with pytest.raises(xpulaunch.UsageError, match="mode='x': expected one of no, on-failure"):
+        xpulaunch.RestartPolicy(mode="x")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

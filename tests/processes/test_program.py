@@ -33,7 +33,8 @@ def test_a_script_runs_under_this_python_and_programs_are_found_on_path(
         (["nope"], "nope: command not found on PATH", "nope: not found on PATH here"),
         (["./nope"], "./nope: no such file", "./nope: no such file here"),
         (["b/tool"], "b/tool: not executable", "b/tool: not executable here"),
-        (["c/tool"], "c/tool: no such file", "c/tool: no such file here"),
+        # A directory: bash says "Is a directory", status 126 (it used to be "no such file").
+        (["c/tool"], "c/tool: is a directory, not a program", "c/tool: a directory here"),
         (["python3", "gone.py"], "gone.py: no such script", "gone.py: no such script here"),
         # xpulaunch torchrun's python -u SCRIPT
         (["python3", "-u", "gone.py"], "gone.py: no such script", "gone.py: no such script here"),
@@ -47,7 +48,7 @@ def test_what_cannot_run_is_one_line_or_a_note_for_a_dry_run(
         resolve_program(argv, env=env)
     assert caught.value.message == error
     # The shell's statuses: found but not runnable is 126, not found 127.
-    assert caught.value.exit_code == (126 if "not executable" in error else 127)
+    assert caught.value.exit_code == (126 if "not executable" in error or "dir" in error else 127)
     assert resolve_program(argv, env=env, must_exist=False).note == note
 
 

@@ -75,6 +75,22 @@ def test_sighup_is_forwarded(child: Argv, drive: Drive, tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGHUP
 
 
+def test_sigquit_stops_the_job_as_torchrun_does(child: Argv, drive: Drive, tmp_path: Path) -> None:
+    """torchrun's agent stops its workers on SIGQUIT (Ctrl-\\) as on SIGTERM, and `xpulaunch
+    torchrun --help` says xpulaunch does: before, xpulaunch died of it at once (status -3,
+    no message) and its workers were SIGKILLed by their parent-death signal, with no grace."""
+    files = pidfiles(tmp_path, 2)
+    argvs = [child("sleeper.py", "--exit-7-on-quit", "--pidfile", f) for f in files]
+    proc = drive(argvs, grace_s=30)
+    wait_for(started(files))
+    proc.send_signal(signal.SIGQUIT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGQUIT, (out, err)
+    assert "SIGQUIT: stopping every worker" in err
+    got = sorted(line for line in out.splitlines() if "got" in line)
+    assert got == ["[0] got SIGQUIT", "[1] got SIGQUIT"], (out, err)
+
+
 def test_missing_program_is_one_line(child: Argv, drive: Drive) -> None:
     proc = drive([child("sleeper.py"), ["/nonexistent/prog"]])
     out, err = proc.communicate(timeout=30)

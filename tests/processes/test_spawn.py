@@ -62,6 +62,8 @@ def test_a_relative_path_is_taken_from_the_workers_directory(tmp_path: Path) -> 
         ("#!/bin/sh\nexit 0\n", 0o755, True),
         ("#! /bin/sh -e\nexit 0\n", 0o755, True),
         ("#!/nonexistent/interpreter\n", 0o755, False),  # Popen: FileNotFoundError
+        ("#!/bin/sh\r\nexit 0\r\n", 0o755, False),  # CRLF: the kernel looks for "/bin/sh\r"
+        ("#!\t/bin/sh\t-e\nexit 0\n", 0o755, True),
         ("#!sh\n", 0o755, False),  # a relative interpreter: not a sure yes
         ("echo no shebang\n", 0o755, False),  # Popen: ENOEXEC (no /bin/sh fallback)
         ("#!/bin/sh\nexit 0\n", 0o644, False),  # Popen: PermissionError

@@ -296,6 +296,14 @@ def test_record_file_is_removed_after_a_clean_run(child: Argv, record_dir: Path)
         ([WorkerSpec("a", ["x"], {}), WorkerSpec("a", ["y"], {})], "repeated: a"),
         ([WorkerSpec("a/b", ["x"], {})], "without '/'"),
         ([WorkerSpec("a", [], {})], "argv is empty"),
+        # These used to kill the loop thread (Popen's TypeError or ValueError, raised again by
+        # wait()), or to run "t" for "true".
+        ([WorkerSpec("a", "true", {})], "argv='true': worker a: expected argv as a list"),
+        ([WorkerSpec("a", ["sleep", 1], {})], "worker a: expected strings without NUL in argv"),  # type: ignore[list-item]
+        ([WorkerSpec("a", ["true"], None)], "env=None: worker a: expected env as a mapping"),  # type: ignore[arg-type]
+        ([WorkerSpec("a", ["true"], {"N": 1})], "worker a: env 'N'=1: expected strings"),  # type: ignore[dict-item]
+        ([WorkerSpec("a", ["true"], {"A=B": "1"})], "worker a: env 'A=B': expected a name"),
+        ([WorkerSpec("a", ["true"], {"A": "x\0"})], "worker a: env 'A': expected a name"),
     ],
 )
 def test_bad_specs(workers: list[WorkerSpec], message: str) -> None:
@@ -365,3 +373,51 @@ def test_a_settle_hook_that_refuses_fails_the_gang(child: Argv, record_dir: Path
     (gave_up,) = of(events, GaveUp)
     assert (gave_up.exit_code, gave_up.reason) == (4, "node(s) 1 did not reach node 0")
     assert {w.state for w in sup.status()} == {WorkerState.FAILED}
+
+
+def test_a_restart_lets_go_of_the_pipes_of_the_run_before(
+    child: Argv, tmp_path: Path, record_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that escaped the job (``setsid`` and an empty environment, with no job
+    cgroup to hold it) still has the first run's stdout and stderr. The restart used to
+    register the new run's pipes under the same keys, leaving the old ones registered with
+    callbacks that read the new ones: the old pipes were never read or closed again, and once
+    one of them was readable (a line, or EOF) the loop spun at full CPU for the rest of the
+    job."""
+    monkeypatch.setenv("XPULAUNCH_CGROUP", "0")
+    pidfile, marker = tmp_path / "escaped.pid", tmp_path / "ran-once"
+    script = tmp_path / "escape_once.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        f"if os.path.exists({str(marker)!r}):\n"
+        "    time.sleep(60)\n"
+        f"open({str(marker)!r}, 'w').close()\n"
+        f"subprocess.Popen({child('sleeper.py', '--pidfile', pidfile)!r},"
+        " start_new_session=True, env={})\n"
+        f"while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)\n"
+        "sys.exit(1)\n"
+    )
+    import sys
+
+    sup, events = supervise([spec("0", [sys.executable, "-S", str(script)])], FAST, record_dir)
+    sup.start()
+    try:
+        wait_for(lambda: len(of(events, Started)) == 2, "the restart")
+        escaped = int(pidfile.read_text())
+        assert alive(escaped)  # it escaped the job, as meant
+        first_runs_pipe = os.readlink(f"/proc/{escaped}/fd/1")
+        assert first_runs_pipe not in _open_files()
+    finally:
+        sup.stop()
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def _open_files() -> set[str]:
+    """What this process's descriptors point at (``pipe:[1234]``, paths)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the descriptor listdir itself used, closed by now
+            continue
+    return found

@@ -67,6 +67,13 @@ class RestartPolicy:
     gang: bool = True
 
     def __post_init__(self) -> None:
+        # A Python caller's word ("always") becomes the member: decide() compares with `is`,
+        # so a plain string would silently restart nothing.
+        try:
+            object.__setattr__(self, "mode", RestartMode(self.mode))
+        except ValueError:
+            words = ", ".join(m.value for m in RestartMode)
+            raise UsageError(f"expected one of {words}", option="mode", value=self.mode) from None
         if self.max_restarts is not None and self.max_restarts < 0:
             raise UsageError(f"max restarts {self.max_restarts}: expected 0 or more")
         for name in ("backoff_initial_s", "backoff_max_s", "stable_window_s"):

@@ -21,6 +21,8 @@ from xpulaunch.errors import LaunchError
 _NO_SCRIPT = ("no such script", "no such script here")
 _NO_FILE = ("no such file", "no such file here")
 _NOT_EXECUTABLE = ("not executable", "not executable here")
+_DIRECTORY = ("is a directory, not a program", "a directory here")
+_FOUND = (_NOT_EXECUTABLE, _DIRECTORY)  # there, but cannot run: the shell's status 126
 _NOT_ON_PATH = ("command not found on PATH", "not found on PATH here")
 
 
@@ -80,6 +82,8 @@ def _problem(command: tuple[str, ...], cwd: str | None) -> tuple[str, tuple[str,
     """What keeps a command whose program is a path from running: (the word to blame, what
     is wrong with it), or None."""
     program = _from(cwd, command[0])
+    if os.path.isdir(program):
+        return command[0], _DIRECTORY
     if not os.path.isfile(program):
         return command[0], _NO_FILE
     if not os.access(program, os.X_OK):
@@ -103,9 +107,7 @@ def _cannot_run(
     error, note = problem
     if must_exist:
         # The shell's statuses: 126 for a program found but not runnable, 127 not found.
-        raise LaunchError(
-            f"{culprit}: {error}", exit_code=126 if problem is _NOT_EXECUTABLE else 127
-        )
+        raise LaunchError(f"{culprit}: {error}", exit_code=126 if problem in _FOUND else 127)
     return ResolvedProgram(command, f"{culprit}: {note}")
 
 

@@ -21,9 +21,9 @@ interrupt code that holds a lock on the same thread. Workers run in their own se
 terminal's Ctrl-C (SIGINT to the foreground process group), a hang-up or a ``kill`` reach only
 xpulaunch. The handler forwards the signal through :meth:`Supervisor.send_stop_signal`: the
 first one goes to every worker's process group and starts the grace period; a second one kills
-everything at once (torchrun stops on SIGTERM, SIGINT and SIGHUP too). SIGUSR1 and SIGUSR2 are
-only passed on (:data:`RELAYED`, through :meth:`Supervisor.send_signal`). Previous handlers are
-restored on exit.
+everything at once (torchrun stops on SIGTERM, SIGINT, SIGHUP and SIGQUIT too). SIGUSR1 and
+SIGUSR2 are only passed on (:data:`RELAYED`, through :meth:`Supervisor.send_signal`). Previous
+handlers are restored on exit.
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# SIGQUIT too (the terminal's Ctrl-\): torchrun's agent stops its workers on it, and left to
+# its default action it would kill xpulaunch at once, its workers then SIGKILLed by their
+# parent-death signal with no grace and no word of why.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # Sent on to the workers without stopping anything: Slurm's warning before it preempts or
 # ends a job (sbatch --signal), which a training script answers with a checkpoint. Left to
 # their default action they would kill xpulaunch (and with it the job) instead.

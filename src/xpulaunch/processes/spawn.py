@@ -208,18 +208,36 @@ def _exec_will_succeed(program: str, env: Mapping[str, str], cwd: str | None) ->
     path = find_executable(program, env.get("PATH", os.defpath), cwd)
     if path is None:
         return False
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(256)
-    except OSError:
-        return False
+    head = _head(path)
     if head.startswith(b"\x7fELF"):
         return True
-    if not head.startswith(b"#!"):
-        return False  # Popen raises ENOEXEC for it (no /bin/sh fallback, unlike execvp)
-    words = head[2:].split(b"\n", 1)[0].split()
-    interpreter = os.fsdecode(words[0]) if words else ""
+    # No #!: Popen raises ENOEXEC for it (no /bin/sh fallback, unlike execvp).
+    interpreter = _interpreter(head) or ""
     return os.path.isabs(interpreter) and find_executable(interpreter, "", None) is not None
+
+
+def script_interpreter(path: str) -> str | None:
+    """The interpreter named by the ``#!`` line of the file at ``path``, as the kernel reads
+    it; None for a file that cannot be read or has no ``#!`` line."""
+    return _interpreter(_head(path))
+
+
+def _head(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(256)
+    except OSError:
+        return b""
+
+
+def _interpreter(head: bytes) -> str | None:
+    """The first word of a ``#!`` line, ended by a space or a tab only, as binfmt_script ends
+    it: a carriage return left by Windows line endings is part of the name, and the kernel
+    then finds no such interpreter (bytes.split() would drop it and call the exec sure)."""
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].replace(b"\t", b" ").lstrip(b" ")
+    return os.fsdecode(line.split(b" ", 1)[0]) or None
 
 
 def open_pidfd(pid: int) -> int | None:

@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,8 +71,7 @@ def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> No
     for spec in workers:
         if not spec.name or "/" in spec.name or spec.name in {".", ".."}:
             raise UsageError(f"worker name {spec.name!r}: expected a non-empty name without '/'")
-        if not spec.argv:
-            raise UsageError(f"worker {spec.name}: argv is empty")
+        _check_command(spec)
     if not _seconds(settings.grace_s) or not settings.grace_s >= 0:  # NaN: neither
         raise UsageError("expected 0 or more seconds", option="grace_s", value=settings.grace_s)
     for name in ("hang_timeout_s", "max_runtime_s"):
@@ -80,6 +80,29 @@ def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> No
             raise UsageError("expected a number of seconds > 0", option=name, value=value)
     if settings.heartbeat and settings.hang_timeout_s is None:
         raise UsageError("heartbeat needs hang_timeout_s: how long without a beat is a hang")
+
+
+def _check_command(spec: WorkerSpec) -> None:
+    """What exec needs, checked before anything starts: the loop thread would otherwise die
+    of Popen's TypeError or ValueError, and a string argv would run its first letter."""
+    argv, env = spec.argv, spec.env
+    if isinstance(argv, str | bytes) or not isinstance(argv, list | tuple):
+        raise UsageError(f"worker {spec.name}: expected argv as a list of strings", option="argv",
+                         value=argv)  # fmt: skip
+    if not argv:
+        raise UsageError(f"worker {spec.name}: argv is empty")
+    if not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
+        raise UsageError(f"worker {spec.name}: expected strings without NUL in argv",
+                         option="argv", value=argv)  # fmt: skip
+    if not isinstance(env, Mapping):
+        raise UsageError(f"worker {spec.name}: expected env as a mapping of strings "
+                         "(dict(os.environ), say)", option="env", value=env)  # fmt: skip
+    for name, value in env.items():
+        if not (isinstance(name, str) and isinstance(value, str)):
+            raise UsageError(f"worker {spec.name}: env {name!r}={value!r}: expected strings")
+        if "=" in name or "\0" in name or "\0" in value:  # (an empty name execs fine)
+            raise UsageError(f"worker {spec.name}: env {name!r}: expected a name without '=' "
+                             "and a value, neither with NUL")  # fmt: skip
 
 
 def _seconds(value: object) -> bool:

@@ -34,7 +34,12 @@ from xpulaunch.processes.signals import (
     signal_processes,
     with_cont,
 )
-from xpulaunch.processes.spawn import open_pidfd, out_of_files_message, spawn
+from xpulaunch.processes.spawn import (
+    open_pidfd,
+    out_of_files_message,
+    script_interpreter,
+    spawn,
+)
 from xpulaunch.supervisor.spec import heartbeat_path, start_env
 
 if TYPE_CHECKING:
@@ -73,15 +78,29 @@ class WorkerOwner(Protocol):
         """The worker failed while it may still run (a failed health check)."""
 
 
-def describe_start_error(argv0: str, exc: BaseException) -> str:
+def describe_start_error(argv0: str, exc: BaseException, cwd: str | None = None) -> str:
     if isinstance(exc, FileNotFoundError):
         missing = exc.filename or argv0
+        if os.sep in missing and os.path.isfile(os.path.join(cwd or "", missing)):
+            return _missing_interpreter(missing, cwd)
         return f"{missing}: no such file or directory"
     if isinstance(exc, PermissionError):
         return f"{exc.filename or argv0}: permission denied (not executable?)"
     if isinstance(exc, OSError):
         return f"{argv0}: {exc.strerror or exc}"
     return f"{argv0}: {exc}"
+
+
+def _missing_interpreter(script: str, cwd: str | None) -> str:
+    """The script is there, so what exec did not find is the interpreter of its ``#!``
+    line (the shell says "bad interpreter"), most often one with a ``\\r`` at its end."""
+    interpreter = script_interpreter(os.path.join(cwd or "", script))
+    if interpreter is None:
+        return f"{script}: its interpreter was not found"
+    why = f"{script}: its interpreter {interpreter!r} (the #! line) was not found"
+    if interpreter.endswith("\r"):
+        return f"{why}: the script has Windows line endings (CRLF); convert it with dos2unix"
+    return why
 
 
 class Worker:
@@ -141,6 +160,12 @@ class Worker:
     def spawn(self, attempt: int, *, restarts: int) -> str | None:
         """Start attempt ``attempt``; returns why it could not be started, else None."""
         self.attempt, self.restarts = attempt, restarts
+        # The last run's pipes may still be open: a process that escaped the job (setsid and
+        # an empty environment, without a job cgroup) holds their write ends. Read what they
+        # hold and let go of them: the new run's pipes take their place in _streams, and
+        # the old ones left registered would be read by nobody, and spin the loop once
+        # readable.
+        self._close_streams()
         try:
             spec = self.spec.prepare(attempt) if self.spec.prepare else self.spec
         except (XpulaunchError, OSError) as exc:
@@ -165,7 +190,7 @@ class Worker:
             ours = out_of_files_message(exc) if isinstance(exc, OSError) else None
             if ours is not None:  # our limit, not the program's fault: not 126 or 127
                 return self._start_failed(f"cannot start worker {self.name}: {ours}", 1)
-            why = describe_start_error(spec.argv[0], exc)
+            why = describe_start_error(spec.argv[0], exc, spec.cwd)
             status = START_FAILED_STATUS
             if not isinstance(exc, FileNotFoundError):
                 status = CANNOT_EXECUTE_STATUS
@@ -291,6 +316,14 @@ class Worker:
         self._sink.write(self.name, is_err, buffer.feed(data))
         return True
 
+    def _close_streams(self) -> None:
+        """Read what the pipes hold now, then close them."""
+        self.drain()
+        for stream, _ in list(self._streams.values()):
+            self._loop.selector.unregister(stream)
+            stream.close()
+        self._streams.clear()
+
     def drain(self) -> None:
         """Read everything the pipes hold now (before reporting an exit or closing)."""
         for is_err in (False, True):
@@ -359,11 +392,7 @@ class Worker:
 
     def close(self) -> None:
         """The loop is ending: read what is left, release fds, reap (after a kill)."""
-        self.drain()
-        for stream, _ in list(self._streams.values()):
-            self._loop.selector.unregister(stream)
-            stream.close()
-        self._streams.clear()
+        self._close_streams()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
