@@ -157,8 +157,8 @@ sleep 2
 section "probing creates no CUDA context (no compute app of ours)"
 "$PY" - "$WORK/prober.pid" <<'EOF' &
 import os, sys, time
-from xpulaunch.probing import probe_host
-inventory = probe_host()
+from xpulaunch import probe
+inventory = probe()
 print(f"prober pid {os.getpid()} probed {len(inventory.devices)} devices; holding 5 s", flush=True)
 open(sys.argv[1], "w").write(str(os.getpid()))
 time.sleep(5)
@@ -194,8 +194,8 @@ else
 fi
 
 section "speed: median of 20 fresh processes each"
-"$PY" bench/bench_probe.py --runs 20 --python "$PY" --no-bytecode
-"$PY" bench/bench_probe.py --runs 20 --python "$PY" --per-call; rc=$?
+"$PY" bench/bench_probe.py --runs 20 --python "$PY" --no-bytecode --no-torch
+"$PY" bench/bench_probe.py --runs 20 --python "$PY" --per-call --no-torch; rc=$?
 case $rc in
     0) verdict PASS "devices --json median within 1.10x of a bare pynvml process" ;;
     2) verdict FAIL "devices --json median over 1.10x a bare pynvml process" ;;

@@ -22,6 +22,11 @@ cd "$(dirname "$0")/../.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 unset CUDA_VISIBLE_DEVICES XPULAUNCH_INVENTORY
+# The checks count on two GPUs (four slots): on a bigger host, xpulaunch is shown the first two.
+if [ "$(nvidia-smi -L | grep -c '^GPU')" -gt 2 ]; then
+    export CUDA_VISIBLE_DEVICES=0,1
+    echo "more than 2 GPUs: CUDA_VISIBLE_DEVICES=0,1 for every command"
+fi
 if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
     exec > >(tee "$OUT/queue_check.log") 2>&1

@@ -11,12 +11,17 @@
 #                                                 # (DDP, a gang restart, --isolate, kill -9),
 #                                                 # queue_check.sh, processes_check.sh,
 #                                                 # probe_check.sh, then the probe bench
+#     OUT=... bash docs/hardware/session16.sh q   # 2 GPUs: queue_check.sh and probe_check.sh
+#                                                 # again, after t found both scripts stale
+#                                                 # (queue_check counted on 2 GPUs and ran on
+#                                                 # 4; probe_check imported a function gone
+#                                                 # since round 2 of the house)
 #
 # Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?m or t}
+PHASE=${1:?m, t or q}
 SESSION=session16
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -32,6 +37,10 @@ t)
     step probe_check 60 bash docs/hardware/probe_check.sh
     step probe_bench 100 python3 bench/bench_probe.py --runs 30 --no-torch
     tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+q)
+    step queue_check 200 bash docs/hardware/queue_check.sh
+    step probe_check 200 bash docs/hardware/probe_check.sh
     ;;
 esac
 finish_phase
