@@ -16,12 +16,15 @@
 #                                                 # (queue_check counted on 2 GPUs and ran on
 #                                                 # 4; probe_check imported a function gone
 #                                                 # since round 2 of the house)
+#     OUT=... bash docs/hardware/session16.sh l   # 2 GPUs: build the CUDA llama-server, then
+#                                                 # llama_serve_check.sh (the router on the
+#                                                 # final code); carry .device-carry/ too
 #
 # Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?m, t or q}
+PHASE=${1:?m, t, q or l}
 SESSION=session16
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -37,6 +40,17 @@ t)
     step probe_check 60 bash docs/hardware/probe_check.sh
     step probe_bench 100 python3 bench/bench_probe.py --runs 30 --no-torch
     tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    ;;
+l)
+    python3 -m pip install -q --no-index --target /tmp/xpulaunch-site --find-links .whl \
+        aiohttp uvloop >>"$R/gpu_env.log" 2>&1
+    python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site \
+        .whl/gguf-*.whl >>"$R/gpu_env.log" 2>&1
+    LLAMA_BUILD_DIR=/tmp/llama-cuda
+    (time timeout 330 bash -c "$(declare -f build_llama); LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR build_llama") \
+        >"$R/llama_build.log" 2>&1
+    note "llama.cpp build: exit $? ($(grep real "$R/llama_build.log"))"
+    step llama_serve 230 env LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR bash docs/hardware/llama_serve_check.sh
     ;;
 q)
     step queue_check 200 bash docs/hardware/queue_check.sh
