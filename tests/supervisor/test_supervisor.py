@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -421,3 +423,43 @@ def _open_files() -> set[str]:
         except OSError:  # the descriptor listdir itself used, closed by now
             continue
     return found
+
+
+def test_stop_from_another_thread_during_start_stops_the_job(child: Argv, record_dir: Path) -> None:
+    sup, _ = supervise([spec("0", child("sleeper.py"))], NO_RESTART, record_dir)
+    starting, stopped = threading.Event(), []
+    make_engine = sup._make_engine
+
+    def slow_make_engine():  # a start that takes a while (many workers, a slow cgroup)
+        starting.set()
+        time.sleep(0.5)
+        return make_engine()
+
+    sup._make_engine = slow_make_engine  # type: ignore[method-assign]
+    stopper = threading.Thread(target=lambda: stopped.append(sup.stop()))
+    threading.Thread(target=lambda: starting.wait(10) and stopper.start()).start()
+    sup.start()
+    wait_for(lambda: stopped, "stop() to return", timeout_s=30)
+    try:
+        # It used to return 0 at once, finding no engine yet, and the job ran on.
+        assert stopped == [0]
+        assert sup.wait(10) == 0
+    finally:
+        sup.stop()
+
+
+def test_stop_in_a_signal_handler_during_start_stops_the_job(child: Argv, record_dir: Path) -> None:
+    sup, _ = supervise([spec("0", child("sleeper.py"))], NO_RESTART, record_dir)
+    make_engine, answers = sup._make_engine, []
+
+    def interrupted_make_engine():  # as if SIGTERM's handler ran here, on start's thread
+        answers.append(sup.stop())
+        return make_engine()
+
+    sup._make_engine = interrupted_make_engine  # type: ignore[method-assign]
+    sup.start()  # no deadlock on the supervisor's lock
+    try:
+        assert answers == [0]
+        assert sup.wait(10) == 0  # start stopped the job the handler asked to stop
+    finally:
+        sup.stop()

@@ -152,9 +152,12 @@ class Supervisor:
         self.job_id = _job_id(settings.job_id)
         self._engine: Engine | None = None
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        # Reentrant: stop() from a signal handler that interrupts start() on its own thread.
+        self._lock = threading.RLock()
+        self._starting = False
         self._early_signal: int | None = None
         self._early_failure: tuple[str, int] | None = None
+        self._early_stop: tuple[float | None] | None = None  # stop() inside start()
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -163,14 +166,20 @@ class Supervisor:
         with self._lock:
             if self._engine is not None:
                 return
-            ensure_open_files(len(self._specs), self._log_files_per_worker)
-            self._engine = self._make_engine()
-            self._thread = threading.Thread(
-                target=self._engine.run, name="xpulaunch-supervisor", daemon=True
-            )
-            self._thread.start()
+            self._starting = True
+            try:
+                ensure_open_files(len(self._specs), self._log_files_per_worker)
+                self._engine = self._make_engine()
+                self._thread = threading.Thread(
+                    target=self._engine.run, name="xpulaunch-supervisor", daemon=True
+                )
+                self._thread.start()
+            finally:
+                self._starting = False
         if self._early_signal is not None:  # a Ctrl-C that came while we were starting
             self._engine.request_stop(self._early_signal, None)
+        if self._early_stop is not None:  # stop() in a signal handler while we were starting
+            self._engine.request_stop(signal.SIGTERM, self._early_stop[0], by_signal=False)
         if self._early_failure is not None:
             self._engine.fail_gangs(*self._early_failure)
         self._engine.board.wait_started()
@@ -244,9 +253,15 @@ class Supervisor:
 
     def stop(self, grace_s: float | None = None) -> int:
         """Stop every worker (SIGTERM, then SIGKILL after ``grace_s``); the exit status: 0
-        unless a worker had failed for good before (a requested stop is a success)."""
-        if self._engine is None:
-            return 0
+        unless a worker had failed for good before (a requested stop is a success). Called
+        while another thread is in :meth:`start`, it waits for that start and stops the job;
+        before any start, there is nothing to stop (0)."""
+        with self._lock:  # held by another thread's start() until its engine runs
+            if self._starting:  # a signal handler inside start(), on start's own thread
+                self._early_stop = (grace_s,)
+                return 0
+            if self._engine is None:
+                return 0
         self._refuse_on_loop_thread()  # before posting: a refused stop must not count
         self._engine.request_stop(signal.SIGTERM, grace_s, by_signal=False)
         status = self.wait()
