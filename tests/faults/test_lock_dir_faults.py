@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -122,6 +123,26 @@ def test_sigint_stops_a_waiting_launch_even_when_ignored_at_start(
     assert code == 130, err
     holder.send_signal(signal.SIGTERM)
     finish(holder)
+
+
+def test_a_launch_waiting_for_a_named_device_is_not_told_to_wait(
+    launch: Launch, tmp_path: Path
+) -> None:
+    locks, inv, marker = tmp_path / "locks", inventory(tmp_path), tmp_path / "holding"
+    hold = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(600)"
+    args = ("run", "--lock-dir", str(locks), "--inventory", inv, "--gpus", f"device={BUS}")
+    holder = launch(*args, sys.executable, "-c", hold)
+    wait_for(marker.exists, "the holder to run")
+    refused = finish(launch(*args, "true"))[2]
+    waited = finish(launch(*args, "--wait", "--wait-timeout", "1", "true"))[2]
+    holder.send_signal(signal.SIGTERM)
+    finish(holder)
+    assert "is leased by pid" in refused and "wait with --wait" in refused  # what it may do
+    waiting, gave_up = waited.strip().splitlines()  # it waited: no "wait with --wait" now
+    assert waiting.startswith("xpulaunch: waiting 0 s of 1 for devices (next in line): ")
+    assert gave_up.startswith("xpulaunch: error: gave up after waiting 1 s (--wait-timeout 1): ")
+    for line in (waiting, gave_up):
+        assert "is leased by pid" in line and "pick another device" not in line
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])

@@ -331,14 +331,15 @@ def holder_of(unit: Unit, held: Mapping[str, str]) -> str | None:
     return found[0] if found else None
 
 
+# What a launch that is refused may do; a launch already waiting (--wait) shows the rest only.
+HELD_ADVICE = "; pick another device, wait with --wait, or share it on purpose with --shared"
+
+
 def _refuse_held(units: Sequence[Unit], held: Mapping[str, str]) -> None:
     for unit in units:
         holder = holder_of(unit, held)
         if holder is not None:
-            raise DeviceBusyError(
-                f"{unit.label()} is leased by {holder}; pick another device, wait with --wait, "
-                "or share it on purpose with --shared"
-            )
+            raise DeviceBusyError(f"{unit.label()} is leased by {holder}{HELD_ADVICE}")
 
 
 _SLURM_GPUS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")

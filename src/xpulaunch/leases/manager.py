@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.selection import HELD_ADVICE
 from xpulaunch.errors import DeviceBusyError, SelectionError
 from xpulaunch.leases import slots
 from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
@@ -196,7 +197,8 @@ class LeaseManager:
             try:
                 return self._allocate_now(plan_fn, holder, shared=shared, share=share)
             except (SelectionError, DeviceBusyError) as exc:
-                return exc.cli_message()  # shown by `xpulaunch status` and the wait line
+                # shown by `xpulaunch status` and the wait line: not the advice to wait
+                return exc.cli_message().removesuffix(HELD_ADVICE)
 
         from xpulaunch.leases.wait_queue import wait_in_line
 
