@@ -56,6 +56,9 @@ def r(*args: str) -> RunRequest:
          ["--gpus", "none", "--nproc-per-node", str(os.cpu_count()), "--", *U, "t.py"]),
         (["-m", "pkg.train", "--x"], ["--", *U, "-m", "pkg.train", "--x"]),
         (["--run-path", "script"], ["--", *U, "script"]),
+        # --run-path wins over -m and --no-python, as in torchrun's config_from_args
+        (["--run-path", "--no-python", "script"], ["--", *U, "script"]),
+        (["--run-path", "-m", "script.py"], ["--", *U, "script.py"]),
         (["--max_restarts", "3", "--monitor_interval", "5", "--rdzv_id", "j", "--tee", "3",
           "-r", "3", "--start_method", "fork", "--role", "default", "t.py"],
          ["--max-restarts", "3", "--", *U, "t.py"]),
@@ -342,3 +345,12 @@ def test_a_multi_node_c10d_dry_run_hands_settings_logs_and_filter_to_the_agent(
         "--redirects", "3", "--tee", "3", "--local-ranks-filter", "0", "t.py",
     ]  # fmt: skip
     assert not logs.exists()  # a dry run creates nothing
+
+
+def test_python_exec_is_the_interpreter_of_a_script_or_module(tmp_path: Path) -> None:
+    # torchrun's config_from_args: os.getenv("PYTHON_EXEC", sys.executable)
+    other = str(tmp_path / "python3.12")
+    env = {"PYTHON_EXEC": other}
+    assert t("t.py", "--x", env=env).program == (other, "-u", "t.py", "--x")
+    assert t("-m", "pkg.train", env=env).program == (other, "-u", "-m", "pkg.train")
+    assert t("--run-path", "t.py", env=env).program == (PY, "-u", "t.py")  # runpy, in torchrun

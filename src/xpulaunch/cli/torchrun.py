@@ -130,7 +130,7 @@ def torchrun_command(args: tuple[str, ...], dry_run: bool, as_json: bool, **valu
     default = click.core.ParameterSource.DEFAULT
     from_env = {name for name, on in flags.items() if on and sources(name) is default}
     _refuse(values, flags, from_env)
-    program = _program(list(args), flags, sys.executable)
+    program = _program(list(args), flags, os.environ.get("PYTHON_EXEC") or sys.executable)
     _map(values, flags, from_env)
     return launch(program, values, dry_run=dry_run, as_json=as_json)
 
@@ -266,9 +266,13 @@ def _standalone(values: dict[str, Any], one_node: bool, from_env: set[str]) -> N
 
 def _program(args: list[str], flags: Mapping[str, bool], python: str) -> tuple[str, ...]:
     """The worker's command as torchrun builds it (``config_from_args``): a script or module
-    runs under ``python -u``, so that its lines reach the console as it prints them and are
-    not lost in a buffer when it is killed; ``--no-python`` runs the program as it is."""
+    runs under ``python -u`` (``python``: ``PYTHON_EXEC``, else this interpreter), so that its
+    lines reach the console as it prints them and are not lost in a buffer when it is killed;
+    ``--no-python`` runs the program as it is. ``--run-path`` comes first: torchrun then runs
+    the script by its path with this interpreter, whatever ``-m`` or ``--no-python`` say."""
     first, rest = args[0], args[1:]
+    if flags["run_path"]:
+        return (sys.executable, "-u", first, *rest)
     if flags["module"] and flags["no_python"]:
         raise UsageError("--module and --no-python: give one of them")
     if flags["module"]:
