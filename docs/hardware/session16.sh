@@ -19,12 +19,14 @@
 #     OUT=... bash docs/hardware/session16.sh l   # 2 GPUs: build the CUDA llama-server, then
 #                                                 # llama_serve_check.sh (the router on the
 #                                                 # final code); carry .device-carry/ too
+#     OUT=... bash docs/hardware/session16.sh p   # 1 GPU: the probe bench (40 runs) and its
+#                                                 # phases on the final code
 #
 # Each script runs under `timeout`; every log goes into $OUT/phase_X.tar.gz and the verdict
 # lines into $OUT/phase_X_summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?m, t, q or l}
+PHASE=${1:?m, t, q, l or p}
 SESSION=session16
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -51,6 +53,12 @@ l)
         >"$R/llama_build.log" 2>&1
     note "llama.cpp build: exit $? ($(grep real "$R/llama_build.log"))"
     step llama_serve 230 env LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR bash docs/hardware/llama_serve_check.sh
+    ;;
+p)
+    step probe_bench 200 python3 bench/bench_probe.py --runs 40 --no-torch
+    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    step probe_phases 120 python3 bench/probe_phases.py --runs 20
+    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
     ;;
 q)
     step queue_check 200 bash docs/hardware/queue_check.sh
