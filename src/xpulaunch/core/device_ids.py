@@ -110,6 +110,15 @@ def _find_device(
     if tile_match:
         card, tile = tile_match[1], int(tile_match[2])
     device = _device_named(card, ident, devices)
+    if tile is not None and device.vendor is not Vendor.INTEL:
+        # Only Intel cards have tiles; the COMPOSITE advice below would send the user to a
+        # Level Zero variable that an NVIDIA or AMD GPU never reads.
+        raise SelectionError(
+            f"{device.label()} has no tiles (CARD.TILE names a tile of an Intel GPU); "
+            f"name the GPU as device={device.index}",
+            option="gpus",
+            value=ident,
+        )
     if tile is not None and tile >= device.tiles:
         raise SelectionError(
             f"{device.label()} has {device.tiles} tile(s); valid tiles are 0..{device.tiles - 1}",
