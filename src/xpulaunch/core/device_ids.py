@@ -47,10 +47,12 @@ def resolve_ids(
     for ident in ids:
         device, part = _find_device(_own_vendor_id(ident, devices), devices, ident)
         matches = [u for u in units if u.device == device and _part_of(u, part)]
+        # A tile is refused for the hierarchy only where the card is handed out whole; a tile
+        # the parent's mask hides (its other tile visible) is reported as hidden below.
         if (
             isinstance(part, int)
             and not matches
-            and any(_part_of(u, None) for u in units if u.device == device)
+            and any(u.tile is None for u in units if u.device == device)
         ):
             raise SelectionError(
                 "tiles are not handed out under the COMPOSITE hierarchy; "
