@@ -10,8 +10,9 @@ import pytest
 from helpers import inventory_names, load_inventory
 from xpulaunch.core import plan as plan_doc
 from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.core.visibility import parent_visible
 from xpulaunch.errors import DeviceBusyError, SelectionError, XpulaunchError
-from xpulaunch.model import Backend, DeviceMap, Hierarchy, Plan
+from xpulaunch.model import Backend, DeviceMap, Hierarchy, Plan, Vendor
 
 H200 = ("GPU-a6026e70-2f8a-387f-486f-d49cebe1fb04", "GPU-e436550d-4102-c58c-de2e-988dc6aaa541")
 ARGV = ("/usr/bin/python3", "train.py")
@@ -240,3 +241,28 @@ def test_auto_for_more_workers_than_free_devices_takes_every_free_one() -> None:
     plan = plan_for("2x-h200.json", nproc_per_node=4)
     assert len(plan.devices) == 2 and len(plan.workers) == 4
     assert not any("left to other jobs" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "parent", "gpus", "isolate"),
+    [
+        ("arc-b580-igpu.json", {}, "device=1,0", False),  # iGPU named first
+        ("arc-b580-igpu.json", {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "1"}, "device=0,1", False),
+        ("2x-max1550.json", {}, "device=1.1,0.0", False),
+        ("2x-max1550.json", {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE"}, "device=1,0", False),
+        ("2x-max1550.json", {}, "device=1.1,1.0,0.1,0.0", True),  # two tiles per worker
+    ],
+)
+def test_intel_devices_are_planned_in_the_order_the_child_enumerates_them(
+    name: str, parent: dict[str, str], gpus: str, isolate: bool
+) -> None:
+    # ZE_AFFINITY_MASK ignores the order of its entries: the child's xpu:0 is the first of its
+    # devices in driver order, so that is the device LOCAL_RANK 0 uses and the plan lists first.
+    plan = plan_for(name, parent, gpus=gpus, nproc_per_node=2, isolate=isolate)
+    inventory = load_inventory(name)
+    for worker in plan.workers:
+        child = worker.child_env(parent)
+        seen = parent_visible(inventory, Vendor.INTEL, child, hierarchy=None).units
+        assert seen == tuple(plan.devices[i] for i in worker.units)
+        assert child["XPULAUNCH_DEVICES"] == ",".join(u.key for u in seen)
+    assert any("driver order" in n for n in plan.notes)

@@ -200,6 +200,36 @@ def test_intel_card_id_hands_out_all_its_tiles_and_card_dot_tile_one() -> None:
         select(GpuRequest(GpuMode.EXPLICIT, ids=("1.1",)), cards, devices)
 
 
+@pytest.mark.parametrize("whole", [False, True])  # FLAT tiles, or COMPOSITE with a partial mask
+def test_a_tile_the_parent_hides_is_named_hidden_not_blamed_on_the_hierarchy(whole: bool) -> None:
+    # The parent's ZE_AFFINITY_MASK shows tile 0 of card 1 and card 0 (whole under COMPOSITE).
+    devices = load_inventory("2x-max1550.json").devices
+    card0 = [Unit(devices[0])] if whole else [Unit(devices[0], 0), Unit(devices[0], 1)]
+    units = [*card0, Unit(devices[1], 0)]
+    with pytest.raises(SelectionError) as raised:
+        select(GpuRequest(GpuMode.EXPLICIT, ids=("1.1",)), units, devices)
+    message = raised.value.cli_message()
+    assert message.startswith(f"--gpus 1.1: {devices[1].label()} tile 1 is hidden by the parent")
+    assert "COMPOSITE" not in message
+    assert message.endswith(f"visible: {', '.join(u.label() for u in units)}")
+
+
+@pytest.mark.parametrize(
+    ("name", "vendor"), [("2x-h200.json", Vendor.NVIDIA), ("4x-mi300x.json", Vendor.AMD)]
+)
+def test_card_dot_tile_on_a_gpu_without_tiles_says_so_without_intel_advice(
+    name: str, vendor: Vendor
+) -> None:
+    # "1.0" on an NVIDIA or AMD host names no tile; the Level Zero hierarchy cannot change that.
+    units, devices = _units(name, vendor)
+    with pytest.raises(SelectionError) as raised:
+        select(GpuRequest(GpuMode.EXPLICIT, ids=("1.0",)), units, devices)
+    message = raised.value.cli_message()
+    assert "ZE_FLAT_DEVICE_HIERARCHY" not in message and "COMPOSITE" not in message
+    assert message.startswith(f"--gpus 1.0: {devices[1].label()} has no tiles")
+    assert "device=1" in message
+
+
 def test_mig_uuid_names_that_instance_of_its_gpu() -> None:
     devices = load_inventory("a100-mig.json").of(Vendor.NVIDIA)
     units = [Unit(devices[0], mig=m) for m in devices[0].mig_devices] + [Unit(devices[1])]

@@ -47,10 +47,12 @@ def resolve_ids(
     for ident in ids:
         device, part = _find_device(_own_vendor_id(ident, devices), devices, ident)
         matches = [u for u in units if u.device == device and _part_of(u, part)]
+        # A tile is refused for the hierarchy only where the card is handed out whole; a tile
+        # the parent's mask hides (its other tile visible) is reported as hidden below.
         if (
             isinstance(part, int)
             and not matches
-            and any(_part_of(u, None) for u in units if u.device == device)
+            and any(u.tile is None for u in units if u.device == device)
         ):
             raise SelectionError(
                 "tiles are not handed out under the COMPOSITE hierarchy; "
@@ -110,6 +112,15 @@ def _find_device(
     if tile_match:
         card, tile = tile_match[1], int(tile_match[2])
     device = _device_named(card, ident, devices)
+    if tile is not None and device.vendor is not Vendor.INTEL:
+        # Only Intel cards have tiles; the COMPOSITE advice below would send the user to a
+        # Level Zero variable that an NVIDIA or AMD GPU never reads.
+        raise SelectionError(
+            f"{device.label()} has no tiles (CARD.TILE names a tile of an Intel GPU); "
+            f"name the GPU as device={device.index}",
+            option="gpus",
+            value=ident,
+        )
     if tile is not None and tile >= device.tiles:
         raise SelectionError(
             f"{device.label()} has {device.tiles} tile(s); valid tiles are 0..{device.tiles - 1}",

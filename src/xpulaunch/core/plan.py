@@ -25,7 +25,12 @@ from xpulaunch.core.selection import (
     parse_gpus,
     select,
 )
-from xpulaunch.core.visibility import child_visibility_env, hiding_notes, parent_visible
+from xpulaunch.core.visibility import (
+    child_order,
+    child_visibility_env,
+    hiding_notes,
+    parent_visible,
+)
 from xpulaunch.errors import SelectionError
 from xpulaunch.model import (
     CPUS_VAR,
@@ -119,6 +124,8 @@ def make_plan(
     job = _Job(request, backend, (), inventory, parent_env, hierarchy)
     gpus = _one_per_worker(gpus, request)
     units, selection_notes = _select_units(job, gpus, visible, unavailable)
+    units, order_notes = _in_child_order(job, units)
+    selection_notes = (*selection_notes, *order_notes)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
     workers, worker_notes = _workers(job)
     cards = dict.fromkeys(u.device for u in units)
@@ -222,6 +229,30 @@ def _select_units(
             value="auto",
         )
     return selection.units, selection.notes
+
+
+def _in_child_order(job: _Job, units: tuple[Unit, ...]) -> tuple[tuple[Unit, ...], tuple[str, ...]]:
+    """The units with each worker's share in the order its runtime numbers them, so that
+    LOCAL_RANK k, XPULAUNCH_DEVICES and XPULAUNCH_MAX_MEMORY name the child's device k. Only
+    Level Zero reorders: an Intel child sees its devices in driver order, not in the order
+    they were named (``--gpus device=1,0`` on an Arc with an iGPU: xpu:0 is still the Arc)."""
+    if len(units) < 2:
+        return units, ()
+    count = worker_count(job.request.nproc_per_node, len(units))
+    ordered = list(units)
+    for share in set(place(len(units), count, isolate=job.request.isolate)):
+        mine = child_order(
+            job.backend.vendor, [units[i] for i in share], job.inventory, job.parent_env
+        )
+        for position, unit in zip(share, mine, strict=True):
+            ordered[position] = unit
+    if ordered == list(units):
+        return units, ()
+    return tuple(ordered), (
+        "Level Zero numbers a child's devices in driver order (discrete before integrated, "
+        "then PCI address), not in the order they were named, so workers get them as: "
+        + ", ".join(u.label() for u in ordered),
+    )
 
 
 def _filtered(request: LaunchRequest) -> bool:

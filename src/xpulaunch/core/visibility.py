@@ -311,6 +311,28 @@ def hiding_notes(env: Mapping[str, str | None], vendor: Vendor | None) -> list[s
 # --- One child's visibility variables -------------------------------------------------------
 
 
+def child_order(
+    vendor: Vendor | None,
+    units: Sequence[Unit],
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+) -> tuple[Unit, ...]:
+    """``units`` in the order the runtime of a child given all of them numbers them.
+
+    CUDA and ROCr number devices in the order of the list written for the child. Level Zero
+    ignores the order of ``ZE_AFFINITY_MASK`` (level-zero spec, "Affinity Mask"): a child's
+    devices come in driver order, as :func:`_intel_env` writes ``ZE_ENABLE_PCI_ID_DEVICE_ORDER``.
+    """
+    if vendor is not Vendor.INTEL:
+        return tuple(units)
+    from xpulaunch.core.masks import level_zero
+
+    pci_order = level_zero.pci_id_order(parent_env.get(PCI_ORDER_VAR))
+    cards = level_zero.driver_order(inventory.of(Vendor.INTEL), pci_order=pci_order)
+    position = {card.key: p for p, card in enumerate(cards)}
+    return tuple(sorted(units, key=lambda u: (position[u.device.key], u.tile or 0)))
+
+
 def child_visibility_env(
     vendor: Vendor | None,
     units: Sequence[Unit],
