@@ -76,6 +76,16 @@ def test_a_count_too_large_names_the_other_vendors_gpus() -> None:
     assert "1 Intel unit(s) are visible too (--backend xpu)" in text
 
 
+def test_an_address_of_the_other_vendors_gpu_names_it() -> None:
+    # the Arc's PCI address with --backend cuda: it used to say only "no such device"
+    with pytest.raises(SelectionError) as raised:
+        plan(ARC.pci_bus_id or "", backend="cuda")
+    assert str(raised.value) == (
+        f"gpus='{ARC.pci_bus_id}': no such device; devices here: 0 ({RTX.pci_bus_id}); "
+        "1 Intel unit(s) are visible too (--backend xpu), but one job runs on one vendor's GPUs"
+    )
+
+
 def test_every_hiding_variable_the_plan_writes_is_explained() -> None:
     nvidia = plan("nvidia:0")
     assert nvidia.workers[0].env["ZE_AFFINITY_MASK"] == "999"

@@ -35,17 +35,19 @@ _VENDOR_NAMES = frozenset(v.value for v in Vendor)
 
 
 def resolve_ids(
-    ids: Sequence[str], units: Sequence[Unit], devices: Sequence[Device]
+    ids: Sequence[str], units: Sequence[Unit], devices: Sequence[Device], *, elsewhere: str = ""
 ) -> tuple[Unit, ...]:
     """Explicit ids -> visible units. Ids are physical indices, UUIDs (or a unique prefix),
     PCI addresses, ``CARD.TILE`` for one tile of an Intel card, or a MIG UUID for one MIG
     instance; a card id hands out all of its visible units (tiles or MIG instances).
 
-    ``devices`` are all devices of the chosen vendor (to tell "hidden" from "no such device").
+    ``devices`` are all devices of the chosen vendor (to tell "hidden" from "no such device");
+    ``elsewhere`` names other vendors' GPUs, for an id that is none of these
+    (:func:`~xpulaunch.core.backend.elsewhere_hint`).
     """
     chosen: list[Unit] = []
     for ident in ids:
-        device, part = _find_device(_own_vendor_id(ident, devices), devices, ident)
+        device, part = _find_device(_own_vendor_id(ident, devices), devices, ident, elsewhere)
         matches = [u for u in units if u.device == device and _part_of(u, part)]
         # A tile is refused for the hierarchy only where the card is handed out whole; a tile
         # the parent's mask hides (its other tile visible) is reported as hidden below.
@@ -103,7 +105,7 @@ def _own_vendor_id(ident: str, devices: Sequence[Device]) -> str:
 
 
 def _find_device(
-    bare: str, devices: Sequence[Device], ident: str
+    bare: str, devices: Sequence[Device], ident: str, elsewhere: str = ""
 ) -> tuple[Device, int | MigDevice | None]:
     if bare.lower().startswith("mig-"):
         return _mig_named(bare, devices, ident)
@@ -111,7 +113,7 @@ def _find_device(
     tile_match = re.fullmatch(r"(\d+)\.(\d+)", bare)
     if tile_match:
         card, tile = tile_match[1], int(tile_match[2])
-    device = _device_named(card, ident, devices)
+    device = _device_named(card, ident, devices, elsewhere)
     if tile is not None and device.vendor is not Vendor.INTEL:
         # Only Intel cards have tiles; the COMPOSITE advice below would send the user to a
         # Level Zero variable that an NVIDIA or AMD GPU never reads.
@@ -146,7 +148,7 @@ def _mig_named(bare: str, devices: Sequence[Device], ident: str) -> tuple[Device
     )
 
 
-def _device_named(card: str, ident: str, devices: Sequence[Device]) -> Device:
+def _device_named(card: str, ident: str, devices: Sequence[Device], elsewhere: str = "") -> Device:
     """The device ``card`` names: exactly, or by a unique UUID prefix (``GPU-e436550d``), which
     CUDA_VISIBLE_DEVICES accepts too (CUDA C Programming Guide, "CUDA Environment Variables")."""
     for device in devices:
@@ -163,7 +165,10 @@ def _device_named(card: str, ident: str, devices: Sequence[Device]) -> Device:
             value=ident,
         )
     raise SelectionError(
-        f"no such device; devices here: {_device_list(devices)}", option="gpus", value=ident
+        f"no such device; devices here: {_device_list(devices)}"
+        + (f"; {elsewhere}" if elsewhere else ""),
+        option="gpus",
+        value=ident,
     )
 
 

@@ -180,7 +180,7 @@ def select(
     if request.mode is GpuMode.NONE:
         return Selection((), ("--gpus none: running on the CPU",))
     if request.mode is GpuMode.EXPLICIT:
-        chosen = resolve_ids(request.ids, units, devices)
+        chosen = resolve_ids(request.ids, units, devices, elsewhere=elsewhere)
         _refuse_held(chosen, held)
         return Selection(
             chosen, tuple(f"{u.label()}: named explicitly" + _busy_suffix(u) for u in chosen)
