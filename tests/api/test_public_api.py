@@ -315,6 +315,14 @@ def test_serve_models_refuses_what_is_no_config() -> None:
             "port=70000: expected a port from 1 to 65535",
         ),
         (lambda: xpulaunch.serve_llama(3, inventory=_no_gpu()), "model=3: expected str or None"),
+        (
+            lambda: xpulaunch.serve_llama("m.gguf", args="-c 512", inventory=_no_gpu()),
+            "args='-c 512': expected llama-server's arguments as a list of strings",
+        ),  # not the letters '-', 'c', ' ', ... (llama-server: invalid argument: -)
+        (
+            lambda: xpulaunch.serve_llama("m.gguf", args=["-c", 512], inventory=_no_gpu()),
+            "args=['-c', 512]: expected strings only",
+        ),
     ],
 )
 def test_the_other_entry_points_refuse_a_wrong_type_with_a_usage_error(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -109,3 +111,43 @@ def test_parallel_reraises_a_bug_instead_of_losing_it() -> None:
 
     with pytest.raises(KeyError, match="bug in a probe"):
         parallel([lambda: 1, broken])
+
+
+def test_ctrl_c_while_a_tool_runs_kills_its_group(tmp_path: Path) -> None:
+    """The tool runs in its own session, so the terminal's Ctrl-C never reaches it: the
+    runner must end it, or an interrupted ``xpulaunch llama`` leaves its ``--list-devices``
+    (or a wrapper's ``sleep``) running on."""
+    import signal
+    import subprocess
+
+    from helpers import wait_for
+    from process_kit import alive
+
+    pid_file = tmp_path / "tool.pid"
+    tool = _script(
+        tmp_path,
+        "hangs",
+        "p = subprocess.Popen(['sleep', '60'])\n"
+        f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{p.pid}}')\n"
+        "time.sleep(60)\n",
+    )
+    code = (
+        # A shell's background job ignores SIGINT; this caller takes it as a terminal's would.
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from xpulaunch.probing.runner import SubprocessRunner\n"
+        f"SubprocessRunner().run([{str(tool)!r}], env={{'PATH': '/usr/bin:/bin'}}, timeout_s=60)\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the tool's pids")
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=10)
+        assert b"KeyboardInterrupt" in err
+        grandchild = int(pid_file.read_text().split()[1])
+        wait_for(lambda: not alive(grandchild), f"grandchild {grandchild} to be killed", 5)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+        if pid_file.exists():  # a failed test leaves nothing behind either
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)

