@@ -35,6 +35,7 @@ from helpers import (
     ERROR,
     inventory_path,
     kill_all,
+    lock_is_free,
     one_line_error,
     process_gone,
     processes_marked,
@@ -313,3 +314,37 @@ def test_sigkilled_llama_keeps_its_gpus_until_its_servers_are_gone(rig: Rig) -> 
         f"old job gone {gone_s - killed_s:.3f} s after SIGKILL; the waiting server started "
         f"at +{record['start_s'] - killed_s:.3f} s"
     )
+
+
+def test_serve_llama_leases_its_gpu_past_a_running_job_and_stop_frees_it(rig: Rig) -> None:
+    """The Python API leases as the command does: it used to plan without the leases, so it
+    took a GPU a running job held and left its own GPUs free for the next job."""
+    from xpulaunch import serve_llama
+    from xpulaunch.api import load_inventory
+    from xpulaunch.core.plan import LaunchRequest, make_plan
+    from xpulaunch.joblog.logs import LogConfig
+    from xpulaunch.leases import LeaseManager
+
+    inventory = load_inventory(str(INVENTORY))
+    first, second = (d.pci_bus_id or "" for d in inventory.devices)
+    home = rig.root / "api"
+    (home / "run").mkdir(parents=True, mode=0o700)
+    (home / "records").mkdir()
+    env = {**os.environ, "XPULAUNCH_LOCK_DIR": str(rig.lock_dir),
+           "XDG_RUNTIME_DIR": str(home / "run"), "FAKE_LLAMA_RECORD_DIR": str(home / "records"),
+           "FAKE_LLAMA_INVENTORY": str(INVENTORY)}  # fmt: skip
+    request = LaunchRequest(argv=("train.py",), gpus=f"device={first}")
+    _, held = LeaseManager(rig.lock_dir).allocate(
+        lambda unavailable: make_plan(request, inventory, {}, unavailable=unavailable)
+    )
+    with held:  # a running job holds the first GPU
+        server = serve_llama(
+            str(rig.model), gpus="1", binary=str(rig.binary), inventory=inventory,
+            parent_env=env, logs=LogConfig(console=False),
+        )  # fmt: skip
+        try:
+            assert [u.device.pci_bus_id for u in server.plan.plan.devices] == [second]
+            assert not lock_is_free(rig.lock_dir / lock_file_name(second))
+        finally:
+            server.stop()
+    assert lock_is_free(rig.lock_dir / lock_file_name(second))  # stop() released the lease

@@ -29,7 +29,7 @@ from xpulaunch.llamacpp.plan import (
     effective_model,
     make_llama_plan,
 )
-from xpulaunch.model import Inventory
+from xpulaunch.model import Inventory, Plan
 
 BINARY_VAR = "XPULAUNCH_LLAMA_SERVER"  # what --binary defaults to, for the CLI and the API
 
@@ -198,12 +198,30 @@ def serve_llama(
         llama_backend=parse_llama_backend(llama_backend), passthrough=tuple(args), gpus=gpus,
         backend=backend,
     )  # fmt: skip
+    from xpulaunch.leases import LeaseManager
     from xpulaunch.llamacpp.server import LlamaServer
 
-    plan = plan_llama(request, inventory, env)  # leases nothing: no lock to keep it short
+    # The binary is asked outside the lease lock (held for milliseconds), then the devices
+    # are chosen and leased as `xpulaunch llama` does: no running job's GPU is taken, and no
+    # later job takes these. The server owns the lease: stop() releases it.
+    prepared = prepare_llama(request, env)
+    planned: list[LlamaPlan] = []
+
+    def plan_fn(unavailable: Mapping[str, str]) -> Plan:
+        planned[:] = [plan_prepared(prepared, inventory, env, unavailable=unavailable)]
+        return planned[0].plan
+
+    _, lease = LeaseManager(env=env).allocate(plan_fn, command=["serve_llama", str(model)])
+    plan = planned[0]
     server_options.setdefault("settle", cuda_settle(plan))
-    server = LlamaServer(plan, env, **server_options)
-    server.start()
+    try:
+        server = LlamaServer(
+            plan, env, lease_fds=lease.fds, job_id=lease.job_id, lease=lease, **server_options
+        )
+        server.start()
+    except BaseException:
+        lease.release()  # start() stopped what it had started
+        raise
     return server
 
 

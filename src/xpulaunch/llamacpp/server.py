@@ -24,6 +24,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError, UsageError
@@ -44,6 +45,9 @@ from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.processes import records
 from xpulaunch.supervisor.spec import HealthCheck, WorkerSpec
 from xpulaunch.supervisor.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from xpulaunch.leases import Lease
 
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
 # llama.cpp log lines: "0.00.006.413 E srv  load_model: failed ..." (time, level, text).
@@ -121,6 +125,7 @@ class LlamaServer:
         settle: Callable[[Sequence[str]], None] | None = None,
         record_dir: str | os.PathLike[str] | None = None,
         job_id: str | None = None,
+        lease: Lease | None = None,
     ) -> None:
         """``job_id``: the lease's (see :class:`~xpulaunch.supervisor.supervisor.Supervisor`).
         ``on_ready(replica)`` runs on the supervisor's thread each time a replica becomes
@@ -129,8 +134,10 @@ class LlamaServer:
         directory (default: the user's runtime dir, as for ``xpulaunch run``);
         ``release_leases``: unlock ``lease_fds`` as soon as every process is gone (see
         :class:`~xpulaunch.supervisor.supervisor.Supervisor`), for a caller that frees the
-        devices while it runs on (the model router)."""
+        devices while it runs on (the model router). ``lease``: the lease of ``lease_fds``,
+        which this server owns (``serve_llama``): :meth:`stop` releases it."""
         self.plan = plan
+        self._lease = lease
         self._health = health
         self._on_ready, self._on_message, self._on_event = on_ready, on_message, on_event
         self._cond = threading.Condition()
@@ -323,7 +330,11 @@ class LlamaServer:
         return self.supervisor.wait(timeout)
 
     def stop(self, grace_s: float | None = None) -> int:
-        return self.supervisor.stop(grace_s)
+        try:
+            return self.supervisor.stop(grace_s)
+        finally:
+            if self._lease is not None:
+                self._lease.release()  # the devices are free once no replica holds them
 
     def send_stop_signal(self, signum: int) -> None:
         """For a signal handler: stop gracefully (a second call kills at once).
