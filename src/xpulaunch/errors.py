@@ -23,6 +23,11 @@ single line on stderr and its ``exit_code``; nothing else escapes as a traceback
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import TypeVar
+
+E = TypeVar("E", bound=Enum)
+
 
 class XpulaunchError(Exception):
     """Base of every error xpulaunch raises on purpose.
@@ -88,6 +93,17 @@ class UsageError(XpulaunchError):
     """A malformed option, environment variable or value given by the user."""
 
     exit_code = 2
+
+
+def member_of(kind: type[E], option: str, value: object) -> E:
+    """``value`` as a member of the str-Enum ``kind``: a member, or its word (a Python
+    caller's ``restart="always"``); a :class:`UsageError` naming the words otherwise. Readers
+    compare members with ``is``, so a word kept as a plain string would match none."""
+    try:
+        return kind(value)
+    except ValueError:
+        words = ", ".join(m.value for m in kind)
+        raise UsageError(f"expected one of {words}", option=option, value=value) from None
 
 
 class MaskError(UsageError):

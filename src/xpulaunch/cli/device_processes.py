@@ -45,9 +45,7 @@ def _lease_jobs() -> list[tuple[str, str]]:
     from xpulaunch.leases import LeaseManager
 
     report = LeaseManager(os.environ.get("XPULAUNCH_LOCK_DIR")).status()
-    leases = [(lease.key, lease.holder) for lease in report.leases]
-    slots = [(slot.key, slot.holder) for slot in report.slots]
-    return [(key, holder.job_id) for key, holder in (*leases, *slots) if holder]
+    return [(key, holder.job_id) for key, holder in report.holders()]
 
 
 def _row(

@@ -158,8 +158,7 @@ def _holding_jobs(report: StatusReport | None) -> set[tuple[str, str]]:
     """(device key, job id) of every lease and slot: whose processes a holder line names."""
     if report is None:
         return set()
-    held = [(r.key, r.holder) for r in report.leases] + [(r.key, r.holder) for r in report.slots]
-    return {(key.split("/")[0], holder.job_id) for key, holder in held if holder}
+    return {(key.split("/")[0], holder.job_id) for key, holder in report.holders()}
 
 
 def _processes(

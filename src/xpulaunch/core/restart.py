@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import UsageError, member_of
 
 DEFAULT_MAX_RESTARTS = 3  # with --restart and no --max-restarts
 
@@ -67,13 +67,8 @@ class RestartPolicy:
     gang: bool = True
 
     def __post_init__(self) -> None:
-        # A Python caller's word ("always") becomes the member: decide() compares with `is`,
-        # so a plain string would silently restart nothing.
-        try:
-            object.__setattr__(self, "mode", RestartMode(self.mode))
-        except ValueError:
-            words = ", ".join(m.value for m in RestartMode)
-            raise UsageError(f"expected one of {words}", option="mode", value=self.mode) from None
+        # A Python caller's word ("always"): decide() compares with `is`.
+        object.__setattr__(self, "mode", member_of(RestartMode, "mode", self.mode))
         if self.max_restarts is not None and self.max_restarts < 0:
             raise UsageError(f"max restarts {self.max_restarts}: expected 0 or more")
         for name in ("backoff_initial_s", "backoff_max_s", "stable_window_s"):

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from enum import Enum
-from typing import TypeVar
 
 from xpulaunch.core.nodes import NodeRequest
 from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode, RestartPolicy, restart_limit
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import UsageError, member_of
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.model import DeviceMap, DeviceShare
-
-E = TypeVar("E", bound=Enum)
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 # The plain fields, by annotation, and the types a Python caller's value may have (click has
@@ -101,11 +97,11 @@ class RunRequest:
         # A Python caller's words (restart="always", log_layout="torchrun") become members:
         # the readers compare with `is`, so a plain "always" would silently restart nothing.
         if self.restart is not None:
-            object.__setattr__(self, "restart", _member(RestartMode, "restart", self.restart))
-        object.__setattr__(self, "log_layout", _member(LogLayout, "log_layout", self.log_layout))
+            object.__setattr__(self, "restart", member_of(RestartMode, "restart", self.restart))
+        object.__setattr__(self, "log_layout", member_of(LogLayout, "log_layout", self.log_layout))
         if self.device_map is not None:
             object.__setattr__(
-                self, "device_map", _member(DeviceMap, "device_map", self.device_map)
+                self, "device_map", member_of(DeviceMap, "device_map", self.device_map)
             )
         if self.heartbeat and self.hang_timeout_s is None:
             raise UsageError("--heartbeat needs --hang-timeout SECONDS (how long without a beat)")
@@ -150,15 +146,6 @@ class RunRequest:
             stable_window_s=self.stable_window_s,
             gang=not isolate if self.gang is None else self.gang,
         )
-
-
-def _member(kind: type[E], option: str, value: object) -> E:
-    """``value`` as a member of the str-Enum ``kind``: a member, or its word."""
-    try:
-        return kind(value)
-    except ValueError:
-        words = ", ".join(m.value for m in kind)
-        raise UsageError(f"expected one of {words}", option=option, value=value) from None
 
 
 def check_program(program: object) -> None:

@@ -124,6 +124,12 @@ class StatusReport:
     waiting: tuple[WaiterRecord, ...] = ()
     slots: tuple[slots.SlotRecord, ...] = ()  # devices shared by small jobs, one per slot
 
+    def holders(self) -> list[tuple[str, HolderInfo]]:
+        """(unit key, holder) of every lease and every slot whose holder is known: which job
+        holds which device, for ``top`` and ``devices --processes``."""
+        held = [(r.key, r.holder) for r in self.leases] + [(r.key, r.holder) for r in self.slots]
+        return [(key, holder) for key, holder in held if holder is not None]
+
 
 class LeaseManager:
     """Atomic allocation of leases in one lock directory, with a FIFO queue for ``--wait``.
