@@ -34,12 +34,7 @@ PHASE=${1:?r, b, l, q or p}
 SESSION=session15
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
-# aiohttp and uvloop for the router, installed as users get them (bytecode compiled), and the
-# tests' tiny GGUF writer (numpy is the image's)
-python3 -m pip install -q --no-index --target /tmp/xpulaunch-site --find-links .whl \
-    aiohttp uvloop >>"$R/gpu_env.log" 2>&1
-python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site .whl/gguf-*.whl \
-    >>"$R/gpu_env.log" 2>&1
+router_wheels
 python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
     | tee -a "$SUMMARY"
 
@@ -47,10 +42,7 @@ LLAMA_BUILD_DIR=/tmp/llama-cuda  # build_llama (session_steps.sh) builds there
 
 case $PHASE in
 p)
-    step probe_bench 300 python3 bench/bench_probe.py --runs 40 --no-torch
-    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
-    step probe_phases 120 python3 bench/probe_phases.py --runs 20
-    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
+    probe_bench_and_phases 300
     ;;
 q)
     step queue_check 330 bash docs/hardware/queue_check.sh

@@ -44,10 +44,7 @@ t)
     tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
     ;;
 l)
-    python3 -m pip install -q --no-index --target /tmp/xpulaunch-site --find-links .whl \
-        aiohttp uvloop >>"$R/gpu_env.log" 2>&1
-    python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site \
-        .whl/gguf-*.whl >>"$R/gpu_env.log" 2>&1
+    router_wheels
     LLAMA_BUILD_DIR=/tmp/llama-cuda
     (time timeout 330 bash -c "$(declare -f build_llama); LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR build_llama") \
         >"$R/llama_build.log" 2>&1
@@ -55,10 +52,7 @@ l)
     step llama_serve 230 env LLAMA_BUILD_DIR=$LLAMA_BUILD_DIR bash docs/hardware/llama_serve_check.sh
     ;;
 p)
-    step probe_bench 200 python3 bench/bench_probe.py --runs 40 --no-torch
-    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
-    step probe_phases 120 python3 bench/probe_phases.py --runs 20
-    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
+    probe_bench_and_phases 200
     ;;
 q)
     step queue_check 200 bash docs/hardware/queue_check.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sourced by the sessionNN.sh scripts, after `cd` to the repository root and PHASE and SESSION
 # set: the NVLS-off settings, gpu_env.sh's wheels, a work folder $R, the phase's summary file,
-# note() and step(), and build_llama() for the sessions that build llama.cpp with CUDA. Every
+# note() and step(), router_wheels(), probe_bench_and_phases(), and build_llama() for the
+# sessions that build llama.cpp with CUDA. Every
 # log of a phase goes into $R, tarred at the end by finish_phase.
 : "${OUT:?set OUT}" "${PHASE:?}" "${SESSION:?}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -46,4 +47,19 @@ build_llama() {  # the CUDA llama-server and llama-fit-params (llama_serve_check
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
     nice -n 10 cmake --build "$LLAMA_BUILD_DIR/build" -j "$(nproc)" \
         --target llama-server llama-fit-params
+}
+
+router_wheels() {  # aiohttp and uvloop for the router, installed as users get them (bytecode
+    # compiled), and the tests' tiny GGUF writer (numpy is the image's)
+    python3 -m pip install -q --no-index --target /tmp/xpulaunch-site --find-links .whl \
+        aiohttp uvloop >>"$R/gpu_env.log" 2>&1
+    python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site \
+        .whl/gguf-*.whl >>"$R/gpu_env.log" 2>&1
+}
+
+probe_bench_and_phases() {  # LIMIT_S: bench_probe.py (40 runs, no torch) and probe_phases.py
+    step probe_bench "$1" python3 bench/bench_probe.py --runs 40 --no-torch
+    tail -10 "$R/probe_bench/stdout.log" >>"$SUMMARY"
+    step probe_phases 120 python3 bench/probe_phases.py --runs 20
+    cat "$R/probe_phases/stdout.log" >>"$SUMMARY"
 }

@@ -77,7 +77,7 @@ def _follow_newer(run: RunLogs, chosen: int, ranks: str | None, follower: LogFol
         names = run.workers(latest)
     except (OSError, UsageError):  # the run's directory going away: the loop sees it end
         return chosen
-    wanted = names if not ranks else [r.strip() for r in ranks.split(",")]
+    wanted = _wanted(names, ranks)
     known = {path for _, path in follower.files}
     new = [(name, path) for name in wanted for path in run.files(latest, name)]
     follower.files += [(name, path) for name, path in new if path not in known]
@@ -88,13 +88,18 @@ def _follow_newer(run: RunLogs, chosen: int, ranks: str | None, follower: LogFol
 
 def _files(run: RunLogs, attempt: int, ranks: str | None) -> list[tuple[str, Path]]:
     names = run.workers(attempt)
-    wanted = names if not ranks else [r.strip() for r in ranks.split(",")]
+    wanted = _wanted(names, ranks)
     unknown = [r for r in wanted if r not in names]
     if unknown:
         raise UsageError(
             f"--rank {','.join(unknown)}: no log in attempt {attempt}; there are {_listing(names)}"
         )
     return [(name, path) for name in wanted for path in run.files(attempt, name)]
+
+
+def _wanted(names: list[str], ranks: str | None) -> list[str]:
+    """The workers ``--rank`` names (all of ``names`` without it)."""
+    return names if not ranks else [r.strip() for r in ranks.split(",")]
 
 
 def _listing(items: list[int] | list[str]) -> str:
