@@ -17,8 +17,11 @@ WORKER = """
 import os, signal, sys, time
 from pathlib import Path
 got = []
+def handle(signum, frame):
+    got.append(signum)
+    Path(sys.argv[1], signal.Signals(signum).name + "-" + os.environ["LOCAL_RANK"]).touch()
 for name in ("SIGUSR1", "SIGUSR2"):
-    signal.signal(getattr(signal, name), lambda signum, frame: got.append(signum))
+    signal.signal(getattr(signal, name), handle)
 Path(sys.argv[1], "ready-" + os.environ["LOCAL_RANK"]).touch()
 for _ in range(1200):
     if len(got) == 2:
@@ -35,6 +38,10 @@ def ready(folder: Path, count: int) -> Callable[[], bool]:
 def relay_twice(proc: subprocess.Popen[str], folder: Path, count: int) -> tuple[str, str]:
     wait_for(ready(folder, count), "every worker's handlers", timeout_s=60)
     proc.send_signal(signal.SIGUSR1)
+    # One at a time: two signals sent back to back may be handled in either order (Python
+    # runs the second one's handler inside the first's when it lands meanwhile), in
+    # xpulaunch as in a worker; the order relayed is what is checked.
+    wait_for(lambda: len(list(folder.glob("SIGUSR1-*"))) == count, "SIGUSR1 to be relayed")
     proc.send_signal(signal.SIGUSR2)
     return proc.communicate(timeout=60)
 
