@@ -122,8 +122,8 @@ def idle_cpu(lock_dir: Path, folder: Path, idle_s: float) -> None:
 
 
 def long_queue(lock_dir: Path, jobs: int) -> None:
-    from xpulaunch.core.jobs import JobState
     from xpulaunch.jobqueue.actions import queue_directory, user_name
+    from xpulaunch.jobqueue.policy import JobState
     from xpulaunch.jobqueue.store import Store
 
     directory = queue_directory(str(lock_dir), os.environ)

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from bench_probe import CONSOLE_SCRIPT  # the same directory: run as bench/bench_supervisor.py
 
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.events import Event, Exited, Started
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.processes.procfs import find_job
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 QUIET = LogConfig(console=False)

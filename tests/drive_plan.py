@@ -12,11 +12,11 @@ import os
 import signal
 import sys
 
-from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.launch.request import RunRequest
 from xpulaunch.launch.run import supervise
 from xpulaunch.model import Backend, Plan, WorkerPlan
+from xpulaunch.supervisor.restart import RestartMode
 
 
 def main() -> int:

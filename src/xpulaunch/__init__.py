@@ -33,7 +33,6 @@ if TYPE_CHECKING:
         run as run,
         worker_specs as worker_specs,
     )
-    from xpulaunch.core.restart import RestartMode as RestartMode, RestartPolicy as RestartPolicy
     from xpulaunch.errors import (
         DeviceBusyError as DeviceBusyError,
         InventoryError as InventoryError,
@@ -67,13 +66,10 @@ if TYPE_CHECKING:
     from xpulaunch.in_worker import heartbeat as heartbeat
     from xpulaunch.joblog.logs import LogConfig as LogConfig
     from xpulaunch.launch.request import RunRequest as RunRequest
-    from xpulaunch.leases import Lease as Lease, LeaseManager as LeaseManager
-    from xpulaunch.llamacpp import (
-        LlamaServer as LlamaServer,
-        plan_llama as plan_llama,
-        serve_llama as serve_llama,
-    )
+    from xpulaunch.leases.manager import Lease as Lease, LeaseManager as LeaseManager
     from xpulaunch.llamacpp.router.serve import serve_models as serve_models
+    from xpulaunch.llamacpp.serve import plan_llama as plan_llama, serve_llama as serve_llama
+    from xpulaunch.llamacpp.server import LlamaServer as LlamaServer
     from xpulaunch.model import (
         Backend as Backend,
         Device as Device,
@@ -89,6 +85,10 @@ if TYPE_CHECKING:
         Vendor as Vendor,
         WorkerPlan as WorkerPlan,
     )
+    from xpulaunch.supervisor.restart import (
+        RestartMode as RestartMode,
+        RestartPolicy as RestartPolicy,
+    )
     from xpulaunch.supervisor.spec import (
         HealthCheck as HealthCheck,
         SupervisorSettings as SupervisorSettings,
@@ -102,7 +102,7 @@ _EXPORTS = {
         "inventory_document", "load_inventory", "plan", "plan_document", "probe", "run",
         "worker_specs",
     ),
-    "xpulaunch.core.restart": (
+    "xpulaunch.supervisor.restart": (
         "RestartMode", "RestartPolicy",
     ),
     "xpulaunch.errors": (
@@ -123,11 +123,14 @@ _EXPORTS = {
     "xpulaunch.launch.request": (
         "RunRequest",
     ),
-    "xpulaunch.leases": (
+    "xpulaunch.leases.manager": (
         "Lease", "LeaseManager",
     ),
-    "xpulaunch.llamacpp": (
-        "LlamaServer", "plan_llama", "serve_llama",
+    "xpulaunch.llamacpp.serve": (
+        "plan_llama", "serve_llama",
+    ),
+    "xpulaunch.llamacpp.server": (
+        "LlamaServer",
     ),
     "xpulaunch.llamacpp.router.serve": ("serve_models",),
     "xpulaunch.model": (

@@ -1,9 +1,11 @@
-"""The top-level package's PEP 562 exports: a name is imported from its module on first use.
+"""A package face's PEP 562 exports: a name is imported from its module on first use.
 
     __getattr__, __dir__ = exports(globals(), {"package.module": ("name", ...), ...})
 
-Only ``xpulaunch/__init__.py`` uses it: ``import xpulaunch`` to plan a job should not import
-the supervisor, the probes or llama-server's HTTP client. Subpackages import normally.
+The faces that re-export names use it (``xpulaunch``, ``xpulaunch.leases``,
+``xpulaunch.llamacpp``): ``import xpulaunch`` to plan a job should not import the supervisor,
+the probes or llama-server's HTTP client, and importing one pure module of a package should
+not load its siblings. Inside the package, modules import each other by their full names.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ single line on stderr and its ``exit_code``; nothing else escapes as a traceback
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import TypeVar
 
@@ -164,3 +165,32 @@ class ServerStartError(XpulaunchError):
 class QueueError(XpulaunchError):
     """The job queue cannot be used (a corrupt or locked database, a network filesystem), or
     a job id that is unknown or belongs to another user."""
+
+
+# The plain fields, by annotation, and the types a Python caller's value may have (click has
+# converted the command line's already); a bool is no number, NaN no float.
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "bool": (bool,),
+    "bool | None": (bool, type(None)),
+    "int": (int,),
+    "int | None": (int, type(None)),
+    "float": (int, float),
+    "float | None": (int, float, type(None)),
+}  # fmt: skip (one row per annotation reads as a table)
+
+
+def check_plain(name: str, value: object, annotation: str) -> None:
+    """A Python caller's ``value`` for a parameter annotated as a plain type (str, bool, int,
+    float, or one of them or None) is of that type; other annotations are not checked here.
+    A bool is no number and NaN no float; an int is a float."""
+    accepted = _PLAIN_TYPES.get(annotation)
+    if accepted is None:
+        return
+    a_bool_for_a_number = isinstance(value, bool) and bool not in accepted
+    nan = isinstance(value, float) and math.isnan(value)
+    if isinstance(value, accepted) and not a_bool_for_a_number and not nan:
+        return
+    expected = annotation.replace(" | ", " or ").replace("float", "a number")
+    raise UsageError(f"expected {expected}", option=name, value=value)

@@ -13,7 +13,8 @@ import os
 import sys
 import time
 
-HEARTBEAT_FILE_VAR = "XPULAUNCH_HEARTBEAT_FILE"
+from xpulaunch.model import HEARTBEAT_FILE_VAR
+
 _MIN_INTERVAL_S = 1.0  # a loop calling it every step touches the file at most once a second
 _last_beat_s = float("-inf")
 _warned = False

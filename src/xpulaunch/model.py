@@ -15,14 +15,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
-
 # Variables the supervisor adds to a child's environment when it starts it: their values exist
 # only then (the job, the worker, the attempt). A plan lists their names as "set at start".
 JOB_ID_VAR = "XPULAUNCH_JOB_ID"
 WORKER_VAR = "XPULAUNCH_WORKER"
 RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"  # where torch's @record writes the exception
+HEARTBEAT_FILE_VAR = "XPULAUNCH_HEARTBEAT_FILE"  # touched by xpulaunch.heartbeat()
 # Only with --heartbeat: the file xpulaunch.heartbeat() touches.
 SET_AT_START = (JOB_ID_VAR, WORKER_VAR, RESTART_COUNT_VAR, ERROR_FILE_VAR, HEARTBEAT_FILE_VAR)
 # Known when the plan is made (from the restart policy), so the plan holds it.

@@ -43,9 +43,12 @@ def test_all_is_the_export_table_and_dir() -> None:
     assert public == EXPECTED
 
 
-def test_the_type_checking_imports_repeat_the_table() -> None:
-    """Type checkers read the ``if TYPE_CHECKING:`` imports; they must name the same objects."""
-    tree = ast.parse(Path(xpulaunch.__file__).read_text())
+@pytest.mark.parametrize("face", ["xpulaunch", "xpulaunch.leases", "xpulaunch.llamacpp"])
+def test_the_type_checking_imports_repeat_the_table(face: str) -> None:
+    """Type checkers read the ``if TYPE_CHECKING:`` imports; they must name the same objects
+    as the lazy table of each face that has one."""
+    package = importlib.import_module(face)
+    tree = ast.parse(Path(package.__file__).read_text())
     guard = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n))
     imported = {
         (node.module, alias.name)
@@ -53,8 +56,11 @@ def test_the_type_checking_imports_repeat_the_table() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    table = {(module, name) for module, names in xpulaunch._EXPORTS.items() for name in names}
+    table = {(module, name) for module, names in package._EXPORTS.items() for name in names}
     assert imported == table
+    assert sorted(package.__all__) == sorted(name for _, name in table)
+    for module, name in table:  # each name is the object its module defines
+        assert getattr(package, name) is getattr(importlib.import_module(module), name)
 
 
 def _modules() -> list[str]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers import run_refused as refused, run_request as parse
-from xpulaunch.core.restart import RestartMode
 from xpulaunch.launch.request import Backoff, RunRequest
+from xpulaunch.supervisor.restart import RestartMode
 
 
 def test_defaults() -> None:

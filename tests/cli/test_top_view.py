@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from xpulaunch.cli.queue_list import queue_text
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
-from xpulaunch.core.jobs import Waiter
 from xpulaunch.jobqueue.listing import Snapshot, table_rows
+from xpulaunch.jobqueue.policy import Waiter
 
 GIB = 1024**3
 HEADER = ("ID", "USER", "STATE", "DEVICES", "WAITED", "RUNTIME", "EXIT", "COMMAND")

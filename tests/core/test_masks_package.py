@@ -147,7 +147,7 @@ _FORBIDDEN = (
 
 # Not device probes: the Slurm host-list check (scontrol, run only under Slurm) and the
 # package's empty __init__.
-_ALLOWED = ("xpulaunch.probing", "xpulaunch.probing.slurm")
+_ALLOWED = ("xpulaunch.probing", "xpulaunch.nodes.slurm")
 
 
 def _forbidden(modules: set[str], forbidden: tuple[str, ...]) -> list[str]:

@@ -17,11 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import inventory_path, wait_for
 from run_kit import read_events, xpulaunch
-from xpulaunch.core.prometheus import relabel, render, render_relabelled
-from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.events import Event
 from xpulaunch.joblog.event_stream import SCHEMA, EventStream, event_name
 from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.joblog.prometheus import relabel, render, render_relabelled
+from xpulaunch.supervisor.restart import RestartPolicy
 from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 

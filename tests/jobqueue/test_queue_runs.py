@@ -20,9 +20,9 @@ import pytest
 
 from helpers import lock_is_free, processes_marked, wait_for
 from queue_kit import JOB, QueueBox, elapsed, overlaps, wait_gone
-from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.jobqueue import actions, job_process, runner as runner_module
 from xpulaunch.jobqueue.files import JobSpec, RunnerLock
+from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.jobqueue.runner import Runner
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.leases.lock_directory import LockDirectory

@@ -12,11 +12,11 @@ import pytest
 
 from process_kit import make_plan
 from xpulaunch.core.plan import LaunchRequest, make_plan as plan_request
-from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.launch.request import Backoff, RunRequest
 from xpulaunch.launch.run import specs_for_plan, supervise
 from xpulaunch.model import Inventory
+from xpulaunch.supervisor.restart import RestartMode
 
 Argv = Callable[..., list[str]]
 

@@ -19,7 +19,6 @@ from typing import Any
 import psutil
 import pytest
 
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError
 from xpulaunch.events import Event, Exited
 from xpulaunch.joblog.logs import LogConfig
@@ -29,6 +28,7 @@ from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica, make_llama
 from xpulaunch.llamacpp.serve import plan_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(60)]
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from process_kit import wait_for
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.events import Event, GaveUp, Restarting, Started, Stopped
 from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 Argv = Callable[..., list[str]]

@@ -12,11 +12,11 @@ import pytest
 
 from helpers import wait_for
 from run_kit import read_events, xpulaunch
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.events import Event, Exited, HangDetected, Started, Stopped
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.supervisor.hang import HANG_STATUS
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.supervisor import Supervisor, WorkerSpec
 
 TIMEOUT_S = 1.5

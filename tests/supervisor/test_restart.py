@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xpulaunch.core.restart import (
+from xpulaunch.errors import UsageError
+from xpulaunch.supervisor.restart import (
     Action,
     Outcome,
     RestartMode,
@@ -12,7 +13,6 @@ from xpulaunch.core.restart import (
     RestartState,
     decide,
 )
-from xpulaunch.errors import UsageError
 
 FAST = RestartPolicy(
     max_restarts=3, backoff_initial_s=1.0, backoff_factor=2.0, backoff_max_s=5.0,

@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from process_kit import alive, pids_in, wait_for
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.events import Event, Exited, Started, Unhealthy
 from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.supervisor import HealthCheck, Supervisor, WorkerSpec
 
 Argv = Callable[..., list[str]]
@@ -97,7 +97,7 @@ def test_a_stopped_worker_failing_liveness_is_replaced_well_within_the_grace(
 
 HANGING_CHECK = """
     import os, sys, threading, time
-    from xpulaunch.core.restart import RestartMode, RestartPolicy
+    from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
     from xpulaunch.joblog.logs import LogConfig
     from xpulaunch.supervisor.supervisor import HealthCheck, Supervisor, WorkerSpec
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from process_kit import alive, pids_in, wait_for
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.events import (
     Event,
@@ -26,6 +25,7 @@ from xpulaunch.events import (
     WorkerState,
 )
 from xpulaunch.joblog.logs import LogConfig
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.supervisor import HealthCheck, Supervisor, WorkerSpec
 
 Argv = Callable[..., list[str]]

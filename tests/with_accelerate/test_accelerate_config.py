@@ -12,8 +12,8 @@ import pytest
 import yaml
 from accelerate_configs import CONFIGS, config_text
 
-from xpulaunch.core.accelerate_config import translate
 from xpulaunch.errors import UsageError
+from xpulaunch.integrations.accelerate_config import translate
 
 # Set by our plan, not by the accelerate env: masks and the rendezvous address. accelerate's
 # NCCL_* for RTX 4000 cards come from its launcher, not from these functions.

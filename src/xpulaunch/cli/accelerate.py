@@ -23,7 +23,7 @@ _SET_BY_USER = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSour
 def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> None:
     """Fill ``values`` (a command's converted keyword arguments) from ``accelerate_config``,
     and add the workers' variables (``extra_env``) and a note (``notes``)."""
-    from xpulaunch.core.accelerate_config import translate
+    from xpulaunch.integrations.accelerate_config import translate
     from xpulaunch.integrations.accelerate_files import default_config_path, read_config
 
     value = values["accelerate_config"]

@@ -15,7 +15,7 @@ from xpulaunch.cli.config_files import (
     effective_settings,
     load_layers,
 )
-from xpulaunch.core.config import Explained, OptionInfo, explain
+from xpulaunch.cli.config_schema import Explained, OptionInfo, explain
 
 
 @click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)

@@ -22,7 +22,7 @@ from xpulaunch.errors import UsageError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from xpulaunch.core.config import Layer, Setting
+    from xpulaunch.cli.config_schema import Layer, Setting
 
 PROJECT_FILE = "xpulaunch.toml"
 PYPROJECT = "pyproject.toml"
@@ -69,7 +69,7 @@ def load_layers(cwd: str, env: Mapping[str, str]) -> list[Layer]:
             found.append((project, table))
     if not found:
         return []
-    from xpulaunch.core.config import Layer  # here: most commands run where no file exists
+    from xpulaunch.cli.config_schema import Layer  # here: most commands run where no file exists
 
     return [Layer(source, table) for source, table in found]
 
@@ -126,7 +126,7 @@ def _has_tool_table(path: str) -> bool:
 
 def command_options(name: str) -> dict[str, click.Option]:
     """A command's configurable options by key (long option without dashes)."""
-    from xpulaunch.core.config import normalise_key
+    from xpulaunch.cli.config_schema import normalise_key
 
     options = [p for p in load_command(name).params if isinstance(p, click.Option)]
     keys = {normalise_key(opt): p for p in options for opt in p.opts if opt.startswith("--")}
@@ -138,7 +138,7 @@ def effective_settings(profile: str | None, cwd: str, env: Mapping[str, str]) ->
     layers = load_layers(cwd, env)
     if not layers and profile is None:
         return {}
-    from xpulaunch.core.config import merge
+    from xpulaunch.cli.config_schema import merge
 
     valid = {key for name in CONFIGURED_COMMANDS for key in command_options(name)}
     return merge(layers, valid, profile)

@@ -42,7 +42,7 @@ def _lease_jobs() -> list[tuple[str, str]]:
     """(leased unit key, the job id holding it): whole-device leases and the slots of
     shared devices (--slots-per-gpu: one device, several jobs), of the default lock
     directory."""
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
 
     report = LeaseManager(os.environ.get("XPULAUNCH_LOCK_DIR")).status()
     return [(key, holder.job_id) for key, holder in report.holders()]

@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.files import OUTPUT_NAME, job_folder, read_spec
+from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.jobqueue.store import Store
 
 WAIT_INTERVAL_S = 0.5

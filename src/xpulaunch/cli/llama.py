@@ -21,7 +21,6 @@ from xpulaunch.cli.params import (
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.run_options import lease_parameters, plan_parameters
 from xpulaunch.cli.waiting import WaitReporter
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import parse_llama_backend
@@ -30,10 +29,11 @@ from xpulaunch.llamacpp.serve import Prepared, cuda_settle, plan_prepared, prepa
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
 from xpulaunch.model import Inventory, Plan
 from xpulaunch.processes.signals import forwarding
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 
 if TYPE_CHECKING:
     from xpulaunch.launch.request import Backoff
-    from xpulaunch.leases import Lease, LeaseManager
+    from xpulaunch.leases.manager import Lease, LeaseManager
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -192,7 +192,7 @@ def _planner(
 
 
 def _leases(options: dict[str, Any]) -> LeaseManager:
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
 
     return LeaseManager(options["lock_dir"])
 

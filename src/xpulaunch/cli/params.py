@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from xpulaunch.core.nodes import host_problem
 from xpulaunch.core.units import parse_size
 from xpulaunch.errors import UsageError
 from xpulaunch.launch.request import Backoff
+from xpulaunch.nodes.settings import host_problem
 
 _SHOWN_CHARS = 40
 

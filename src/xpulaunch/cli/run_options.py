@@ -33,12 +33,12 @@ from xpulaunch.cli.params import (
     Size,
 )
 from xpulaunch.cli.waiting import LOCK_DIR, WaitReporter
-from xpulaunch.core.nodes import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
-from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.launch.request import DEFAULT_JOIN_TIMEOUT_S, RunRequest
 from xpulaunch.model import MAX_SLOTS, CpuBind, DeviceMap, DeviceShare
+from xpulaunch.nodes.settings import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
+from xpulaunch.supervisor.restart import DEFAULT_MAX_RESTARTS, RestartMode
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import click
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.terminal import aligned, terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
-from xpulaunch.leases import HolderInfo, LeaseManager, LeaseRecord, StatusReport
+from xpulaunch.leases.lock_files import HolderInfo
+from xpulaunch.leases.manager import LeaseManager, LeaseRecord, StatusReport
 from xpulaunch.leases.slots import SlotRecord
 from xpulaunch.leases.wait_queue import WaiterRecord
 

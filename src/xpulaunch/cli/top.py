@@ -24,11 +24,12 @@ import click
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
 from xpulaunch.cli.waiting import lock_dir_option
-from xpulaunch.core.jobs import Job, JobState, short_devices
 from xpulaunch.errors import XpulaunchError
 from xpulaunch.jobqueue import actions, listing
-from xpulaunch.leases import HolderInfo, StatusReport
+from xpulaunch.jobqueue.policy import Job, JobState, short_devices
 from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.lock_files import HolderInfo
+from xpulaunch.leases.manager import StatusReport
 from xpulaunch.model import Device, Inventory
 
 KEY_POLL_MS = 100  # how often a key press is looked for between refreshes

@@ -25,8 +25,8 @@ import click
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.params import Integer, ParamType
 from xpulaunch.cli.run_options import Spec, run_parameters
-from xpulaunch.core.nodes import parse_rdzv_conf
 from xpulaunch.errors import UsageError
+from xpulaunch.nodes.settings import parse_rdzv_conf
 
 # torchrun's default --signals-to-handle, and the two its help suggests for Slurm: xpulaunch
 # stops the job on the first four and sends USR1 and USR2 on to the workers, whichever are

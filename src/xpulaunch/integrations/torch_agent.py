@@ -3,7 +3,7 @@ elastic agent (``python -m torch.distributed.run``) with one line of ours for ev
 rendezvous round.
 
 Under ``--rdzv-backend c10d`` this is the one process that xpulaunch supervises on a node
-(:mod:`xpulaunch.core.elastic`). torch's agent says who is in a round only in an INFO record
+(:mod:`xpulaunch.nodes.elastic`). torch's agent says who is in a round only in an INFO record
 ("Rendezvous complete for workers", ``SimpleElasticAgent._rendezvous`` in
 ``torch/distributed/elastic/agent/server/api.py``), and its loggers show WARNING and above
 unless ``LOGLEVEL`` says otherwise. A filter on that one logger turns the record into a line

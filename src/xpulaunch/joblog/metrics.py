@@ -6,7 +6,7 @@ utilisation, re-probed every ``interval_s`` by ``xpulaunch devices --json`` in a
 process (so no GPU library is ever loaded into the supervisor). Extra sources (a llama
 replica's own ``/metrics``) are fetched at scrape time and relabelled.
 
-No metrics library: the format is a few lines of text (:mod:`xpulaunch.core.prometheus`);
+No metrics library: the format is a few lines of text (:mod:`xpulaunch.joblog.prometheus`);
 the tests parse what is served with ``prometheus_client``'s parser.
 """
 
@@ -20,9 +20,9 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Protocol
 
-from xpulaunch.core.prometheus import CONTENT_TYPE, Family, Labels, Sample, render
 from xpulaunch.errors import UsageError
 from xpulaunch.events import Event, Exited, HangDetected, LeaseAcquired
+from xpulaunch.joblog.prometheus import CONTENT_TYPE, Family, Labels, Sample, render
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

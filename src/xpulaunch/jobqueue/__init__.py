@@ -6,5 +6,5 @@ user's queued jobs as ``xpulaunch run --wait`` processes and records how they en
 ``job_process`` (one job's process: start, adopt, exit status), ``actions`` (submit, cancel,
 hold, release), ``listing`` (what ``xpulaunch queue`` and ``top`` show) and ``mounts``
 (refusing a network filesystem). The decisions themselves are pure, in
-:mod:`xpulaunch.core.jobs`.
+:mod:`xpulaunch.jobqueue.policy`.
 """

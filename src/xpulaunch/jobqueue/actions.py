@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.errors import QueueError, UsageError
 from xpulaunch.jobqueue.files import (
     EVENTS_NAME,
@@ -34,12 +33,13 @@ from xpulaunch.jobqueue.files import (
     user_folder,
     write_spec,
 )
+from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.processes import procfs
 
 if TYPE_CHECKING:
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
 
 RUNNER_IDLE_EXIT_S = 300.0  # a runner started on demand leaves after this long with no job
 
@@ -47,7 +47,7 @@ RUNNER_IDLE_EXIT_S = 300.0  # a runner started on demand leaves after this long 
 def queue_directory(lock_dir: str | None, env: Mapping[str, str]) -> LockDirectory:
     """The lock directory whose queue the commands use: ``--lock-dir`` (shared), else the
     user's private one, exactly as leases pick it."""
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
 
     # Absolute: the runner and the jobs' runs start elsewhere (the runner in "/").
     return LeaseManager(os.path.abspath(lock_dir) if lock_dir else None, env=env).directory
@@ -55,7 +55,7 @@ def queue_directory(lock_dir: str | None, env: Mapping[str, str]) -> LockDirecto
 
 def lease_manager(directory: LockDirectory) -> LeaseManager:
     """The leases of the queue's lock directory (private or shared, as the queue's)."""
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
 
     manager = LeaseManager(directory.root)
     manager.directory = directory

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from xpulaunch.core.jobs import Job
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue.files import OUTPUT_NAME, JobSpec, job_env, job_folder
+from xpulaunch.jobqueue.policy import Job
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.processes import procfs
 from xpulaunch.processes.signals import signal_name

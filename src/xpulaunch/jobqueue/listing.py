@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
 
-from xpulaunch.core.jobs import Holding, Job, JobState, QueueView, Waiter, format_duration
 from xpulaunch.jobqueue.actions import lease_manager, user_name
 from xpulaunch.jobqueue.files import live_runners
+from xpulaunch.jobqueue.policy import Holding, Job, JobState, QueueView, Waiter, format_duration
 from xpulaunch.jobqueue.store import Store
-from xpulaunch.leases import LeaseRecord, StatusReport
 from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.leases.manager import LeaseRecord, StatusReport
 from xpulaunch.leases.slots import SlotRecord
 
 SCHEMA = "xpulaunch.queue/1"
@@ -185,7 +185,7 @@ def command_text(argv: Sequence[str]) -> str:
 
 
 def _devices(labels: Sequence[str]) -> str:
-    from xpulaunch.core.jobs import short_devices
+    from xpulaunch.jobqueue.policy import short_devices
 
     return short_devices(labels) or "-"
 

@@ -8,7 +8,7 @@ once). Each turn of its loop:
 2. kills the run of a cancelled job that outlives its grace;
 3. cancels its queued jobs whose ``--after`` job failed;
 4. starts the next job of the whole queue, if it is this user's
-   (:func:`xpulaunch.core.jobs.next_to_start`), as ``xpulaunch run --wait``.
+   (:func:`xpulaunch.jobqueue.policy.next_to_start`), as ``xpulaunch run --wait``.
 
 Between turns it sleeps in ``select()`` on its wake-up FIFO and on a pidfd per running job,
 so an idle runner costs nothing and a submit or a job's end wakes it at once; it looks more
@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from xpulaunch.core.jobs import Job, JobState, never_runs, next_to_start
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import job_process
 from xpulaunch.jobqueue.files import (
@@ -40,6 +39,7 @@ from xpulaunch.jobqueue.files import (
     read_spec,
 )
 from xpulaunch.jobqueue.job_process import JobProcess
+from xpulaunch.jobqueue.policy import Job, JobState, never_runs, next_to_start
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.leases.lock_directory import LockDirectory
 

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue.mounts import filesystem_type, is_network
+from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
 
 DB_NAME = "queue.sqlite"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from xpulaunch.joblog.metrics import MetricsServer
     from xpulaunch.joblog.run_summary import RunSummary
     from xpulaunch.launch.request import RunRequest
-    from xpulaunch.leases import Lease
+    from xpulaunch.leases.manager import Lease
     from xpulaunch.leases.wait_queue import WaitStatus
     from xpulaunch.model import Plan
     from xpulaunch.supervisor.supervisor import Supervisor

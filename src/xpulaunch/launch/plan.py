@@ -8,11 +8,11 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.nodes import DEFAULT_PORT
 from xpulaunch.core.plan import LaunchRequest, make_plan
-from xpulaunch.errors import InventoryError, UsageError
-from xpulaunch.launch.request import check_plain, check_program
+from xpulaunch.errors import InventoryError, UsageError, check_plain
+from xpulaunch.launch.request import check_program
 from xpulaunch.model import DeviceMap, DeviceShare, Inventory, NodeGroup, Plan
+from xpulaunch.nodes.settings import DEFAULT_PORT
 from xpulaunch.processes import ports
 from xpulaunch.processes.program import resolve_program
 

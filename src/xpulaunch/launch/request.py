@@ -9,24 +9,20 @@ dry run refuses exactly what a real run refuses.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 
-from xpulaunch.core.nodes import NodeRequest
-from xpulaunch.core.restart import DEFAULT_MAX_RESTARTS, RestartMode, RestartPolicy, restart_limit
-from xpulaunch.errors import UsageError, member_of
+from xpulaunch.errors import UsageError, check_plain, member_of
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.model import DeviceMap, DeviceShare
+from xpulaunch.nodes.settings import NodeRequest
+from xpulaunch.supervisor.restart import (
+    DEFAULT_MAX_RESTARTS,
+    RestartMode,
+    RestartPolicy,
+    restart_limit,
+)
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
-# The plain fields, by annotation, and the types a Python caller's value may have (click has
-# converted the command line's already); a bool is no number, NaN no float.
-_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "str | None": (str, type(None)),
-    "bool": (bool,), "bool | None": (bool, type(None)),
-    "int": (int,), "int | None": (int, type(None)),
-    "float": (int, float), "float | None": (int, float, type(None)),
-}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +153,3 @@ def check_program(program: object) -> None:
         raise UsageError("no PROGRAM given")
     if not all(isinstance(arg, str) for arg in program):
         raise UsageError("expected strings only", option="program", value=program)
-
-
-def check_plain(name: str, value: object, annotation: str) -> None:
-    """A Python caller's ``value`` for a parameter annotated as a plain type (str, bool, int,
-    float, or one of them or None) is of that type; other annotations are not checked here.
-    A bool is no number and NaN no float; an int is a float."""
-    accepted = _PLAIN_TYPES.get(annotation)
-    if accepted is None:
-        return
-    a_bool_for_a_number = isinstance(value, bool) and bool not in accepted
-    nan = isinstance(value, float) and math.isnan(value)
-    if isinstance(value, accepted) and not a_bool_for_a_number and not nan:
-        return
-    expected = annotation.replace(" | ", " or ").replace("float", "a number")
-    raise UsageError(f"expected {expected}", option=name, value=value)

@@ -15,30 +15,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from xpulaunch.core.nodes import NodeSettings, resolve_nodes
 from xpulaunch.core.plan import skipped_text
-from xpulaunch.core.restart import RestartMode
 from xpulaunch.errors import NODES_FAILED_STATUS, UsageError, XpulaunchError
 from xpulaunch.joblog.console import Reporter
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
 from xpulaunch.launch import plan as planning
 from xpulaunch.launch.operations import LeaseEvents, Operations, open_events
 from xpulaunch.model import Backend
+from xpulaunch.nodes.settings import NodeSettings, resolve_nodes
 from xpulaunch.processes import records
 from xpulaunch.processes.cgroup import check_cgroup_setting
 from xpulaunch.processes.program import resolve_program
 from xpulaunch.processes.signals import RELAYED, forwarding
+from xpulaunch.supervisor.restart import RestartMode
 from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
 from xpulaunch.supervisor.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from xpulaunch.events import Event
     from xpulaunch.joblog.event_stream import EventStream
-    from xpulaunch.launch.node_link import Meeting
     from xpulaunch.launch.request import RunRequest
-    from xpulaunch.leases import Lease
+    from xpulaunch.leases.manager import Lease
     from xpulaunch.leases.wait_queue import WaitStatus
     from xpulaunch.model import Inventory, Plan
+    from xpulaunch.nodes.link import Meeting
     from xpulaunch.probing.isolated import ForkedProbe
 
 
@@ -57,7 +57,7 @@ def node_settings(
     """Where this node stands in the job (one node unless asked otherwise). Slurm's own
     ``scontrol`` checks a host list only where it is needed."""
     if (request.nodes.nnodes or "").strip().lower() == "auto":
-        from xpulaunch.probing.slurm import checked_expander
+        from xpulaunch.nodes.slurm import checked_expander
 
         return resolve_nodes(request.nodes, env, checked_expander(env, say))
     return resolve_nodes(request.nodes, env)
@@ -73,7 +73,7 @@ def job_plan(
     must_exist: bool = True,
 ) -> Plan:
     """This node's plan. Under c10d it is torch's elastic agent, one worker that runs the
-    planned workers through torch's rendezvous (:mod:`xpulaunch.core.elastic`)."""
+    planned workers through torch's rendezvous (:mod:`xpulaunch.nodes.elastic`)."""
     plan = planning.plan(
         request.program, gpus=request.gpus, backend=request.backend,
         nproc_per_node=request.nproc_per_node, isolate=request.isolate,
@@ -88,7 +88,7 @@ def job_plan(
     )  # fmt: skip
     if nodes.elastic is None:
         return plan
-    from xpulaunch.core.elastic import agent_plan, local_ranks_filter
+    from xpulaunch.nodes.elastic import agent_plan, local_ranks_filter
 
     return agent_plan(
         plan, nodes.elastic, python=sys.executable, max_restarts=request.restart_limit,
@@ -125,7 +125,7 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
     if request.inventory is not None:
         plan = job_plan(request, nodes, request.inventory, env, None, must_exist=False)
     else:
-        from xpulaunch.leases import LeaseManager
+        from xpulaunch.leases.manager import LeaseManager
 
         inventory = planning.probe(env)
         plan = LeaseManager(request.lock_dir, env=env).preview(
@@ -199,7 +199,7 @@ def _allocate(
     lease_events: LeaseEvents,
 ) -> tuple[Plan, Lease]:
     """Plan and lease atomically, waiting in line when asked to."""
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
 
     if isinstance(inventory, str):  # read once, not at every try of a wait in line
         inventory = planning.load_inventory(inventory)
@@ -213,11 +213,11 @@ def _allocate(
 
 def _meeting(plan: Plan, nodes: NodeSettings, timeout_s: float) -> Meeting | None:
     """With several static nodes, how they meet (bounded) before the workers start and
-    before every restart (:mod:`xpulaunch.launch.nodes`). None for one node, and for c10d,
+    before every restart (:mod:`xpulaunch.nodes.member`). None for one node, and for c10d,
     whose plan is one agent on one node as far as our supervisor sees."""
     if plan.nodes.nnodes < 2:
         return None
-    from xpulaunch.launch.node_link import Meeting
+    from xpulaunch.nodes.link import Meeting
 
     port = nodes.master_port
     assert port is not None  # several static nodes always name the master's port
@@ -306,8 +306,8 @@ def supervise(
             listen(event)
 
     node = None
-    if meeting is not None:  # a static job of several nodes (xpulaunch.launch.node_job)
-        from xpulaunch.launch.node_job import NodeJob
+    if meeting is not None:  # a static job of several nodes (xpulaunch.nodes.job)
+        from xpulaunch.nodes.job import NodeJob
 
         # Another node's failure fails this node's workers only when they restart as one gang
         # (with --isolate they are independent, on every node).

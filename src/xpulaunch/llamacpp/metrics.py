@@ -13,8 +13,8 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-from xpulaunch.core.prometheus import Relabelled, Sample, relabel, render, render_relabelled
 from xpulaunch.joblog.metrics import JobCounters, MetricsServer
+from xpulaunch.joblog.prometheus import Relabelled, Sample, relabel, render, render_relabelled
 from xpulaunch.llamacpp.health import fetch_metrics
 from xpulaunch.llamacpp.plan import LlamaPlan
 from xpulaunch.llamacpp.server import LlamaServer

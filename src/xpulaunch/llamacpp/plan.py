@@ -16,7 +16,7 @@ from xpulaunch.core.backend import parse_backend
 from xpulaunch.core.masks import ODS_VAR
 from xpulaunch.core.plan import LaunchRequest
 from xpulaunch.core.selection import GpuMode, parse_gpus
-from xpulaunch.errors import SelectionError, UsageError
+from xpulaunch.errors import SelectionError, UsageError, check_plain
 from xpulaunch.llamacpp import args as llama_args, vulkan
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
 from xpulaunch.llamacpp.fit import FIT_TARGET_MIB, Estimate, fit_target_bytes
@@ -45,10 +45,8 @@ class LlamaRequest:
     max_utilization_percent: float | None = None
 
     def __post_init__(self) -> None:
-        from xpulaunch.launch.request import check_plain  # a Python caller's wrong type
-
         for each in fields(self):
-            check_plain(each.name, getattr(self, each.name), str(each.type))
+            check_plain(each.name, getattr(self, each.name), str(each.type))  # a caller's type
         if self.replicas < 1:
             raise UsageError("expected 1 or more", option="replicas", value=self.replicas)
         if self.port is not None and not 1 <= self.port <= 65535:

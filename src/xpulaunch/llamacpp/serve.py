@@ -198,7 +198,7 @@ def serve_llama(
         llama_backend=parse_llama_backend(llama_backend), passthrough=tuple(args), gpus=gpus,
         backend=backend,
     )  # fmt: skip
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
     from xpulaunch.llamacpp.server import LlamaServer
 
     # The binary is asked outside the lease lock (held for milliseconds), then the devices

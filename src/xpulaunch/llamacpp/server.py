@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError, UsageError
 from xpulaunch.events import (
     Event,
@@ -43,11 +42,12 @@ from xpulaunch.llamacpp.args import with_port
 from xpulaunch.llamacpp.health import free_port, health_status
 from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.processes import records
+from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.spec import HealthCheck, WorkerSpec
 from xpulaunch.supervisor.supervisor import Supervisor
 
 if TYPE_CHECKING:
-    from xpulaunch.leases import Lease
+    from xpulaunch.leases.manager import Lease
 
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
 # llama.cpp log lines: "0.00.006.413 E srv  load_model: failed ..." (time, level, text).

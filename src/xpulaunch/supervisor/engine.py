@@ -14,7 +14,7 @@ Seams: each :class:`~xpulaunch.supervisor.worker.Worker` reports facts (spawned,
 event) to the engine as its :class:`~xpulaunch.supervisor.worker.WorkerOwner`; the engine decides
 what they mean for the worker's :class:`~xpulaunch.supervisor.gang.Gang` (the restart unit, whose
 phase changes only through :data:`~xpulaunch.supervisor.gang.TRANSITIONS`), with the pure
-:func:`~xpulaunch.core.restart.decide`. The processes a job left behind are found with
+:func:`~xpulaunch.supervisor.restart.decide`. The processes a job left behind are found with
 :func:`~xpulaunch.processes.procfs.find_job`; the record file hears of every worker
 started (the guardian reads it if the supervisor dies), and the guardian's own death is
 noticed and mended (:mod:`~xpulaunch.supervisor.guardian_keeper`).
@@ -29,7 +29,6 @@ import signal
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import Action, Decision, Outcome, decide
 from xpulaunch.errors import LaunchError
 from xpulaunch.events import (
     Event,
@@ -53,6 +52,7 @@ from xpulaunch.processes.signals import (
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.supervisor.guardian_keeper import GuardianKeeper
 from xpulaunch.supervisor.loop import Loop, StatusBoard
+from xpulaunch.supervisor.restart import Action, Decision, Outcome, decide
 from xpulaunch.supervisor.worker import START_FAILED_STATUS, Worker
 
 if TYPE_CHECKING:

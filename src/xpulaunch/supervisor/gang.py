@@ -25,10 +25,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import RestartState
+from xpulaunch.supervisor.restart import RestartState
 
 if TYPE_CHECKING:
-    from xpulaunch.core.restart import Decision
+    from xpulaunch.supervisor.restart import Decision
     from xpulaunch.supervisor.worker import Worker
 
 

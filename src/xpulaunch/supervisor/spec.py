@@ -9,10 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import RestartPolicy
-from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
 from xpulaunch.joblog.logs import LogConfig
-from xpulaunch.model import ERROR_FILE_VAR, JOB_ID_VAR, RESTART_COUNT_VAR, WORKER_VAR
+from xpulaunch.model import (
+    ERROR_FILE_VAR,
+    HEARTBEAT_FILE_VAR,
+    JOB_ID_VAR,
+    RESTART_COUNT_VAR,
+    WORKER_VAR,
+)
+from xpulaunch.supervisor.restart import RestartPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -29,7 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import LaunchError, UsageError
 from xpulaunch.events import Event, WorkerState, WorkerStatus
 from xpulaunch.joblog.logs import LogConfig, LogLayout, LogSink, rank_folders
@@ -40,6 +39,7 @@ from xpulaunch.processes.procfs import now_ticks, start_ticks
 from xpulaunch.processes.signals import wait_answering
 from xpulaunch.processes.spawn import ensure_open_files
 from xpulaunch.supervisor.engine import Engine
+from xpulaunch.supervisor.restart import RestartPolicy
 from xpulaunch.supervisor.spec import HealthCheck, SupervisorSettings, WorkerSpec
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from xpulaunch.core.prometheus import (
+from xpulaunch.joblog.prometheus import (
     Family,
     Relabelled,
     Sample,

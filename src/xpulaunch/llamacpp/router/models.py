@@ -44,7 +44,7 @@ from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot,
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from xpulaunch.leases import Lease
+    from xpulaunch.leases.manager import Lease
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
     from xpulaunch.llamacpp.router.config import RouterConfig
     from xpulaunch.llamacpp.serve import Prepared
@@ -67,7 +67,7 @@ class ModelManager:
         on_message: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from xpulaunch.leases import LeaseManager
+        from xpulaunch.leases.manager import LeaseManager
 
         self.config, self.setup = config, setup
         self.slots = {m.id: Slot(m) for m in config.models}

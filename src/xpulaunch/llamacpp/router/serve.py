@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.router.config import RouterConfig
@@ -26,6 +25,7 @@ from xpulaunch.llamacpp.router.router import (
 from xpulaunch.llamacpp.router.setup import Setup, model_request
 from xpulaunch.llamacpp.serve import BINARY_VAR
 from xpulaunch.llamacpp.server import DEFAULT_POLICY, HealthOptions
+from xpulaunch.supervisor.restart import RestartPolicy
 
 if TYPE_CHECKING:
     from xpulaunch.events import Event
@@ -114,7 +114,7 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
     """Each model's plan as if it were loaded now, alone: with the leases of other jobs on
     this host (``this_host``; none for another machine's inventory), its estimate and the
     devices it would get."""
-    from xpulaunch.leases import LeaseManager
+    from xpulaunch.leases.manager import LeaseManager
     from xpulaunch.llamacpp.serve import plan_prepared, prepare_llama
 
     setup = router.setup

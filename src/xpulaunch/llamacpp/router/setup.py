@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.restart import RestartPolicy
 from xpulaunch.llamacpp.plan import LlamaRequest
 from xpulaunch.llamacpp.server import HealthOptions
 from xpulaunch.model import Inventory
+from xpulaunch.supervisor.restart import RestartPolicy
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.devices import LlamaBackend

@@ -15,7 +15,7 @@ from xpulaunch.llamacpp.server import error_line
 _GAVE_UP = "failed for good"
 
 if TYPE_CHECKING:
-    from xpulaunch.leases import Lease
+    from xpulaunch.leases.manager import Lease
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
     from xpulaunch.llamacpp.router.config import ModelConfig
     from xpulaunch.llamacpp.serve import Prepared

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpulaunch.core.config import Explained, Layer, OptionInfo, Setting, explain, merge
+from xpulaunch.cli.config_schema import Explained, Layer, OptionInfo, Setting, explain, merge
 from xpulaunch.errors import UsageError
 
 VALID = {"gpus", "nproc-per-node", "max-restarts", "isolate", "grace"}

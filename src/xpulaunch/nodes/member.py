@@ -12,7 +12,7 @@ stops listening and the workers start, rank 0's TCPStore binding that same port 
 itself is torch's (``MASTER_ADDR``/``MASTER_PORT``, ``env://``); the counts give each node
 the global ranks of its workers (:func:`xpulaunch.core.plan.with_layout`).
 
-While they run. The connections stay open, node 0 the hub (:mod:`xpulaunch.launch.node_hub`).
+While they run. The connections stay open, node 0 the hub (:mod:`xpulaunch.nodes.hub`).
 NCCL does not fail a collective when a peer dies (only its watchdog does, many minutes
 later), so a node cannot count on seeing another node's failure in its own workers: a node
 whose workers fail, or that is stopped, says so at once, node 0 passes it on, and every node
@@ -27,7 +27,7 @@ node starts its new workers while another node's old ones (the old round's TCPSt
 at once instead of waiting ``--join-timeout`` for it; one that died may come back (a
 restarted pod) and take its old rank at the next meeting.
 
-Messages: :mod:`xpulaunch.core.node_protocol`. A meeting that fails raises
+Messages: :mod:`xpulaunch.nodes.protocol`. A meeting that fails raises
 :class:`~xpulaunch.errors.NodesError` (exit status 125).
 """
 
@@ -39,17 +39,8 @@ import socket
 import threading
 import time
 
-from xpulaunch.core.node_protocol import (
-    MAX_LINE_BYTES,
-    Hello,
-    Message,
-    Verb,
-    counts_text,
-    read_message,
-    shown,
-)
 from xpulaunch.errors import NodesError
-from xpulaunch.launch.node_link import (
+from xpulaunch.nodes.link import (
     HANGUP_S,
     Meeting,
     NodeLink,
@@ -57,6 +48,15 @@ from xpulaunch.launch.node_link import (
     Say,
     send,
     tune,
+)
+from xpulaunch.nodes.protocol import (
+    MAX_LINE_BYTES,
+    Hello,
+    Message,
+    Verb,
+    counts_text,
+    read_message,
+    shown,
 )
 from xpulaunch.processes.signals import wait_answering
 
@@ -73,7 +73,7 @@ _RETRY_S = (0.02, 0.05, 0.1, 0.2, 0.5)
 def open_link(meeting: Meeting, say: Say, on_failure: OnFailure | None) -> NodeLink:
     """Node 0's hub or another node's link to it; nothing is connected before :meth:`meet`."""
     if meeting.node_rank == 0:
-        from xpulaunch.launch.node_hub import Hub
+        from xpulaunch.nodes.hub import Hub
 
         return Hub(meeting, say, on_failure)
     return Member(meeting, say, on_failure)

@@ -1,6 +1,6 @@
 """One node of a static multi-node job, wired into its supervisor: the first meeting and the
 global ranks it gives, the meetings before restarts, this node's failures told to the
-others and theirs turned into a failure of this node's workers (:mod:`xpulaunch.launch.nodes`
+others and theirs turned into a failure of this node's workers (:mod:`xpulaunch.nodes.member`
 says why)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from xpulaunch.core.plan import layout_env, with_layout
 from xpulaunch.errors import NODES_FAILED_STATUS
 from xpulaunch.events import Exited, HangDetected, Stopping, Unhealthy
-from xpulaunch.launch.node_link import Meeting
-from xpulaunch.launch.nodes import open_link
+from xpulaunch.nodes.link import Meeting
+from xpulaunch.nodes.member import open_link
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

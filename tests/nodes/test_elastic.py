@@ -6,16 +6,16 @@ from typing import Any
 
 import pytest
 
-from xpulaunch.core.elastic import (
+from xpulaunch.errors import UsageError
+from xpulaunch.model import Backend, Plan, WorkerPlan
+from xpulaunch.nodes.elastic import (
     AGENT_NAME,
     DISABLE_SHARED_STORE,
     agent_argv,
     agent_plan,
     local_ranks_filter,
 )
-from xpulaunch.core.nodes import ElasticSpec, parse_rdzv_conf
-from xpulaunch.errors import UsageError
-from xpulaunch.model import Backend, Plan, WorkerPlan
+from xpulaunch.nodes.settings import ElasticSpec, parse_rdzv_conf
 
 PY = "/usr/bin/python3"
 

@@ -1,10 +1,10 @@
 """``--nnodes``, ``--node-rank``, ``--master-addr``/``--master-port``, ``--rdzv-*``: where
 this node stands in the job and where node 0 listens, with torchrun's meanings; and
 ``--rdzv-conf``, checked as torch's c10d rendezvous would read it (the agent's plan itself is
-:mod:`xpulaunch.core.elastic`'s, loaded only for c10d).
+:mod:`xpulaunch.nodes.elastic`'s, loaded only for c10d).
 
 Precedence: the command line, then ``MASTER_ADDR``/``MASTER_PORT`` and the cluster's
-variables (``--nnodes auto``, :mod:`xpulaunch.core.cluster`), then torchrun's defaults.
+variables (``--nnodes auto``, :mod:`xpulaunch.nodes.cluster`), then torchrun's defaults.
 Pure: the environment is an argument.
 """
 
@@ -19,7 +19,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.model import NodeGroup
 
 if TYPE_CHECKING:
-    from xpulaunch.core.cluster import ClusterJob, Expander
+    from xpulaunch.nodes.cluster import ClusterJob, Expander
 
 LOOPBACK = "127.0.0.1"
 # NodeGroup.source of --nnodes auto where no cluster environment was found.
@@ -92,8 +92,8 @@ def resolve_nodes(
     if (request.nnodes or "").strip().lower() == "auto":
         if request.node_rank is not None:
             raise UsageError("--node-rank: with --nnodes auto the node rank comes from the cluster")
-        from xpulaunch.core.cluster import find_cluster  # only --nnodes auto reads a cluster
-        from xpulaunch.core.hostlist import expand_hostlist
+        from xpulaunch.nodes.cluster import find_cluster  # only --nnodes auto reads a cluster
+        from xpulaunch.nodes.hostlist import expand_hostlist
 
         return _from_cluster(addr, port, find_cluster(env, expand or expand_hostlist))
     nnodes = parse_nnodes(request.nnodes)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from xpulaunch.core.jobs import (
+from xpulaunch.jobqueue.policy import (
     Holding,
     Job,
     JobState,

@@ -1,7 +1,7 @@
 """What every node of a static job has: what it brings to the meeting (:class:`Meeting`), its
-part in it (:class:`NodeLink`: node 0's :class:`~xpulaunch.launch.node_hub.Hub` or another
-node's :class:`~xpulaunch.launch.nodes.Member`), and how a connection between nodes is kept
-and written to. :mod:`xpulaunch.launch.nodes` tells the whole story."""
+part in it (:class:`NodeLink`: node 0's :class:`~xpulaunch.nodes.hub.Hub` or another
+node's :class:`~xpulaunch.nodes.member.Member`), and how a connection between nodes is kept
+and written to. :mod:`xpulaunch.nodes.member` tells the whole story."""
 
 from __future__ import annotations
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from xpulaunch.core.cluster import ClusterJob, detect_cluster, slurm_port
-from xpulaunch.core.nodes import NodeRequest, resolve_nodes
 from xpulaunch.errors import UsageError
 from xpulaunch.model import NodeGroup
+from xpulaunch.nodes.cluster import ClusterJob, detect_cluster, slurm_port
+from xpulaunch.nodes.settings import NodeRequest, resolve_nodes
 
 # What `srun --nodes=4 --ntasks-per-node=1 env` prints on the third node (job 48213),
 # cut to the variables read.

@@ -1,4 +1,4 @@
-"""Node 0's side of :mod:`xpulaunch.launch.nodes`: the hub every other node stays connected to.
+"""Node 0's side of :mod:`xpulaunch.nodes.member`: the hub every other node stays connected to.
 
 One thread owns every socket of the hub (the listener while the nodes meet, the connections
 of nodes that have not said who they are yet, and those of the admitted nodes) and waits on
@@ -18,17 +18,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xpulaunch.core.node_protocol import (
-    Hello,
-    Message,
-    Verb,
-    counts_text,
-    read_hello,
-    read_message,
-    shown,
-)
 from xpulaunch.errors import NodesError
-from xpulaunch.launch.node_link import (
+from xpulaunch.nodes.link import (
     HANGUP_S,
     Meeting,
     NodeLink,
@@ -36,6 +27,15 @@ from xpulaunch.launch.node_link import (
     Say,
     send,
     tune,
+)
+from xpulaunch.nodes.protocol import (
+    Hello,
+    Message,
+    Verb,
+    counts_text,
+    read_hello,
+    read_message,
+    shown,
 )
 from xpulaunch.processes.signals import wait_answering
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from xpulaunch.core.hostlist import expand_hostlist
 from xpulaunch.errors import UsageError
+from xpulaunch.nodes.hostlist import expand_hostlist
 
 
 @dataclass(frozen=True, slots=True)

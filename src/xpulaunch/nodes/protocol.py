@@ -1,7 +1,7 @@
 """What the nodes of a static job say to each other: one line per message, ASCII.
 
 Node 0 is the hub: every other node keeps one TCP connection to it for the job's life
-(:mod:`xpulaunch.launch.nodes`). A node introduces itself once, with the protocol's name and
+(:mod:`xpulaunch.nodes.member`). A node introduces itself once, with the protocol's name and
 version first, so that a node of another xpulaunch version or a program that is not an
 xpulaunch node at all is refused in one line, whichever side it is on::
 

@@ -9,15 +9,6 @@ from collections.abc import Mapping
 import pytest
 
 from xpulaunch.core import inventory as inventory_doc
-from xpulaunch.core.node_protocol import (
-    PROTOCOL,
-    Hello,
-    Message,
-    Verb,
-    counts_text,
-    read_hello,
-    read_message,
-)
 from xpulaunch.core.plan import (
     LaunchRequest,
     elastic_env,
@@ -28,6 +19,15 @@ from xpulaunch.core.plan import (
 )
 from xpulaunch.core.selection import allocated_by
 from xpulaunch.model import Inventory, NodeGroup, Plan
+from xpulaunch.nodes.protocol import (
+    PROTOCOL,
+    Hello,
+    Message,
+    Verb,
+    counts_text,
+    read_hello,
+    read_message,
+)
 
 GIB = 1024**3
 

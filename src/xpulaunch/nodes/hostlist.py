@@ -4,7 +4,7 @@ The syntax is Slurm's (``scontrol show hostnames`` expands it; ``src/common/host
 comma separates hosts except inside brackets; a bracket holds numbers and ranges, and a range
 keeps the zero padding of its first number (``[08-10]`` -> ``08 09 10``); several bracket
 groups in one name multiply out, the last varying fastest (``r[1-2]n[1-2]`` -> ``r1n1 r1n2
-r2n1 r2n2``). Pure: the cross-check against ``scontrol`` lives in :mod:`xpulaunch.probing.slurm`.
+r2n1 r2n2``). Pure: the cross-check against ``scontrol`` lives in :mod:`xpulaunch.nodes.slurm`.
 """
 
 from __future__ import annotations

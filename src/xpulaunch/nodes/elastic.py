@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from xpulaunch.core.nodes import ElasticSpec
 from xpulaunch.errors import UsageError
 from xpulaunch.model import MAX_RESTARTS_VAR, Plan, WorkerPlan
+from xpulaunch.nodes.settings import ElasticSpec
 
 AGENT_NAME = "agent"
 # What the agent writes into each worker, per round.

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xpulaunch.core.accelerate_env import launch_env
 from xpulaunch.core.masks import CUDA_VAR, HIP_VAR, ODS_VAR, ROCR_VAR, ZE_MASK_VAR
 from xpulaunch.errors import UsageError
+from xpulaunch.integrations.accelerate_env import launch_env
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -1,6 +1,6 @@
 """Slurm host lists cross-checked with ``scontrol show hostnames`` where it is installed.
 
-Our parser (:mod:`xpulaunch.core.hostlist`) needs no Slurm tools, so a dry run of a cluster
+Our parser (:mod:`xpulaunch.nodes.hostlist`) needs no Slurm tools, so a dry run of a cluster
 plan works anywhere; on a node where ``scontrol`` exists, Slurm's own expansion is the
 authority, and a disagreement is said aloud (it would be our bug) and resolved Slurm's way.
 """
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 
-from xpulaunch.core.hostlist import expand_hostlist
+from xpulaunch.nodes.hostlist import expand_hostlist
 
 _SCONTROL_TIMEOUT_S = 10.0
 
@@ -19,7 +19,7 @@ _SCONTROL_TIMEOUT_S = 10.0
 def checked_expander(
     env: Mapping[str, str], say: Callable[[str], None]
 ) -> Callable[[str], tuple[str, ...]]:
-    """A host list expander for :func:`xpulaunch.core.nodes.resolve_nodes`."""
+    """A host list expander for :func:`xpulaunch.nodes.settings.resolve_nodes`."""
 
     def expand(text: str) -> tuple[str, ...]:
         ours = expand_hostlist(text)

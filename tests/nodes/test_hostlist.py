@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xpulaunch.core.hostlist import expand_hostlist
 from xpulaunch.errors import UsageError
+from xpulaunch.nodes.hostlist import expand_hostlist
 
 
 @pytest.mark.parametrize(

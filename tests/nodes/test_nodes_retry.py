@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from xpulaunch.launch import nodes
-from xpulaunch.launch.node_link import Meeting
+from xpulaunch.nodes import member as nodes
+from xpulaunch.nodes.link import Meeting
 
 
 def _free_port() -> int:
