@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from xpulaunch.core.selection import HELD_ADVICE
 from xpulaunch.errors import DeviceBusyError, SelectionError
@@ -63,6 +63,12 @@ if TYPE_CHECKING:
 
 # Plans a launch with the given units unavailable (unit key -> who holds it).
 PlanFn = Callable[[Mapping[str, str]], Plan]
+T = TypeVar("T")  # what a planner returns: a Plan, or a richer value holding one
+
+
+def the_plan(planned: Any) -> Plan:
+    """``plan_of`` for a planner that returns the :class:`~xpulaunch.model.Plan` itself."""
+    return cast("Plan", planned)
 
 
 @dataclass(eq=False)
@@ -170,15 +176,16 @@ class LeaseManager:
 
     def allocate(
         self,
-        plan_fn: PlanFn,
+        plan_fn: Callable[[Mapping[str, str]], T],
         *,
+        plan_of: Callable[[T], Plan] = the_plan,
         shared: bool = False,
         wait: bool = False,
         wait_timeout_s: float | None = None,
         on_wait: Callable[[WaitStatus], None] | None = None,
         command: Sequence[str] | None = None,
         share: DeviceShare | None = None,
-    ) -> tuple[Plan, Lease]:
+    ) -> tuple[T, Lease]:
         """Plan with the leased units excluded and lock the plan's units, atomically.
 
         ``plan_fn(unavailable)`` must be pure and quick (it runs under the allocation lock:
@@ -189,19 +196,21 @@ class LeaseManager:
         served, while the request fails because of leases. ``command``: the holder's command
         line for ``status`` (default: this process's argv). ``share``: the job shares its
         devices with other small jobs (a slot of each; see :mod:`xpulaunch.leases.slots`).
+        ``plan_of``: the :class:`~xpulaunch.model.Plan` in what ``plan_fn`` returns (a llama
+        plan holds one), which comes back whole with the lease.
         """
         holder = HolderInfo.of_this_process(uuid.uuid4().hex[:12], command)
-        unleased = self._plan_unleased(plan_fn, share)
-        if unleased is not None and not unleased.lease_keys:
+        unleased = self._plan_unleased(plan_fn, plan_of, share)
+        if unleased is not None and not plan_of(unleased).lease_keys:
             return unleased, Lease((), (), holder.job_id, self.directory.root, shared=shared)
         self.directory.ensure(create=True)
         if not wait:
             with self.directory.allocation_lock():
-                return self._allocate_now(plan_fn, holder, shared=shared, share=share)
+                return self._allocate_now(plan_fn, plan_of, holder, shared=shared, share=share)
 
-        def attempt() -> tuple[Plan, Lease] | str:
+        def attempt() -> tuple[T, Lease] | str:
             try:
-                return self._allocate_now(plan_fn, holder, shared=shared, share=share)
+                return self._allocate_now(plan_fn, plan_of, holder, shared=shared, share=share)
             except (SelectionError, DeviceBusyError) as exc:
                 # shown by `xpulaunch status` and the wait line: not the advice to wait
                 return exc.cli_message().removesuffix(HELD_ADVICE)
@@ -219,15 +228,26 @@ class LeaseManager:
             on_wait=on_wait,
         )
 
-    def preview(self, plan_fn: PlanFn, share: DeviceShare | None = None) -> Plan:
+    def preview(
+        self,
+        plan_fn: Callable[[Mapping[str, str]], T],
+        share: DeviceShare | None = None,
+        *,
+        plan_of: Callable[[T], Plan] = the_plan,
+    ) -> T:
         """The plan :meth:`allocate` would make now, reserving nothing (a dry run); as there,
         a plan that leases no unit never reads the lock directory."""
-        unleased = self._plan_unleased(plan_fn, share)
-        if unleased is not None and not unleased.lease_keys:
+        unleased = self._plan_unleased(plan_fn, plan_of, share)
+        if unleased is not None and not plan_of(unleased).lease_keys:
             return unleased
         return plan_fn(self.unavailable(share))
 
-    def _plan_unleased(self, plan_fn: PlanFn, share: DeviceShare | None) -> Plan | None:
+    def _plan_unleased(
+        self,
+        plan_fn: Callable[[Mapping[str, str]], T],
+        plan_of: Callable[[T], Plan],
+        share: DeviceShare | None,
+    ) -> T | None:
         """The plan made with nothing leased, outside the lock; None when it fails for want of
         a unit that is leased. A plan that leases no unit (the CPU, --gpus none) cannot meet
         any other launch, so it takes no lock at all and no stuck lock directory can hold it
@@ -263,20 +283,27 @@ class LeaseManager:
         )
 
     def _allocate_now(
-        self, plan_fn: PlanFn, holder: HolderInfo, *, shared: bool, share: DeviceShare | None
-    ) -> tuple[Plan, Lease]:
+        self,
+        plan_fn: Callable[[Mapping[str, str]], T],
+        plan_of: Callable[[T], Plan],
+        holder: HolderInfo,
+        *,
+        shared: bool,
+        share: DeviceShare | None,
+    ) -> tuple[T, Lease]:
         unavailable = slots.unavailable(self.directory, _describe(self._held()), share)
         if shared:
             try:
-                plan = plan_fn(unavailable)
+                planned = plan_fn(unavailable)
             except DeviceBusyError:
-                plan = plan_fn({})  # a leased unit named explicitly: sharing it is the point
-            return plan, Lease((), (), holder.job_id, self.directory.root, shared=True)
-        plan = plan_fn(unavailable)
+                planned = plan_fn({})  # a leased unit named explicitly: sharing it is the point
+            return planned, Lease((), (), holder.job_id, self.directory.root, shared=True)
+        planned = plan_fn(unavailable)
+        plan = plan_of(planned)
         if plan.share is not None:
             fds = slots.lock(self.directory, plan, holder)
-            return plan, Lease(plan.lease_keys, fds, holder.job_id, self.directory.root)
-        return plan, self._lock(plan.lease_keys, holder)
+            return planned, Lease(plan.lease_keys, fds, holder.job_id, self.directory.root)
+        return planned, self._lock(plan.lease_keys, holder)
 
     def _lock(self, keys: Sequence[str], holder: HolderInfo) -> Lease:
         with ExitStack() as undo:

@@ -4,9 +4,10 @@ Pure parts: :mod:`.devices` (``--list-devices``), :mod:`.vulkan` (Vulkan names),
 :mod:`.args` (command lines), :mod:`.fit` (a model's need, llama.cpp's ``--fit``),
 :mod:`.placement` and :mod:`.plan`. Side effects: :mod:`.binary` (asks the binary),
 :mod:`.estimate` (``llama-fit-params``, the GGUF header), :mod:`.health` (HTTP, ports),
-:mod:`.server` (the supervised replicas), :mod:`.launch` (the one orchestrator: lease, plan,
-start), :mod:`.serve` (the two calls most users want) and :mod:`.router` (several models behind
-one port, ``xpulaunch llama serve``).
+:mod:`.server` (the supervised replicas), :mod:`.prepare` (what is asked before the lease
+lock), :mod:`.launch` (the one orchestrator: lease, plan, start), :mod:`.serve` (the two calls
+most users want) and :mod:`.router` (several models behind one port, ``xpulaunch llama
+serve``).
 
 The names below are imported from their modules on first use (PEP 562): importing the pure
 ``xpulaunch.llamacpp.args`` loads no server, supervisor or HTTP client.

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 
     from xpulaunch.leases.manager import Lease
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
+    from xpulaunch.llamacpp.prepare import Prepared
     from xpulaunch.llamacpp.router.config import RouterConfig
-    from xpulaunch.llamacpp.serve import Prepared
     from xpulaunch.llamacpp.server import LlamaServer
 
 T = TypeVar("T")
@@ -197,7 +197,7 @@ class ModelManager:
         if slot.prepared is not None:
             return slot.prepared
         if slot.preparing is None:
-            from xpulaunch.llamacpp.serve import prepare_llama
+            from xpulaunch.llamacpp.prepare import prepare_llama
 
             request = model_request(slot.config, self.setup)
             env = self.setup.parent_env
@@ -274,7 +274,7 @@ class ModelManager:
         return chosen
 
     def _plan(self, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
-        from xpulaunch.llamacpp.serve import plan_prepared
+        from xpulaunch.llamacpp.prepare import plan_prepared
 
         return plan_prepared(
             prepared, self._inventory, self.setup.parent_env, unavailable=unavailable
@@ -297,20 +297,16 @@ class ModelManager:
         self._inventory = with_readings(fresh, readings)
 
     def _lease(self, slot: Slot, prepared: Prepared) -> tuple[LlamaPlan, Lease]:
-        planned: list[LlamaPlan] = []
-
-        def plan_fn(unavailable: Mapping[str, str]) -> Any:
-            planned[:] = [self._plan(prepared, unavailable)]
-            return planned[0].plan
+        from xpulaunch.llamacpp.launch import lease_plan
 
         command = ["xpulaunch", "llama", "serve", slot.id]
-        _, lease = self._leases.allocate(plan_fn, command=command)
-        return planned[0], lease
+        env = self.setup.parent_env
+        return lease_plan(prepared, self._inventory, env, self._leases, command=command)
 
     def _server(self, slot: Slot, plan: LlamaPlan, lease: Lease) -> LlamaServer:
         from xpulaunch.joblog.logs import LogConfig
-        from xpulaunch.llamacpp.serve import cuda_settle
-        from xpulaunch.llamacpp.server import LlamaServer
+        from xpulaunch.llamacpp.launch import server_for
+        from xpulaunch.llamacpp.prepare import cuda_settle
 
         setup, loop = self.setup, asyncio.get_running_loop()
         slot.generation += 1
@@ -321,13 +317,23 @@ class ModelManager:
 
         log_dir = None if setup.log_dir is None else f"{setup.log_dir}/{model}"
         slot.settle = cuda_settle(plan)
-        server = LlamaServer(
-            plan, setup.parent_env, health=setup.health, policy=setup.policy,
-            grace_s=setup.grace_s, logs=LogConfig(log_dir=log_dir, console=False),
-            on_message=lambda text: self._say(f"model {model}: {text}"), on_event=on_event,
-            lease_fds=lease.fds, release_leases=True, settle=slot.settle,
-            record_dir=setup.record_dir, job_id=lease.job_id,
-        )  # fmt: skip
+        # The router owns the lease (released at unload); the supervisor unlocks it as soon
+        # as the replicas are gone, so an evicted model's devices are free at once.
+        server = server_for(
+            plan,
+            lease,
+            setup.parent_env,
+            owns_lease=False,
+            health=setup.health,
+            policy=setup.policy,
+            grace_s=setup.grace_s,
+            logs=LogConfig(log_dir=log_dir, console=False),
+            on_message=lambda text: self._say(f"model {model}: {text}"),
+            on_event=on_event,
+            release_leases=True,
+            settle=slot.settle,
+            record_dir=setup.record_dir,
+        )
         slot.server, slot.lease, slot.plan = server, lease, plan
         slot.readings = {u.device.key: u.device for u in plan.plan.devices}
         return server

@@ -274,7 +274,7 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfi
 def check_models(config: RouterConfig) -> None:
     """Every model file is there and readable: a typo is an error at start, not at the
     first request."""
-    from xpulaunch.llamacpp.serve import check_model
+    from xpulaunch.llamacpp.prepare import check_model
 
     for model in config.models:
         if model.model is not None:

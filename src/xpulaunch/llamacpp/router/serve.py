@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
+from xpulaunch.llamacpp.prepare import BINARY_VAR
 from xpulaunch.llamacpp.router.config import RouterConfig
 from xpulaunch.llamacpp.router.router import (
     DEFAULT_MAX_BODY_BYTES,
@@ -23,7 +24,6 @@ from xpulaunch.llamacpp.router.router import (
     load_config,
 )
 from xpulaunch.llamacpp.router.setup import Setup, model_request
-from xpulaunch.llamacpp.serve import BINARY_VAR
 from xpulaunch.llamacpp.server import DEFAULT_POLICY, HealthOptions
 from xpulaunch.supervisor.restart import RestartPolicy
 
@@ -115,7 +115,7 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
     this host (``this_host``; none for another machine's inventory), its estimate and the
     devices it would get."""
     from xpulaunch.leases.manager import LeaseManager
-    from xpulaunch.llamacpp.serve import plan_prepared, prepare_llama
+    from xpulaunch.llamacpp.prepare import plan_prepared, prepare_llama
 
     setup = router.setup
     held = LeaseManager(setup.lock_dir).unavailable() if this_host else {}

@@ -17,8 +17,8 @@ _GAVE_UP = "failed for good"
 if TYPE_CHECKING:
     from xpulaunch.leases.manager import Lease
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
+    from xpulaunch.llamacpp.prepare import Prepared
     from xpulaunch.llamacpp.router.config import ModelConfig
-    from xpulaunch.llamacpp.serve import Prepared
     from xpulaunch.llamacpp.server import LlamaServer
     from xpulaunch.model import Device
 
