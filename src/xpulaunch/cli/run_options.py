@@ -36,7 +36,7 @@ from xpulaunch.cli.waiting import LOCK_DIR, WaitReporter
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.launch.request import DEFAULT_JOIN_TIMEOUT_S, RunRequest
-from xpulaunch.model import MAX_SLOTS, CpuBind, DeviceMap, DeviceShare
+from xpulaunch.model import MAX_SLOTS, CpuBind, DeviceMap, DeviceShare, Plan
 from xpulaunch.nodes.settings import RDZV_CONF_KEYS, NodeRequest, parse_rdzv_conf
 from xpulaunch.supervisor.restart import DEFAULT_MAX_RESTARTS, RestartMode
 
@@ -309,16 +309,11 @@ def launch(
 ) -> int:
     """``run``'s converted values (also ``torchrun``'s, mapped) -> a plan printed, or a job."""
     env = dict(os.environ)
-    if values.get("accelerate_config"):
-        from xpulaunch.cli.accelerate import apply_accelerate_config
-
-        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
-    request = to_request(program, values)
+    request = request_for(program, values, env)
     if dry_run:
         from xpulaunch.cli.render import print_plan
-        from xpulaunch.launch.run import dry_run as plan_only
 
-        print_plan(plan_only(request, env, _warn), as_json)
+        print_plan(dry_run_plan(request, env), as_json)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
@@ -332,6 +327,24 @@ def launch(
 
         with WaitReporter() as ui:
             return launch_job(request, env, ui, probe=probe)
+
+
+def request_for(
+    program: tuple[str, ...], values: dict[str, Any], env: dict[str, str]
+) -> RunRequest:
+    """The request, with an ``--accelerate-config`` file's settings applied first."""
+    if values.get("accelerate_config"):
+        from xpulaunch.cli.accelerate import apply_accelerate_config
+
+        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
+    return to_request(program, values)
+
+
+def dry_run_plan(request: RunRequest, env: Mapping[str, str]) -> Plan:
+    """The plan a real run would make now (warnings said on stderr); reserves nothing."""
+    from xpulaunch.launch.run import dry_run
+
+    return dry_run(request, env, _warn)
 
 
 def _warn(text: str) -> None:

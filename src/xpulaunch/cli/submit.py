@@ -9,23 +9,25 @@ be met fails here in one line, not hours later in a log.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import sys
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.group import ProgramCommand, option_arity, split_args
-from xpulaunch.cli.run import run as run_command
+from xpulaunch.cli.run import run as run_command, warn_torchrun_options
+from xpulaunch.cli.run_options import dry_run_plan, request_for
 from xpulaunch.errors import UsageError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.files import JobSpec
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.processes.program import resolve_program
+
+if TYPE_CHECKING:
+    from xpulaunch.model import Plan
 
 _RAW_ARGS = "xpulaunch.submit_raw_args"
 _NOT_FOR_SUBMIT = frozenset({"dry_run", "as_json"})
@@ -62,8 +64,8 @@ def _submit(
             log_dir=os.path.abspath(log_dir) if log_dir else "", add_log_dir=log_dir is None,
         ),
         command=tuple(program), gpus=str(options.get("gpus") or "auto"),
-        wanted=tuple(device_label(d) for d in plan.get("devices", [])),
-        shares=plan.get("share") is not None,
+        wanted=tuple(unit.label() for unit in plan.devices),
+        shares=plan.share is not None,
         grace_s=float(options.get("grace") or 10.0),
         priority=priority, after=tuple(after), hold=hold,
     )  # fmt: skip
@@ -92,21 +94,18 @@ def run_arguments(raw: list[str], arity: dict[str, int]) -> list[str]:
     return [*kept, "--", *program]
 
 
-def _checked_plan(ctx: click.Context, run_args: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _checked_plan(ctx: click.Context, run_args: list[str]) -> tuple[Plan, dict[str, Any]]:
     """The job's plan as a dry run makes it with no device leased (the checks a real run
     makes, and what it asks for), and run's option values as the job's run will see them
-    (config files' defaults included). The dry run's output is kept from stdout."""
+    (config files' defaults included)."""
     with run_command.make_context("run", list(run_args), parent=ctx.parent) as run_ctx:
         values = dict(run_ctx.params)
-        run_ctx.params.update(dry_run=True, as_json=True, lock_dir=_no_leases())
-        captured = io.StringIO()
-        with contextlib.redirect_stdout(captured):
-            run_command.invoke(run_ctx)
-    try:
-        plan = json.loads(captured.getvalue())
-    except ValueError as exc:  # pragma: no cover - the dry run prints one JSON document
-        raise UsageError(f"the job's dry run printed no plan ({exc})") from exc
-    return (plan if isinstance(plan, dict) else {}), values
+        program = values.pop("program")
+        warn_torchrun_options(program)  # as run says it, in run's context
+        options = {k: v for k, v in values.items() if k not in _NOT_FOR_SUBMIT}
+        request = request_for(program, dict(options), dict(os.environ))
+        plan = dry_run_plan(replace(request, lock_dir=_no_leases()), dict(os.environ))
+    return plan, values
 
 
 def _no_leases() -> str:
@@ -114,15 +113,6 @@ def _no_leases() -> str:
     import tempfile
 
     return os.path.join(tempfile.gettempdir(), f"xpulaunch-no-leases-{os.getpid()}-none")
-
-
-def device_label(device: dict[str, Any]) -> str:
-    """A plan document's device as :meth:`xpulaunch.model.Unit.label` names it."""
-    where = device.get("pci_bus_id") or device.get("uuid")
-    label = f"{device.get('vendor')} {device.get('index')}" + (f" ({where})" if where else "")
-    if device.get("mig_uuid"):
-        return f"{label} MIG {device['mig_uuid']}"
-    return label if device.get("tile") is None else f"{label} tile {device['tile']}"
 
 
 def _cwd() -> str:

@@ -114,10 +114,6 @@ def plan(
         if name in arguments:
             check_plain(name, arguments[name], annotation)
     resolved = resolve_program(program, must_exist=must_exist)  # on this process's PATH
-    if inventory is None:
-        inventory = probe(parent_env)
-    elif not isinstance(inventory, Inventory):
-        inventory = load_inventory(inventory)
     request = LaunchRequest(
         argv=resolved.argv,
         gpus=gpus,
@@ -128,7 +124,7 @@ def plan(
         max_utilization_percent=max_utilization_percent,
         device_map=DeviceMap(device_map) if isinstance(device_map, str) else device_map,
         master_addr=master_addr,
-        master_port=_master_port(master_port, master_addr, nodes),
+        master_port=master_port_for(master_port, master_addr, nodes),
         max_restarts=max_restarts,
         extra_env=tuple(sorted((extra_env or {}).items())),
         nodes=nodes or NodeGroup(),
@@ -138,12 +134,38 @@ def plan(
         run_id=run_id,
     )
     env = dict(os.environ) if parent_env is None else parent_env
-    result = make_plan(request, inventory, env, unavailable=unavailable)
-    extra_notes = (*([resolved.note] if resolved.note else []), *notes)
-    return replace(result, notes=(*result.notes, *extra_notes)) if extra_notes else result
+    found = inventory_of(inventory, env)
+    notes = (*([resolved.note] if resolved.note else []), *notes)
+    return plan_launch(request, found, env, unavailable=unavailable, notes=notes)
 
 
-def _master_port(port: int | None, master_addr: str, nodes: NodeGroup | None) -> int:
+def inventory_of(
+    inventory: Inventory | str | os.PathLike[str] | None, env: Mapping[str, str]
+) -> Inventory:
+    """The inventory to plan on: this host's (probed), a document's, or the one given."""
+    if inventory is None:
+        return probe(env)
+    if isinstance(inventory, Inventory):
+        return inventory
+    return load_inventory(inventory)
+
+
+def plan_launch(
+    request: LaunchRequest,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    *,
+    unavailable: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
+) -> Plan:
+    """The pure plan, with ``notes`` (the program's, the caller's) added to its own."""
+    result = make_plan(request, inventory, parent_env, unavailable=unavailable)
+    return replace(result, notes=(*result.notes, *notes)) if notes else result
+
+
+def master_port_for(port: int | None, master_addr: str, nodes: NodeGroup | None) -> int:
+    """The port given; torchrun's 29500 on several nodes (every node must name the same);
+    else a free one."""
     if port is not None:
         return port
     if nodes is not None and nodes.nnodes > 1:

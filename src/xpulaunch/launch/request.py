@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from xpulaunch.core.plan import LaunchRequest
 from xpulaunch.errors import UsageError, check_plain, member_of
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.model import DeviceMap, DeviceShare
-from xpulaunch.nodes.settings import NodeRequest
+from xpulaunch.nodes.settings import NodeRequest, NodeSettings
 from xpulaunch.supervisor.restart import (
     DEFAULT_MAX_RESTARTS,
     RestartMode,
@@ -131,6 +132,31 @@ class RunRequest:
     def restart_limit(self) -> int | None:
         """What workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they are not restarted."""
         return restart_limit(self.restart_mode, self.restart_count)
+
+    def launch_request(
+        self, argv: tuple[str, ...], nodes: NodeSettings, master_port: int
+    ) -> LaunchRequest:
+        """What the pure planner reads of this run on this node: the resolved ``argv`` of
+        every worker, and the master's port (chosen by the caller: a free one, on one node)."""
+        return LaunchRequest(
+            argv=argv,
+            gpus=self.gpus,
+            backend=self.backend,
+            nproc_per_node=self.nproc_per_node,
+            isolate=self.isolate,
+            min_free_memory_bytes=self.min_free_memory_bytes,
+            max_utilization_percent=self.max_utilization_percent,
+            device_map=self.device_map,
+            master_addr=nodes.master_addr,
+            master_port=master_port,
+            max_restarts=self.restart_limit,
+            extra_env=tuple(sorted(dict(self.extra_env).items())),
+            nodes=nodes.nodes,
+            gpu_ids=self.gpu_ids,
+            cpu_bind=self.cpu_bind,
+            share=self.share,
+            run_id=self.nodes.rdzv_id or self.log_run_id or "none",
+        )
 
     def policy(self, isolate: bool) -> RestartPolicy:
         return RestartPolicy(

@@ -74,18 +74,16 @@ def job_plan(
 ) -> Plan:
     """This node's plan. Under c10d it is torch's elastic agent, one worker that runs the
     planned workers through torch's rendezvous (:mod:`xpulaunch.nodes.elastic`)."""
-    plan = planning.plan(
-        request.program, gpus=request.gpus, backend=request.backend,
-        nproc_per_node=request.nproc_per_node, isolate=request.isolate,
-        min_free_memory_bytes=request.min_free_memory_bytes,
-        max_utilization_percent=request.max_utilization_percent,
-        device_map=request.device_map, master_addr=nodes.master_addr,
-        master_port=nodes.master_port, inventory=inventory, parent_env=env,
-        unavailable=unavailable, must_exist=must_exist, max_restarts=request.restart_limit,
-        extra_env=dict(request.extra_env), notes=request.notes, nodes=nodes.nodes,
-        gpu_ids=request.gpu_ids, cpu_bind=request.cpu_bind, share=request.share,
-        run_id=request.nodes.rdzv_id or request.log_run_id or "none",
-    )  # fmt: skip
+    resolved = resolve_program(request.program, must_exist=must_exist)  # on this PATH
+    port = planning.master_port_for(nodes.master_port, nodes.master_addr, nodes.nodes)
+    notes = (*([resolved.note] if resolved.note else []), *request.notes)
+    plan = planning.plan_launch(
+        request.launch_request(resolved.argv, nodes, port),
+        planning.inventory_of(inventory, env),
+        env,
+        unavailable=unavailable,
+        notes=notes,
+    )
     if nodes.elastic is None:
         return plan
     from xpulaunch.nodes.elastic import agent_plan, local_ranks_filter
