@@ -16,7 +16,6 @@ type checkers, which cannot follow ``__getattr__``; a test holds the two equal.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING
 
 from xpulaunch._lazy import exports
@@ -146,13 +145,4 @@ _EXPORTS = {
 }  # fmt: skip
 __all__ = [name for names in _EXPORTS.values() for name in names]
 
-_getattr, __dir__ = exports(globals(), _EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    if name == "Probe":  # the old name of HealthCheck, for one release
-        warnings.warn(
-            "xpulaunch.Probe is now xpulaunch.HealthCheck", DeprecationWarning, stacklevel=2
-        )
-        return _getattr("HealthCheck")
-    return _getattr(name)
+__getattr__, __dir__ = exports(globals(), _EXPORTS)

@@ -202,10 +202,11 @@ def test_a_uuid_prefix_selects_the_device_it_starts() -> None:
     assert [d.device.index for d in plan.devices] == [1]
 
 
-def test_the_old_name_of_health_check_still_resolves_with_a_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="HealthCheck"):
-        assert xpulaunch.Probe is xpulaunch.HealthCheck
-    assert "Probe" not in xpulaunch.__all__
+def test_the_old_name_of_health_check_is_gone() -> None:
+    """``Probe`` was a deprecated alias of ``HealthCheck``: a 0.1.0 package needs no shims."""
+    with pytest.raises(AttributeError, match="Probe"):
+        xpulaunch.Probe  # noqa: B018
+    assert "Probe" not in dir(xpulaunch)
 
 
 @pytest.mark.parametrize(

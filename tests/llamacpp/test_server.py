@@ -7,11 +7,13 @@ seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from xpulaunch.errors import ServerStartError
 from xpulaunch.events import Event, Exited
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import LlamaBackend
-from xpulaunch.llamacpp.health import complete, health_status
+from xpulaunch.llamacpp.health import health_status
 from xpulaunch.llamacpp.plan import LlamaPlan, LlamaRequest, Replica, make_llama_plan
 from xpulaunch.llamacpp.serve import plan_llama
 from xpulaunch.llamacpp.server import HealthOptions, LlamaServer
@@ -63,6 +65,16 @@ class Recorder:
 
 
 Start = Callable[..., tuple[LlamaServer, Recorder]]
+
+
+def complete(url: str, prompt: str, *, n_predict: int = 8) -> Any:
+    """``POST /completion`` to a replica, the decoded JSON answer."""
+    body = json.dumps({"prompt": prompt, "n_predict": n_predict}).encode()
+    request = urllib.request.Request(
+        f"{url}/completion", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
 
 
 @pytest.fixture

@@ -6,8 +6,16 @@ import pytest
 
 from xpulaunch.errors import UsageError
 from xpulaunch.model import NodeGroup
-from xpulaunch.nodes.cluster import ClusterJob, detect_cluster, slurm_port
-from xpulaunch.nodes.settings import NodeRequest, resolve_nodes
+from xpulaunch.nodes.cluster import ClusterJob, find_cluster, slurm_port
+from xpulaunch.nodes.settings import NO_CLUSTER, NodeRequest, resolve_nodes
+
+
+def detect(env: dict[str, str]) -> ClusterJob:
+    """The job found in ``env`` (the tests below each set one up)."""
+    found = find_cluster(env)
+    assert found is not None
+    return found
+
 
 # What `srun --nodes=4 --ntasks-per-node=1 env` prints on the third node (job 48213),
 # cut to the variables read.
@@ -40,7 +48,7 @@ PMI = {"PMI_SIZE": "2", "PMI_RANK": "0"}
 
 
 def test_slurm_srun_one_task_per_node() -> None:
-    assert detect_cluster(SLURM_SRUN) == ClusterJob(
+    assert detect(SLURM_SRUN) == ClusterJob(
         source="slurm",
         nnodes=4,
         node_rank=2,
@@ -51,7 +59,7 @@ def test_slurm_srun_one_task_per_node() -> None:
 
 
 def test_slurm_master_variables_win() -> None:
-    job = detect_cluster({**SLURM_SRUN, "MASTER_ADDR": "ib-a1", "MASTER_PORT": "29400"})
+    job = detect({**SLURM_SRUN, "MASTER_ADDR": "ib-a1", "MASTER_PORT": "29400"})
     assert (job.master_addr, job.master_port) == ("ib-a1", 29400)
 
 
@@ -71,39 +79,40 @@ def test_slurm_port_is_the_same_for_every_node_and_in_range() -> None:
 )
 def test_slurm_mistakes_are_one_line(change: dict[str, str], message: str) -> None:
     with pytest.raises(UsageError) as caught:
-        detect_cluster({**SLURM_SRUN, **change})
+        detect({**SLURM_SRUN, **change})
     assert message in str(caught.value)
 
 
 def test_slurm_batch_script_of_several_nodes_is_refused() -> None:
     batch = {k: v for k, v in SLURM_SRUN.items() if not k.startswith("SLURM_STEP")}
     with pytest.raises(UsageError, match="batch script"):
-        detect_cluster(batch)
+        detect(batch)
 
 
 def test_slurm_single_node_batch_script_is_one_node() -> None:
-    job = detect_cluster({"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
+    job = detect({"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
                           "SLURM_JOB_NODELIST": "gpu-a1"})  # fmt: skip
     assert (job.nnodes, job.node_rank, job.master_addr) == (1, 0, "gpu-a1")
 
 
 def test_kubeflow_pytorchjob() -> None:
-    assert detect_cluster(KUBEFLOW) == ClusterJob("kubeflow", 3, 1, "job-master-0", 23456)
+    assert detect(KUBEFLOW) == ClusterJob("kubeflow", 3, 1, "job-master-0", 23456)
 
 
 def test_kubeflow_elastic_size_is_refused() -> None:
     with pytest.raises(UsageError, match="PET_NNODES=1:3"):
-        detect_cluster({**KUBEFLOW, "PET_NNODES": "1:3"})
+        detect({**KUBEFLOW, "PET_NNODES": "1:3"})
 
 
 def test_openmpi_and_pmi() -> None:
-    assert detect_cluster(OPENMPI) == ClusterJob("openmpi", 2, 1, "head", None)
-    assert detect_cluster(PMI) == ClusterJob("pmi", 2, 0, None, None)
+    assert detect(OPENMPI) == ClusterJob("openmpi", 2, 1, "head", None)
+    assert detect(PMI) == ClusterJob("pmi", 2, 0, None, None)
 
 
-def test_nothing_detected_names_what_was_looked_for() -> None:
-    with pytest.raises(UsageError, match=r"SLURM_NNODES.*PET_NNODES.*OMPI_COMM_WORLD_SIZE"):
-        detect_cluster({"HOME": "/root"})
+def test_nothing_detected_is_one_node_that_says_so() -> None:
+    assert find_cluster({"HOME": "/root"}) is None
+    got = resolve_nodes(NodeRequest(nnodes="auto"), {"HOME": "/root"})
+    assert (got.nodes.nnodes, got.nodes.node_rank, got.nodes.source) == (1, 0, NO_CLUSTER)
 
 
 def test_resolve_auto_uses_the_cluster_and_the_command_line_wins() -> None:

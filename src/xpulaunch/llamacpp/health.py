@@ -8,10 +8,8 @@ wedged server accepts connections (the kernel queues them) but never answers.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Collection
-from typing import Any
 
 from xpulaunch.llamacpp.plan import url_host
 from xpulaunch.processes import ports
@@ -30,15 +28,6 @@ def health_status(host: str, port: int, timeout_s: float) -> int:
         # /health promptly trickles it out. Slow is unhealthy too.
         raise TimeoutError(f"/health answered in {took_s:.1f} s, over {timeout_s:g} s")
     return status
-
-
-def complete(url: str, prompt: str, *, n_predict: int = 8, timeout_s: float = 30.0) -> Any:
-    """``POST /completion`` and return the decoded JSON answer (raises ``OSError``)."""
-    body = json.dumps({"prompt": prompt, "n_predict": n_predict})
-    status, data = _request(*_host_port(url), "POST", "/completion", body, timeout_s=timeout_s)
-    if status != 200:
-        raise ConnectionError(f"{url}/completion: HTTP {status}: {data[:200]!r}")
-    return json.loads(data)
 
 
 def fetch_metrics(url: str, timeout_s: float) -> str:

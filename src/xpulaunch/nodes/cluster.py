@@ -41,22 +41,10 @@ class ClusterJob:
 Expander = Callable[[str], tuple[str, ...]]
 
 
-def detect_cluster(env: Mapping[str, str], expand: Expander = expand_hostlist) -> ClusterJob:
-    """The job this node belongs to. Raises :class:`UsageError` when no cluster environment
-    is found, or when the one found is not one xpulaunch per node. ``expand`` turns a Slurm
-    host list into hosts (the caller may cross-check with ``scontrol``)."""
-    found = find_cluster(env, expand)
-    if found is not None:
-        return found
-    raise UsageError(
-        "--nnodes auto: no Slurm (SLURM_NNODES), Kubeflow (PET_NNODES), Open MPI "
-        "(OMPI_COMM_WORLD_SIZE) or PMI (PMI_SIZE) variables in the environment; "
-        "give --nnodes N --node-rank R instead"
-    )
-
-
 def find_cluster(env: Mapping[str, str], expand: Expander = expand_hostlist) -> ClusterJob | None:
-    """As :func:`detect_cluster`, but None where no cluster environment is found."""
+    """The job this node belongs to; None where no cluster environment is found. Raises
+    :class:`UsageError` when the one found is not one xpulaunch per node. ``expand`` turns a
+    Slurm host list into hosts (the caller may cross-check with ``scontrol``)."""
     for detector in _DETECTORS:
         found = detector(env, expand)
         if found is not None:

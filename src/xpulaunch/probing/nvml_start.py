@@ -1,8 +1,8 @@
 """Start NVML ahead of the probe, in a process that probes once and exits.
 
-``nvmlInit`` and attaching each GPU cost about 20 ms on one H100 and 45 ms on four, nearly all
-of it waiting in the driver; importing the probe's modules costs about as much again of
-interpreter time. :func:`start_nvml` runs the first in a thread while the caller does the
+``nvmlInit`` and attaching each GPU is nearly all waiting in the driver, and importing the
+probe's modules costs about as much again of interpreter time (``docs/BENCHMARKS.md`` has the
+figures). :func:`start_nvml` runs the first in a thread while the caller does the
 second (ctypes lets go of the GIL during a C call). The probe's own ``nvmlInit`` (pynvml loads
 the same library) then finds NVML started and its GPUs attached. Only standard-library imports
 here: this module is imported before the probe's.

@@ -4,7 +4,6 @@ environment when it starts it (:func:`start_env`)."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,13 +103,3 @@ def start_env(
     if heartbeat_file:
         started[HEARTBEAT_FILE_VAR] = heartbeat_file
     return {**env, **started}
-
-
-def __getattr__(name: str) -> object:
-    """``Probe``, the old name of :class:`HealthCheck` (it read like a device probe)."""
-    if name == "Probe":
-        warnings.warn(
-            "xpulaunch.Probe is now xpulaunch.HealthCheck", DeprecationWarning, stacklevel=2
-        )
-        return HealthCheck
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
