@@ -11,6 +11,7 @@ devices are that file's (readings as written there; no processes are listed).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -67,14 +68,44 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
         return 0
     if not sys.stdout.isatty():
         raise XpulaunchError("xpulaunch top needs a terminal; use --once for a script")
-    if env.get("TERM", "dumb") == "dumb":  # Emacs's shell: curses would draw rows of blanks
-        term = f"TERM={env['TERM']}" if "TERM" in env else "no TERM"
+    term = env.get("TERM", "")
+    if term in ("", "dumb"):  # Emacs's shell: curses would draw rows of blanks
+        said = f"TERM={term}" if term else ("TERM is empty" if "TERM" in env else "no TERM")
         raise XpulaunchError(
-            f"xpulaunch top needs a terminal that can move its cursor ({term}); use --once"
+            f"xpulaunch top needs a terminal that can move its cursor ({said}); use --once"
         )
+    drawn_as = drawable_term(term)
+    notes = () if drawn_as == term else (f"TERM={term}: no terminfo here; drawn as {drawn_as}",)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
-        _live(lambda: gather(directory, env, loaded), interval)
+        _live(lambda: _noted(gather(directory, env, loaded), notes), interval, drawn_as)
     return 0
+
+
+# Terminal types to draw as when the host lacks the terminfo entry of TERM: ssh from kitty
+# (xterm-kitty), ghostty or alacritty into a server that does not know them. These terminals
+# all speak xterm's sequences, and what top sends (cursor moves, bold) is in even vt100's.
+FALLBACK_TERMS = ("xterm-256color", "xterm", "vt100")
+
+
+def drawable_term(term: str) -> str:
+    """``term`` if this host has its terminfo entry, else the first of
+    :data:`FALLBACK_TERMS` it has; none of them is a one-line error."""
+    import curses
+
+    for name in (term, *FALLBACK_TERMS):
+        try:
+            curses.setupterm(name, sys.stdout.fileno())
+        except curses.error:  # "could not find terminal"
+            continue
+        return name
+    raise XpulaunchError(
+        f"xpulaunch top: this host has no terminfo entry for TERM={term} (nor for "
+        f"{', '.join(FALLBACK_TERMS)}); use --once"
+    )
+
+
+def _noted(frame: Frame, notes: tuple[str, ...]) -> Frame:
+    return dataclasses.replace(frame, notes=(*frame.notes, *notes)) if notes else frame
 
 
 def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None) -> Frame:
@@ -198,11 +229,14 @@ def _summary(snapshot: listing.Snapshot) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "empty"
 
 
-def _live(frame: Callable[[], Frame], interval_s: float) -> None:
+def _live(frame: Callable[[], Frame], interval_s: float, term: str) -> None:
     import curses
     import locale
 
     locale.setlocale(locale.LC_ALL, "")
+    # curses.initscr() takes the terminal type from TERM in this process's environment, and
+    # Python has no newterm() to give it another: a fallback type has to be put there.
+    os.environ["TERM"] = term
     curses.wrapper(_loop, frame, interval_s)
 
 
