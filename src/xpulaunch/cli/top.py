@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import sys
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from typing import Any
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.terminal import cut, output_width
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.core.jobs import Job, JobState, short_devices
@@ -62,8 +62,7 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
 
         loaded = load_inventory(inventory)
     if once:
-        size = shutil.get_terminal_size()
-        lines = render(gather(directory, env, loaded), size.columns)
+        lines = render(gather(directory, env, loaded), output_width())
         click.echo("\n".join(line.text for line in lines))
         return 0
     if not sys.stdout.isatty():
@@ -77,7 +76,7 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
     drawn_as = drawable_term(term)
     notes = () if drawn_as == term else (f"TERM={term}: no terminfo here; drawn as {drawn_as}",)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
-        _live(lambda: _noted(gather(directory, env, loaded), notes), interval, drawn_as)
+        _live(lambda: _noted(gather(directory, env, loaded, live=True), notes), interval, drawn_as)
     return 0
 
 
@@ -108,9 +107,11 @@ def _noted(frame: Frame, notes: tuple[str, ...]) -> Frame:
     return dataclasses.replace(frame, notes=(*frame.notes, *notes)) if notes else frame
 
 
-def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None) -> Frame:
+def gather(
+    directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None, live: bool = False
+) -> Frame:
     """One frame: the devices (``loaded``, else probed now), the leases and the queue as they
-    are now."""
+    are now. A ``live`` one's title says first that q quits (the end of a title may be cut)."""
     notes: list[str] = []
     try:
         snapshot = listing.take(directory, env)
@@ -131,8 +132,8 @@ def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory |
     )
     runners = ", ".join(f"{u} pid {p}" for u, p in listing.runner_names(snapshot).items())
     kind = "shared" if directory.shared else "private"
-    title = f"xpulaunch top  {time.strftime('%H:%M:%S')}  {directory.root} ({kind})"
-    title += f"  runner: {runners or 'none'}  q: quit"
+    title = f"xpulaunch top{' (q quits)' if live else ''}  {time.strftime('%H:%M:%S')}"
+    title += f"  {directory.root} ({kind})  runner: {runners or 'none'}"
     return Frame(
         title=title,
         devices=rows,
@@ -217,7 +218,8 @@ def _processes(
         memory = (
             "" if process.memory_bytes is None else f" ({process.memory_bytes / 1024**3:.1f} GiB)"
         )
-        text = f"pid {process.pid}  {process.user or '?'}  {(process.command or '?')[:50]}{memory}"
+        command = cut(process.command or "?", 50)
+        text = f"pid {process.pid}  {process.user or '?'}  {command}{memory}"
         per_device.setdefault(process.device_key, []).append(text)
     return per_device
 
