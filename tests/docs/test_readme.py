@@ -270,3 +270,16 @@ def test_the_shared_box_script_runs(scratch: Path) -> None:
         assert re.search(r"^xpulaunch top .*\n+DEVICE +MEMORY", done.stdout, re.MULTILINE)
     finally:
         kill_all([p for p in processes_marked((str(lock_dir),)) if not process_gone(p)])
+
+
+def test_every_gpu_line_of_a_script_block_is_marked() -> None:
+    """A ```sh block reads as a script to paste: each of its lines that asks for GPUs says
+    so (``# GPU``), as the README's rule for GPU lines has it (the queue block's did not, and
+    failed on a CPU host at its first line)."""
+    asking = re.compile(r"--gpus[ =](?:\d|device=|GPU-|MIG-)")
+    blocks = _fences("sh")
+    assert any(asking.search(block) for block in blocks)
+    for block in blocks:
+        for line in block.splitlines():
+            if asking.search(line):
+                assert GPU_MARK in line, line
