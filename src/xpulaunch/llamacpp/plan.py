@@ -216,7 +216,8 @@ def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest
         if parse_gpus(gpus).mode not in (GpuMode.AUTO, GpuMode.NONE):
             raise UsageError(
                 "this llama-server is a CPU build (--list-devices shows no GPU); "
-                "use none, or a CUDA, SYCL, ROCm or Vulkan build",
+                "use none, or a CUDA, SYCL, ROCm or Vulkan build (to preview a GPU build's "
+                "plan with this one: --dry-run --llama-backend cuda, sycl, rocm or vulkan)",
                 option="gpus",
                 value=gpus,
             )
