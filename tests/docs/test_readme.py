@@ -283,3 +283,17 @@ def test_every_gpu_line_of_a_script_block_is_marked() -> None:
         for line in block.splitlines():
             if asking.search(line):
                 assert GPU_MARK in line, line
+
+
+def test_the_api_example_says_what_nproc_per_node_none_means() -> None:
+    """The example passed ``nproc_per_node=None`` (and got 2 workers) without a word on it."""
+    import xpulaunch
+
+    (block,) = [b for b in _fences("python") if b.startswith("import sys\nimport xpulaunch")]
+    assert "nproc_per_node=None is --nproc-per-node auto: one worker per device" in block
+    hello = [sys.executable, "-c", "pass"]
+    h200 = str(inventory_path("2x-h200.json"))
+    auto = xpulaunch.plan(hello, gpus="2", nproc_per_node=None, inventory=h200, parent_env={})
+    assert len(auto.workers) == 2
+    assert len(xpulaunch.plan(hello, gpus="2", inventory=h200, parent_env={}).workers) == 1
+    assert "one worker per selected device" in (xpulaunch.plan.__doc__ or "")
