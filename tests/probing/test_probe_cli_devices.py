@@ -153,6 +153,20 @@ def test_devices_json_imports_no_torch(tmp_path: Path) -> None:
     assert not {n for n in imported if n.split(".")[0] in ("torch", "pyzes", "rich")}
 
 
+def test_torch_on_a_host_without_an_intel_gpu_says_it_added_nothing(tmp_path: Path) -> None:
+    """``devices --torch`` asks torch.xpu only about Intel cards: on a host with none, it did
+    nothing and said nothing (and its help says it is slow, so it seemed to have run)."""
+    m = FakeMachine(tmp_path)
+    h200_host(m)
+    out = xpulaunch("devices", "--torch", env=fake_host_env(m))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == (
+        "xpulaunch: note: --torch: no Intel GPU here, and torch.xpu is asked only about "
+        "Intel GPUs\n"
+    )
+    assert "nvidia GPU [0x2335]" in out.stdout
+
+
 def _device(**kw: object) -> Device:
     base: dict[str, object] = {"vendor": Vendor.INTEL, "index": 0}
     return Device(**{**base, **kw})  # type: ignore[arg-type]

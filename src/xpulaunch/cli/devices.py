@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 _GIB = 1024**3
 _FOOTER_PROBLEMS = 5
 _FOOTER_WIDTH = 160
+TORCH_NOTHING = "no Intel GPU here, and torch.xpu is asked only about Intel GPUs"
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -68,6 +69,8 @@ def devices(
         from xpulaunch.probing.host import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
+        if use_torch and _torch_not_asked(inventory):
+            click.echo(f"xpulaunch: note: --torch: {TORCH_NOTHING}", err=True)
     if show_processes:
         from xpulaunch.cli.device_processes import with_processes
 
@@ -84,6 +87,13 @@ def devices(
         from xpulaunch.cli.device_processes import render_processes
 
         click.echo(terminal_safe(render_processes(inventory)))
+
+
+def _torch_not_asked(inventory: Inventory) -> bool:
+    """torch.xpu only fills in Intel cards (probing/intel.py): on a host with none it is not
+    asked (unless the PCI bus could not be read: then it answers, with a problem)."""
+    asked = any(p.source == "torch.xpu" for p in inventory.problems)
+    return not asked and not any(d.vendor == "intel" for d in inventory.devices)
 
 
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:
