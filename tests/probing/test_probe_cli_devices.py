@@ -189,13 +189,34 @@ def test_mig_rows_and_problem_footer_truncation() -> None:
     problems = tuple(Problem("nvml", f"problem {i} " + "x" * 200) for i in range(7))
     inv = Inventory(devices=(_device(vendor=Vendor.NVIDIA, mig_devices=(mig,)),), problems=problems)
     text = render_table(inv)
-    assert "MIG MIG-7f6a1b2c  ? / 20.0 GiB" in text
+    assert "  MIG-7f6a1b2c  " in text and text.count("? / 20.0 GiB") == 1
     assert "7 problems:" in text
     assert text.count("  - nvml: problem") == 5
     assert "(and 2 more; 'xpulaunch devices --debug' shows every problem in full)" in text
     assert max(len(line) for line in text.splitlines()) < 200
     full = render_table(inv, debug=True)
     assert full.count("  - nvml: problem") == 7 and "x" * 200 in full
+
+
+def test_mig_rows_line_up_with_the_memory_column() -> None:
+    """They ran through NAME and PCI: ``     MIG MIG-7f6a1b2c-...  0.0 / 20.0 GiB``."""
+    out = xpulaunch("devices", "--inventory", str(INVENTORIES / "a100-mig.json"))
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()[1:]
+    column = header.index("MEMORY")
+    migs = [row for row in rows if row.lstrip().startswith("MIG-")]
+    assert len(migs) == 2
+    for row in [*migs, rows[0]]:
+        assert row[column:].split()[:4] == ["0.0", "/", "20.0" if "MIG-" in row else "40.0", "GiB"]
+        assert row[column - 2 : column] == "  "
+
+
+def test_debug_on_an_inventory_file_prints_no_empty_sources() -> None:
+    """Each device got ``sources:`` with an empty value (``intel 0 (0000:29:00.0): ``)."""
+    out = xpulaunch("devices", "--debug", "--inventory", str(INVENTORIES / "2x-max1550.json"))
+    assert out.returncode == 0, out.stderr
+    assert "sources:" not in out.stdout
+    assert not any(line.endswith(": ") or line.endswith(":") for line in out.stdout.splitlines())
 
 
 def test_empty_host_says_so() -> None:

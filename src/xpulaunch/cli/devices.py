@@ -105,11 +105,14 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
         qualify = len({d.vendor for d in inventory.devices}) > 1
         table = aligned([header, *(_row(d, qualify=qualify) for d in inventory.devices)])
         lines.append(table[0].rstrip())
+        # A MIG instance's row: its UUID (to give --gpus) under IDX to PCI, its memory in the
+        # MEMORY column; the UUID is wider than most names, so it is not a cell of the table.
+        memory_at = table[0].index(header[4])
         for device, line in zip(inventory.devices, table[1:], strict=True):
             lines.append(line.rstrip())
             for mig in device.mig_devices:
                 memory = _memory(mig.memory_used_bytes, mig.memory_total_bytes)
-                lines.append(f"     MIG {mig.uuid}  {memory}")
+                lines.append(f"{'  ' + mig.uuid:<{memory_at - 2}}  {memory}")
     else:
         lines.append("No accelerators found.")
     from xpulaunch.core.known_issues import issues_of
@@ -152,7 +155,8 @@ def _source_lines(devices: Sequence[Device]) -> list[str]:
         details = [f"{k}={v}" for k, v in d.extra.items() if k != "sources"]
         if isinstance(sources, list):
             details.insert(0, "from " + ", ".join(str(s) for s in sources))
-        lines.append(f"  {d.label()}: " + "; ".join(details))
+        if details:  # an inventory file records none: no line of its own, empty
+            lines.append(f"  {d.label()}: " + "; ".join(details))
     return ["", "sources:", *lines] if lines else []
 
 
