@@ -318,7 +318,7 @@ def launch(
         from xpulaunch.cli.render import print_plan
         from xpulaunch.launch.run import dry_run as plan_only
 
-        print_plan(plan_only(request, env, _warn), as_json)
+        print_plan(plan_only(request, env, _warn), as_json, heartbeat=request.heartbeat)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")
