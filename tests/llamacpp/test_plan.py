@@ -134,6 +134,11 @@ def test_a_cpu_build_runs_every_replica_on_the_cpu() -> None:
     assert result.plan.backend.value == "cpu" and result.plan.devices == ()
     assert [arg(w.argv, "--device") for w in result.plan.workers] == ["none", "none"]
     assert all(w.env["CUDA_VISIBLE_DEVICES"] == "" for w in result.plan.workers)
+    # gpus auto (the default; a models.toml's gpus = "auto"): it said "--gpus none"
+    assert "backend cpu: this llama-server is a CPU build (gpus: auto)" in result.plan.notes
+    assert not any("--gpus none" in n for n in result.plan.notes)
+    chosen = make(replace(BASE, gpus="none"), load_inventory("2x-h200.json"), LlamaBackend.CPU)
+    assert "backend cpu: --gpus none" in chosen.plan.notes
 
 
 def test_a_cpu_build_refuses_gpus() -> None:

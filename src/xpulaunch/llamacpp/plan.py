@@ -171,6 +171,9 @@ def make_llama_plan(
         notes.append(_replica_note(replica, units))
     _check_disjoint(build, replicas)
     shared = _replica_words(plan.notes, bool(plan.devices))
+    if build is LlamaBackend.CPU and launch.gpus != request.gpus:  # --gpus auto on a CPU build
+        said = f"backend cpu: this llama-server is a CPU build (gpus: {request.gpus})"
+        shared = [said if n == "backend cpu: --gpus none" else n for n in shared]
     final = replace(
         plan, workers=tuple(workers), notes=(*build_notes, *shared, *notes), device_map=None
     )
