@@ -132,9 +132,7 @@ def _top_in_a_pty(env: dict[str, str]) -> tuple[int, bytes, str]:
 
 
 @pytest.mark.parametrize("term", ["xterm-kitty", "xterm-ghostty", "unknownterm"])
-def test_a_term_this_host_has_no_terminfo_for_is_drawn_as_xterm(
-    tmp_path: Path, term: str
-) -> None:
+def test_a_term_this_host_has_no_terminfo_for_is_drawn_as_xterm(tmp_path: Path, term: str) -> None:
     """ssh from kitty or ghostty into a host without their terminfo: top draws as
     xterm-256color and says so (it was a traceback: setupterm could not find the terminal)."""
     m = FakeMachine(tmp_path)
