@@ -113,8 +113,8 @@ def test_the_visibility_note_fits_the_number_of_workers(
 ) -> None:
     """One worker has no LOCAL_RANK to pick a device by: the note said it had."""
     h200 = str(inventory_path("2x-h200.json"))
-    done = xpulaunch("run", "--dry-run", "--json", "--inventory", h200, "--gpus", gpus,
-                     "--nproc-per-node", nproc, "--", "python", "x.py")  # fmt: skip
+    args = ["--inventory", h200, "--gpus", gpus, "--nproc-per-node", nproc]
+    done = xpulaunch("run", "--dry-run", "--json", *args, "--", "python", "x.py")
     assert done.returncode == 0, done.stderr
     notes = [n for n in json.loads(done.stdout)["notes"] if n.startswith("visibility: ")]
     assert notes == ([said] if said else [])

@@ -122,9 +122,9 @@ def test_a_gpu_plan_previewed_with_a_cpu_build_asks_no_fit_tool(
 ) -> None:
     """``--llama-backend cuda`` with the CPU llama-server: its llama-fit-params used to be
     asked about CUDA0, and the plan said ``llama-fit-params failed ... invalid device``."""
-    done = xpulaunch("llama", "-m", str(tiny_model), "--binary", llama_server, "--inventory",
-                     str(inventory_path("2x-h200.json")), "--gpus", "2", "--llama-backend",
-                     "cuda", "--dry-run", "--json")  # fmt: skip
+    h200 = str(inventory_path("2x-h200.json"))
+    args = ["--binary", llama_server, "--inventory", h200, "--gpus", "2", "--llama-backend", "cuda"]
+    done = xpulaunch("llama", "-m", str(tiny_model), *args, "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     notes = json.loads(done.stdout)["notes"]
     assert not any("failed" in n or "invalid device" in n for n in notes), notes

@@ -109,9 +109,13 @@ def _top_in_a_pty(env: dict[str, str]) -> tuple[int, bytes, str]:
     drawn = b""
     try:
         proc = subprocess.Popen(
-            [str(XPULAUNCH), "top", "--interval", "0.2"], stdin=child, stdout=child,
-            stderr=subprocess.PIPE, env=env, start_new_session=True,
-        )  # fmt: skip
+            [str(XPULAUNCH), "top", "--interval", "0.2"],
+            stdin=child,
+            stdout=child,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
         os.close(child)
         deadline = time.monotonic() + 30
         while b"QUEUE" not in drawn and proc.poll() is None and time.monotonic() < deadline:

@@ -153,8 +153,8 @@ def test_with_py_spy_the_stacks_go_to_the_log_before_the_restart(
 def test_the_stack_dump_is_shown_once(script: Callable[[str], str]) -> None:
     """It was printed live, then again as the worker's "last lines" when the job gave up."""
     venv_bin = str(Path(sys.executable).parent)  # where the dev extra installed py-spy
-    done = xpulaunch("--hang-timeout", "1", script("silent.py"),
-                     env={"PATH": f"{venv_bin}:/usr/bin:/bin"})  # fmt: skip
+    path = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
+    done = xpulaunch("--hang-timeout", "1", script("silent.py"), env=path)
     assert done.returncode == 123, done.stderr
     assert done.stderr.count("py-spy dump of the silent process:") == 1, done.stderr
     assert done.stderr.count("(silent.py:4)") == 1, done.stderr
