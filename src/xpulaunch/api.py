@@ -86,7 +86,8 @@ def run(
     """Plan, lease devices and supervise ``program`` until it is over, as ``xpulaunch run``
     does; its exit status. ``options`` are the fields of
     :class:`~xpulaunch.launch.request.RunRequest`, named as the options are
-    (``gpus="2"``, ``nproc_per_node=None`` for auto, ``max_restarts=1``, ``log_dir=...``)."""
+    (``gpus="2"``, ``nproc_per_node=None`` for auto: one worker per device,
+    ``max_restarts=1``, ``log_dir=...``)."""
     from xpulaunch.launch.request import RunRequest, check_program
     from xpulaunch.launch.run import run as run_request
 

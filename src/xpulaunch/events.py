@@ -94,6 +94,11 @@ class HangDetected(Event):
     watched: str
 
 
+# The line above the stack dump a hang leaves in the worker's stderr (supervisor/hang.py): the
+# console shows the dump as it comes, and so does not repeat it as the worker's last lines.
+STACK_DUMP_HEADER = "xpulaunch: py-spy dump of the silent process:"
+
+
 @dataclass(frozen=True, slots=True)
 class TimedOut(Event):
     """The job ran for ``max_runtime_s``: every worker is stopped; exit status 124."""

@@ -94,8 +94,30 @@ def test_the_plan_shows_the_restart_limit_workers_will_see(options: list[str], v
     assert f"TORCHELASTIC_MAX_RESTARTS={value}" in text
     assert (
         "set at start: XPULAUNCH_JOB_ID, XPULAUNCH_WORKER, TORCHELASTIC_RESTART_COUNT, "
-        "TORCHELASTIC_ERROR_FILE" in text
-    )
+        "TORCHELASTIC_ERROR_FILE\n" in text
+    )  # XPULAUNCH_HEARTBEAT_FILE only with --heartbeat (it was listed without)
+    beating = xpulaunch(*args, "--hang-timeout", "5", "--heartbeat", "--", "python", "x.py")
+    assert "TORCHELASTIC_ERROR_FILE, XPULAUNCH_HEARTBEAT_FILE\n" in beating.stdout
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nproc", "said"),
+    [
+        ("2", "2", "visibility: every worker sees all selected devices, LOCAL_RANK picks one"),
+        ("2", "1", "visibility: the worker sees all selected devices"),
+        ("1", "1", None),
+    ],
+)
+def test_the_visibility_note_fits_the_number_of_workers(
+    gpus: str, nproc: str, said: str | None
+) -> None:
+    """One worker has no LOCAL_RANK to pick a device by: the note said it had."""
+    h200 = str(inventory_path("2x-h200.json"))
+    args = ["--inventory", h200, "--gpus", gpus, "--nproc-per-node", nproc]
+    done = xpulaunch("run", "--dry-run", "--json", *args, "--", "python", "x.py")
+    assert done.returncode == 0, done.stderr
+    notes = [n for n in json.loads(done.stdout)["notes"] if n.startswith("visibility: ")]
+    assert notes == ([said] if said else [])
 
 
 def test_default_command_is_run_and_options_may_follow_program(tmp_path: Path) -> None:
@@ -161,7 +183,8 @@ def test_backend_from_environment_variable() -> None:
         (["--min-free-memory", "lots"], {}, "is not a size"),
         (["--max-utilization", "200"], {}, "'200' is not a percentage"),
         (["--gpus", "9"], {}, "--gpus 9: only 2 free device(s)"),
-        (["--gpus", "0,7"], {}, "--gpus 7: no such device"),
+        (["--gpus", "0,7"], {}, "--gpus device=7: no such device"),
+        (["--gpus", "device=9"], {}, "--gpus device=9: no such device"),
         ([], {"CUDA_VISIBLE_DEVICES": "0,0"}, "CUDA_VISIBLE_DEVICES"),
         (["--bogus"], {}, "No such option '--bogus'"),
         (["--backend", "xpu"], {}, "no Intel GPU on this host"),

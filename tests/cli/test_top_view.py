@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from xpulaunch.cli.queue_list import queue_text
+from xpulaunch.cli.terminal import cut
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
 from xpulaunch.jobqueue.listing import Snapshot, table_rows
 from xpulaunch.jobqueue.policy import Waiter
@@ -78,3 +79,35 @@ def test_a_waiting_launchs_command_and_reason_stay_on_their_rows() -> None:
         assert not any(line.startswith(("17", "18")) for line in lines), lines
         assert any(line.endswith("python -c 'x\\x0a17  root  running'") for line in lines)
         assert any(line.endswith("its turn\\x0a18  root  running  nvidia 0") for line in lines)
+
+
+def test_a_cut_line_ends_with_a_mark_and_never_inside_a_number() -> None:
+    """``xpulaunch queue`` on an 80-column terminal used to end a reason with ``shared by job
+    1`` for jobs 11, 12 and 13; ``top`` its title with ``q: qui``."""
+    reason = "waiting for 2 devices: nvidia 1 leased by job 14; nvidia 0 shared by job 11, job 12"
+    waiter = Waiter(77, "bob", 0.0, ("python", "sweep.py"), reason)
+    snapshot = Snapshot("/tmp/locks", True, 10.0, waiters=(waiter,))
+    whole = queue_text(snapshot, None).splitlines()[-1]
+    assert whole.endswith(reason)
+    ends = set()
+    for width in range(60, len(whole) + 2):
+        shown = queue_text(snapshot, width).splitlines()[-1]
+        assert len(shown) <= width
+        if shown == whole:
+            continue
+        kept = shown.removesuffix("…")
+        assert kept != shown and whole.startswith(kept), shown
+        assert not (kept[-1].isalnum() and whole[len(kept)].isalnum()), shown  # no "job 1"
+        ends.add(kept.rsplit(" ", 1)[-1])
+    assert {"14", "job", "11,", "shared"} <= ends, ends
+    assert cut("python -c 'import sys; print(1)'", 20) == "python -c 'import…"
+    assert cut("a" * 30, 10) == "a" * 9 + "…"  # one word wider than the line: cut in it
+    assert cut("short", 5) == "short" and cut("short", None) == "short"
+
+
+def test_frames_are_not_cut_without_a_width() -> None:
+    lines = [line.text for line in render(frame(3), None)]
+    assert lines[0].endswith("q: quit")
+    assert lines[-1].endswith("x" * 60) or lines[-2].endswith("x" * 60)
+    cut_lines = [line.text for line in render(frame(3), 60)]
+    assert cut_lines[0].endswith("…") and all(len(line) <= 60 for line in cut_lines)

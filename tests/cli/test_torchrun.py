@@ -354,3 +354,13 @@ def test_python_exec_is_the_interpreter_of_a_script_or_module(tmp_path: Path) ->
     assert t("t.py", "--x", env=env).program == (other, "-u", "t.py", "--x")
     assert t("-m", "pkg.train", env=env).program == (other, "-u", "-m", "pkg.train")
     assert t("--run-path", "t.py", env=env).program == (PY, "-u", "t.py")  # runpy, in torchrun
+
+
+def test_the_readme_lists_as_refused_only_what_is_refused() -> None:
+    """The README listed ``--numa-binding`` as refused while it maps onto ``--cpu-bind``."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    said = readme.replace("\n", " ").split("or refused by name in one line (", 1)[1]
+    named = re.findall(r"`--([a-z-]+)`", said.split(")", 1)[0])
+    assert named and all(name.replace("-", "_") in REFUSED for name in named), named
+    for value in ("node", "exclusive"):  # and what it says it maps, it maps
+        assert t("--numa-binding", value, "t.py").cpu_bind == {"node": "numa"}.get(value, value)

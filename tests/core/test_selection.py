@@ -176,8 +176,9 @@ def test_explicit_errors() -> None:
     units, devices = _units("2x-h200.json")
     with pytest.raises(SelectionError) as raised:
         select(GpuRequest(GpuMode.EXPLICIT, ids=("5",)), units, devices)
-    assert raised.value.message.startswith("gpus='5': no such device; devices here: 0 ")
-    assert raised.value.cli_message().startswith("--gpus 5: no such device; devices here: 0 ")
+    # "--gpus 5" would be a count: the id is named as --gpus takes it alone (it said --gpus 5)
+    assert raised.value.message.startswith("gpus='device=5': no such device; devices here: 0 ")
+    assert raised.value.cli_message().startswith("--gpus device=5: no such device; devices here:")
     with pytest.raises(SelectionError, match=r"UUID prefix fits 2 devices .*; give more of it"):
         select(GpuRequest(GpuMode.EXPLICIT, ids=("GPU-",)), units, devices)
     with pytest.raises(SelectionError, match="hidden by the parent's visibility"):

@@ -270,3 +270,30 @@ def test_the_shared_box_script_runs(scratch: Path) -> None:
         assert re.search(r"^xpulaunch top .*\n+DEVICE +MEMORY", done.stdout, re.MULTILINE)
     finally:
         kill_all([p for p in processes_marked((str(lock_dir),)) if not process_gone(p)])
+
+
+def test_every_gpu_line_of_a_script_block_is_marked() -> None:
+    """A ```sh block reads as a script to paste: each of its lines that asks for GPUs says
+    so (``# GPU``), as the README's rule for GPU lines has it (the queue block's did not, and
+    failed on a CPU host at its first line)."""
+    asking = re.compile(r"--gpus[ =](?:\d|device=|GPU-|MIG-)")
+    blocks = _fences("sh")
+    assert any(asking.search(block) for block in blocks)
+    for block in blocks:
+        for line in block.splitlines():
+            if asking.search(line):
+                assert GPU_MARK in line, line
+
+
+def test_the_api_example_says_what_nproc_per_node_none_means() -> None:
+    """The example passed ``nproc_per_node=None`` (and got 2 workers) without a word on it."""
+    import xpulaunch
+
+    (block,) = [b for b in _fences("python") if b.startswith("import sys\nimport xpulaunch")]
+    assert "nproc_per_node=None is --nproc-per-node auto: one worker per device" in block
+    hello = [sys.executable, "-c", "pass"]
+    h200 = str(inventory_path("2x-h200.json"))
+    auto = xpulaunch.plan(hello, gpus="2", nproc_per_node=None, inventory=h200, parent_env={})
+    assert len(auto.workers) == 2
+    assert len(xpulaunch.plan(hello, gpus="2", inventory=h200, parent_env={}).workers) == 1
+    assert "one worker per selected device" in (xpulaunch.plan.__doc__ or "")

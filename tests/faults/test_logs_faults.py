@@ -63,6 +63,32 @@ def test_follow_goes_on_while_a_second_run_of_the_same_log_dir_runs(
     assert code == 0 and "line 0" in out
 
 
+def test_a_finished_run_leaves_no_lock_and_its_follower_ends(
+    launch: Launch, tmp_path: Path
+) -> None:
+    """``.running.lock`` was left in every ``--log-dir`` after its run; its summary.json says
+    the run is over, and ``logs -f`` reads that."""
+    logs = tmp_path / "logs"
+    code, _, err = finish(launch("run", "--log-dir", str(logs), sys.executable, "-c", "print(1)"))
+    assert code == 0, err
+    assert sorted(p.name for p in logs.iterdir()) == ["attempt_0", "summary.json"]
+    code, out, err = finish(launch("logs", str(logs), "-f"), timeout_s=10)
+    assert code == 0 and out.rstrip().endswith("1"), err
+
+
+def test_a_lock_another_run_holds_is_not_removed(tmp_path: Path) -> None:
+    from xpulaunch.joblog.logs import RUNNING_LOCK, hold_running_lock, remove_running_lock
+
+    held = hold_running_lock(tmp_path)
+    assert held is not None
+    remove_running_lock(tmp_path)  # the run that holds it is not over
+    assert (tmp_path / RUNNING_LOCK).exists()
+    os.close(held)
+    remove_running_lock(tmp_path)
+    assert not (tmp_path / RUNNING_LOCK).exists()
+    remove_running_lock(tmp_path)  # gone already: nothing to do
+
+
 MEASURE = """
 import resource, subprocess, sys
 subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)

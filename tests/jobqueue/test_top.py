@@ -33,6 +33,8 @@ def test_once_prints_devices_holders_and_the_queue(box: QueueBox) -> None:
     assert lines[1].split() == ["DEVICE", "MEMORY", "UTIL", "HELD", "BY"]
     assert lines[2].split()[:7] == ["nvidia", "0", "0.0/140.4", "GiB", "0%", "job", str(first)]
     shown = lines[2].split("  root  ", 1)[1]  # the holder's command, cut to the width
+    assert shown.endswith("…")
+    shown = shown.removesuffix("…")
     assert len(shown) > len("python /") and f"python {JOB} audit {box.audit} long".startswith(shown)
     assert lines[3].split() == ["nvidia", "1", "0.0/140.4", "GiB", "0%", "-"]
     assert lines[4] == "processes: not listed (the devices come from an inventory file)"
@@ -43,6 +45,21 @@ def test_once_prints_devices_holders_and_the_queue(box: QueueBox) -> None:
     assert lines[9].split()[:3] == [str(second), "root", "waiting"]
     assert lines[10].strip() == f"waiting for 2 devices: nvidia 0 leased by job {first}"
     assert all(len(line) <= 100 for line in lines)
+
+
+def test_a_pipe_gets_whole_lines(box: QueueBox) -> None:
+    """``xpulaunch queue | cat`` and ``top --once | cat`` (no COLUMNS) used to cut every line
+    at 80 columns with no mark: a command, a reason, the title."""
+    tag = "long-" + "x" * 100
+    job = box.submit("--hold", "--gpus", "1", *box.audit_job(tag, 0))
+    queue = box.cli("queue", "--lock-dir", box.lock_dir).stdout.splitlines()
+    row = next(line for line in queue if line.startswith(str(job)))
+    assert row.endswith(f"audit {box.audit} {tag} 0"), row
+    top = box.cli("top", "--once", "--lock-dir", box.lock_dir, "--inventory", box.inventory)
+    lines = top.stdout.splitlines()
+    assert lines[0].endswith("runner: none") or "runner: root pid" in lines[0]
+    assert any(line.endswith(f"{tag} 0") for line in lines), lines
+    assert "…" not in top.stdout + "\n".join(queue)
 
 
 class Tmux:

@@ -113,6 +113,24 @@ def test_cpu_build_refuses_gpus_in_one_line(fake_build: Callable[[str], str]) ->
     assert done.returncode == 2
     assert error_lines(done.stderr) == done.stderr.splitlines()
     assert "this llama-server is a CPU build" in done.stderr
+    # how to preview a GPU plan with it (the setup installs a CPU build)
+    assert "--dry-run --llama-backend cuda" in done.stderr
+
+
+def test_a_gpu_plan_previewed_with_a_cpu_build_asks_no_fit_tool(
+    llama_server: str, tiny_model: Path
+) -> None:
+    """``--llama-backend cuda`` with the CPU llama-server: its llama-fit-params used to be
+    asked about CUDA0, and the plan said ``llama-fit-params failed ... invalid device``."""
+    h200 = str(inventory_path("2x-h200.json"))
+    args = ["--binary", llama_server, "--inventory", h200, "--gpus", "2", "--llama-backend", "cuda"]
+    done = xpulaunch("llama", "-m", str(tiny_model), *args, "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    notes = json.loads(done.stdout)["notes"]
+    assert not any("failed" in n or "invalid device" in n for n in notes), notes
+    skipped = "llama-fit-params not asked: this llama-server lists no cuda device"
+    assert any(n.startswith(skipped) for n in notes), notes
+    assert any(n.startswith("model needs about") for n in notes), notes
 
 
 def test_dry_run_for_another_machine_needs_the_build_named(tmp_path: Path) -> None:

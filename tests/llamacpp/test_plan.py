@@ -134,6 +134,11 @@ def test_a_cpu_build_runs_every_replica_on_the_cpu() -> None:
     assert result.plan.backend.value == "cpu" and result.plan.devices == ()
     assert [arg(w.argv, "--device") for w in result.plan.workers] == ["none", "none"]
     assert all(w.env["CUDA_VISIBLE_DEVICES"] == "" for w in result.plan.workers)
+    # gpus auto (the default; a models.toml's gpus = "auto"): it said "--gpus none"
+    assert "backend cpu: this llama-server is a CPU build (gpus: auto)" in result.plan.notes
+    assert not any("--gpus none" in n for n in result.plan.notes)
+    chosen = make(replace(BASE, gpus="none"), load_inventory("2x-h200.json"), LlamaBackend.CPU)
+    assert "backend cpu: --gpus none" in chosen.plan.notes
 
 
 def test_a_cpu_build_refuses_gpus() -> None:
@@ -141,6 +146,17 @@ def test_a_cpu_build_refuses_gpus() -> None:
         make(replace(BASE, gpus="2"), load_inventory("2x-h200.json"), LlamaBackend.CPU)
     assert raised.value.message.startswith("gpus='2': this llama-server is a CPU build")
     assert raised.value.cli_message().startswith("--gpus 2: this llama-server is a CPU build")
+    # and how to preview this host's GPU plan with it: the build that runs on its GPUs
+    previews = {
+        "2x-h200.json": "cuda",
+        "2x-max1550.json": "sycl",
+        "4x-mi300x.json": "rocm",
+        "hybrid-4090-arc.json": "cuda, sycl, rocm or vulkan",
+    }
+    for fixture, build in previews.items():
+        with pytest.raises(UsageError) as raised:
+            make(replace(BASE, gpus="2"), load_inventory(fixture), LlamaBackend.CPU)
+        assert raised.value.message.endswith(f"--dry-run --llama-backend {build})"), fixture
 
 
 def test_a_build_refuses_another_vendors_backend() -> None:

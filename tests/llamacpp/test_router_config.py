@@ -46,7 +46,11 @@ def test_a_full_table_and_the_defaults() -> None:
         ({"model": {}}, "unknown top-level key 'model'"),
         ({"models": {"a": "x.gguf"}}, "[models.a]: expected a table of model, gpus"),
         ({"models": {"a": {}}}, '[models.a]: no model; add model = "/path/to/model.gguf"'),
-        ({"models": {"a": {"model": "m", "gpu": 1}}}, "[models.a]: unknown key 'gpu'"),
+        (
+            {"models": {"a": {"model": "m", "gpu": 1}}},
+            "[models.a]: unknown key 'gpu'; did you mean 'gpus'? expected model, gpus",
+        ),
+        ({"models": {"a": {"model": "m", "zzz": 1}}}, "unknown key 'zzz'; expected model, gpus"),
         ({"models": {"a": {"model": "m", "replicas": 0}}}, "replicas: expected a whole number"),
         ({"models": {"a": {"model": "m", "replicas": "2"}}}, "replicas: expected a whole number"),
         ({"models": {"a": {"model": "m", "ttl": -1}}}, "ttl: expected seconds >= 0"),

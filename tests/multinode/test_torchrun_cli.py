@@ -53,8 +53,8 @@ def test_log_dir_in_torchruns_layout_across_a_restart(nodes: Nodes, tmp_path: Pa
     status, _, err = nodes.finish(job)
     assert status == 0, err
     run = the_run(logs, UUID)  # --standalone: a new uuid, as torchrun names it
-    names = sorted(p.name for p in run.iterdir())  # .running.lock: for `xpulaunch logs -f`
-    assert names == [".running.lock", "attempt_0", "attempt_1", "summary.json"]
+    names = sorted(p.name for p in run.iterdir())  # .running.lock: gone with the run
+    assert names == ["attempt_0", "attempt_1", "summary.json"]
     first, second = run / "attempt_0", run / "attempt_1"
     assert sorted(p.name for p in first.iterdir()) == ["0", "1"]
     assert sorted(p.name for p in (first / "1").iterdir()) == ["stderr.log", "stdout.log"]

@@ -153,6 +153,20 @@ def test_devices_json_imports_no_torch(tmp_path: Path) -> None:
     assert not {n for n in imported if n.split(".")[0] in ("torch", "pyzes", "rich")}
 
 
+def test_torch_on_a_host_without_an_intel_gpu_says_it_added_nothing(tmp_path: Path) -> None:
+    """``devices --torch`` asks torch.xpu only about Intel cards: on a host with none, it did
+    nothing and said nothing (and its help says it is slow, so it seemed to have run)."""
+    m = FakeMachine(tmp_path)
+    h200_host(m)
+    out = xpulaunch("devices", "--torch", env=fake_host_env(m))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == (
+        "xpulaunch: note: --torch: no Intel GPU here, and torch.xpu is asked only about "
+        "Intel GPUs\n"
+    )
+    assert "nvidia GPU [0x2335]" in out.stdout
+
+
 def _device(**kw: object) -> Device:
     base: dict[str, object] = {"vendor": Vendor.INTEL, "index": 0}
     return Device(**{**base, **kw})  # type: ignore[arg-type]
@@ -175,13 +189,34 @@ def test_mig_rows_and_problem_footer_truncation() -> None:
     problems = tuple(Problem("nvml", f"problem {i} " + "x" * 200) for i in range(7))
     inv = Inventory(devices=(_device(vendor=Vendor.NVIDIA, mig_devices=(mig,)),), problems=problems)
     text = render_table(inv)
-    assert "MIG MIG-7f6a1b2c  ? / 20.0 GiB" in text
+    assert "  MIG-7f6a1b2c  " in text and text.count("? / 20.0 GiB") == 1
     assert "7 problems:" in text
     assert text.count("  - nvml: problem") == 5
     assert "(and 2 more; 'xpulaunch devices --debug' shows every problem in full)" in text
     assert max(len(line) for line in text.splitlines()) < 200
     full = render_table(inv, debug=True)
     assert full.count("  - nvml: problem") == 7 and "x" * 200 in full
+
+
+def test_mig_rows_line_up_with_the_memory_column() -> None:
+    """They ran through NAME and PCI: ``     MIG MIG-7f6a1b2c-...  0.0 / 20.0 GiB``."""
+    out = xpulaunch("devices", "--inventory", str(INVENTORIES / "a100-mig.json"))
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()[1:]
+    column = header.index("MEMORY")
+    migs = [row for row in rows if row.lstrip().startswith("MIG-")]
+    assert len(migs) == 2
+    for row in [*migs, rows[0]]:
+        assert row[column:].split()[:4] == ["0.0", "/", "20.0" if "MIG-" in row else "40.0", "GiB"]
+        assert row[column - 2 : column] == "  "
+
+
+def test_debug_on_an_inventory_file_prints_no_empty_sources() -> None:
+    """Each device got ``sources:`` with an empty value (``intel 0 (0000:29:00.0): ``)."""
+    out = xpulaunch("devices", "--debug", "--inventory", str(INVENTORIES / "2x-max1550.json"))
+    assert out.returncode == 0, out.stderr
+    assert "sources:" not in out.stdout
+    assert not any(line.endswith(": ") or line.endswith(":") for line in out.stdout.splitlines())
 
 
 def test_empty_host_says_so() -> None:

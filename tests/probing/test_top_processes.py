@@ -93,3 +93,69 @@ def test_the_live_view_without_a_terminal_it_can_draw_on(
             os.close(parent)
         code, err = proc.returncode, proc.stderr
     assert (code, err) == (1, f"xpulaunch: error: {message}\n")
+
+
+def _top_in_a_pty(env: dict[str, str]) -> tuple[int, bytes, str]:
+    """``xpulaunch top`` in a real terminal (a pty, 80x24) with ``env``: what it drew until
+    the queue part showed, then ``q``; its exit status, the bytes drawn, and its stderr."""
+    import fcntl
+    import select
+    import struct
+    import termios
+    import time
+
+    parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    drawn = b""
+    try:
+        proc = subprocess.Popen(
+            [str(XPULAUNCH), "top", "--interval", "0.2"],
+            stdin=child,
+            stdout=child,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(child)
+        deadline = time.monotonic() + 30
+        while b"QUEUE" not in drawn and proc.poll() is None and time.monotonic() < deadline:
+            if select.select([parent], [], [], 0.5)[0]:
+                try:
+                    drawn += os.read(parent, 65536)
+                except OSError:  # EIO: the terminal's last process closed it
+                    break
+        if proc.poll() is None:
+            os.write(parent, b"q")
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    finally:
+        os.close(parent)
+    return proc.returncode, drawn, err.decode()
+
+
+@pytest.mark.parametrize("term", ["xterm-kitty", "xterm-ghostty", "unknownterm"])
+def test_a_term_this_host_has_no_terminfo_for_is_drawn_as_xterm(tmp_path: Path, term: str) -> None:
+    """ssh from kitty or ghostty into a host without their terminfo: top draws as
+    xterm-256color and says so (it was a traceback: setupterm could not find the terminal)."""
+    m = FakeMachine(tmp_path)
+    mi300x_host(m)
+    env = {**os.environ, **fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    code, drawn, err = _top_in_a_pty({**env, "TERM": term})
+    assert (code, err) == (0, "")
+    assert b"amd 0" in drawn and b"QUEUE: empty" in drawn
+    assert f"TERM={term}: no terminfo here; drawn as xterm-256color".encode() in drawn
+
+
+@pytest.mark.parametrize(("term", "said"), [("", "TERM is empty"), (None, "no TERM")])
+def test_an_empty_or_missing_term_in_a_terminal_is_one_line(
+    tmp_path: Path, term: str | None, said: str
+) -> None:
+    m = FakeMachine(tmp_path)
+    mi300x_host(m)
+    env = {**os.environ, **fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    env.pop("TERM", None)
+    code, _, err = _top_in_a_pty(env if term is None else {**env, "TERM": term})
+    message = f"xpulaunch top needs a terminal that can move its cursor ({said}); use --once"
+    assert (code, err) == (1, f"xpulaunch: error: {message}\n")

@@ -94,3 +94,22 @@ def test_find_executable_is_the_lookup_exec_makes(search_dirs: Path) -> None:
     assert find_executable("./tool", "", str(search_dirs)) == f"{search_dirs}/./tool"
     assert find_executable("./tool", "", str(search_dirs / "e")) is None
     assert find_executable("b/tool", "", str(search_dirs)) is None
+
+
+def test_a_mistyped_script_gets_the_closest_name_beside_it(tmp_path: Path) -> None:
+    """``xpulaunch trian.py`` said only ``no such script``."""
+    (tmp_path / "sub").mkdir()
+    for name in ("train.py", "eval.py", "sub/train.py", "notes.txt"):
+        (tmp_path / name).write_text("")
+    cases = {
+        "trian.py": "trian.py: no such script; did you mean train.py?",
+        "sub/trian.py": "sub/trian.py: no such script; did you mean sub/train.py?",
+        "zzzz.py": "zzzz.py: no such script",  # nothing close
+        "gone/trian.py": "gone/trian.py: no such script",  # no such folder either
+    }
+    for script, error in cases.items():
+        with pytest.raises(LaunchError) as caught:
+            resolve_program([script], env={}, cwd=str(tmp_path))
+        assert caught.value.message == error
+        note = resolve_program([script], env={}, cwd=str(tmp_path), must_exist=False).note
+        assert note == f"{script}: no such script here"  # a plan for another machine: no guess

@@ -148,3 +148,15 @@ def test_with_py_spy_the_stacks_go_to_the_log_before_the_restart(
         assert "xpulaunch: py-spy dump of the silent process:" in log
         assert "<module> (silent.py:4)" in log  # where it sleeps: the stack, read for real
     assert "restarting worker 0" in done.stderr
+
+
+def test_the_stack_dump_is_shown_once(script: Callable[[str], str]) -> None:
+    """It was printed live, then again as the worker's "last lines" when the job gave up."""
+    venv_bin = str(Path(sys.executable).parent)  # where the dev extra installed py-spy
+    path = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
+    done = xpulaunch("--hang-timeout", "1", script("silent.py"), env=path)
+    assert done.returncode == 123, done.stderr
+    assert done.stderr.count("py-spy dump of the silent process:") == 1, done.stderr
+    assert done.stderr.count("(silent.py:4)") == 1, done.stderr
+    assert "last lines of worker 0's stderr" not in done.stderr
+    assert "worker 0 failed first: it was silent for" in done.stderr

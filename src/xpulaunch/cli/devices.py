@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 _GIB = 1024**3
 _FOOTER_PROBLEMS = 5
 _FOOTER_WIDTH = 160
+TORCH_NOTHING = "no Intel GPU here, and torch.xpu is asked only about Intel GPUs"
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -68,6 +69,8 @@ def devices(
         from xpulaunch.probing.host import probe_from_env
 
         inventory = probe_from_env(os.environ, use_torch=use_torch, report_missing=debug)
+        if use_torch and _torch_not_asked(inventory):
+            click.echo(f"xpulaunch: note: --torch: {TORCH_NOTHING}", err=True)
     if show_processes:
         from xpulaunch.cli.device_processes import with_processes
 
@@ -86,6 +89,13 @@ def devices(
         click.echo(terminal_safe(render_processes(inventory)))
 
 
+def _torch_not_asked(inventory: Inventory) -> bool:
+    """torch.xpu only fills in Intel cards (probing/intel.py): on a host with none it is not
+    asked (unless the PCI bus could not be read: then it answers, with a problem)."""
+    asked = any(p.source == "torch.xpu" for p in inventory.problems)
+    return not asked and not any(d.vendor == "intel" for d in inventory.devices)
+
+
 def render_table(inventory: Inventory, *, debug: bool = False) -> str:
     """The device table plus a footer of problems. Unknown values print as ``?`` or ``-``."""
     lines = []
@@ -95,11 +105,14 @@ def render_table(inventory: Inventory, *, debug: bool = False) -> str:
         qualify = len({d.vendor for d in inventory.devices}) > 1
         table = aligned([header, *(_row(d, qualify=qualify) for d in inventory.devices)])
         lines.append(table[0].rstrip())
+        # A MIG instance's row: its UUID (to give --gpus) under IDX to PCI, its memory in the
+        # MEMORY column; the UUID is wider than most names, so it is not a cell of the table.
+        memory_at = table[0].index(header[4])
         for device, line in zip(inventory.devices, table[1:], strict=True):
             lines.append(line.rstrip())
             for mig in device.mig_devices:
                 memory = _memory(mig.memory_used_bytes, mig.memory_total_bytes)
-                lines.append(f"     MIG {mig.uuid}  {memory}")
+                lines.append(f"{'  ' + mig.uuid:<{memory_at - 2}}  {memory}")
     else:
         lines.append("No accelerators found.")
     from xpulaunch.core.known_issues import issues_of
@@ -142,7 +155,8 @@ def _source_lines(devices: Sequence[Device]) -> list[str]:
         details = [f"{k}={v}" for k, v in d.extra.items() if k != "sources"]
         if isinstance(sources, list):
             details.insert(0, "from " + ", ".join(str(s) for s in sources))
-        lines.append(f"  {d.label()}: " + "; ".join(details))
+        if details:  # an inventory file records none: no line of its own, empty
+            lines.append(f"  {d.label()}: " + "; ".join(details))
     return ["", "sources:", *lines] if lines else []
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import aligned, one_line, terminal_safe
+from xpulaunch.cli.terminal import aligned, cut, one_line, output_width, terminal_safe
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.jobqueue import actions, listing
 
@@ -31,22 +30,22 @@ def queue(as_json: bool, everything: bool, lock_dir: str | None) -> int:
     if as_json:
         click.echo(json.dumps(listing.document(snapshot), indent=2))
         return 0
-    width = shutil.get_terminal_size().columns
-    click.echo(terminal_safe(queue_text(snapshot, width)))
+    click.echo(terminal_safe(queue_text(snapshot, output_width())))
     return 0
 
 
-def queue_text(snapshot: listing.Snapshot, width: int) -> str:
-    """The table, cut to ``width`` columns (the command runs free at the end)."""
+def queue_text(snapshot: listing.Snapshot, width: int | None) -> str:
+    """The table, its lines cut to ``width`` columns (None: whole; the command runs free at
+    the end)."""
     rows = listing.table_rows(snapshot)
     if not rows:
         return f"no jobs in the queue of {snapshot.lock_dir}"
-    width = max(width, 40)
+    width = None if width is None else max(width, 40)
     header, *table = aligned([listing.HEADER, *(cells for cells, _ in rows)])
-    lines = [header[:width].rstrip()]
+    lines = [cut(header, width).rstrip()]
     for line, (_, reason) in zip(table, rows, strict=True):
-        lines.append(line[:width].rstrip())
+        lines.append(cut(line, width).rstrip())
         if reason:
             # A --wait launch's reason is its own text (other users' command lines in it).
-            lines.append(("      " + one_line(reason))[:width])
+            lines.append(cut("      " + one_line(reason), width))
     return "\n".join(lines)

@@ -9,20 +9,24 @@ import click
 
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.core.units import format_bytes
+from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
 from xpulaunch.model import SET_AT_START, Plan, Unit
 
 
-def print_plan(plan: Plan, as_json: bool, *, servers: bool = False) -> None:
-    """``servers``: the plan's workers are llama-server replicas, and are called so."""
+def print_plan(
+    plan: Plan, as_json: bool, *, servers: bool = False, heartbeat: bool = False
+) -> None:
+    """``servers``: the plan's workers are llama-server replicas, and are called so.
+    ``heartbeat``: the run has ``--heartbeat`` (its workers get ``XPULAUNCH_HEARTBEAT_FILE``)."""
     if as_json:
         from xpulaunch.core.plan import to_dict
 
         click.echo(json.dumps(to_dict(plan), indent=2))
     else:
-        click.echo(terminal_safe(plan_text(plan, servers=servers)))
+        click.echo(terminal_safe(plan_text(plan, servers=servers, heartbeat=heartbeat)))
 
 
-def plan_text(plan: Plan, *, servers: bool = False) -> str:
+def plan_text(plan: Plan, *, servers: bool = False, heartbeat: bool = False) -> str:
     """A readable plan: devices and memory, why, and each worker's (or server's) environment."""
     lines = [f"backend: {plan.backend.value}"]
     if plan.hierarchy is not None:
@@ -41,7 +45,8 @@ def plan_text(plan: Plan, *, servers: bool = False) -> str:
         for name, value in worker.env.items():
             shown = "(removed)" if value is None else _quote(value)
             lines.append(f"      {name}={shown}")
-    lines.append(f"  set at start: {', '.join(SET_AT_START)}")
+    started = [n for n in SET_AT_START if heartbeat or n != HEARTBEAT_FILE_VAR]
+    lines.append(f"  set at start: {', '.join(started)}")
     lines.append("why:")
     lines += [f"  - {note}" for note in plan.notes]
     return "\n".join(lines)

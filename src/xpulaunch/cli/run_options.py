@@ -313,7 +313,7 @@ def launch(
     if dry_run:
         from xpulaunch.cli.render import print_plan
 
-        print_plan(dry_run_plan(request, env), as_json)
+        print_plan(dry_run_plan(request, env), as_json, heartbeat=request.heartbeat)
         return 0
     if as_json:
         raise UsageError("--json goes with --dry-run")

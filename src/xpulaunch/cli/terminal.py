@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +29,34 @@ def terminal_safe(text: str) -> str:
 def one_line(text: str) -> str:
     """:func:`terminal_safe` for text that must stay on one row: a newline is shown too."""
     return _CONTROL_OR_NEWLINE.sub(_shown, text)
+
+
+# The end of a cut line: a reader sees it was cut, and a cut "job 1|2" never reads as job 1.
+CUT = "…"
+_WORD_END = re.compile(r"\w+$")
+
+
+def output_width() -> int | None:
+    """The columns a line of a table may take: ``COLUMNS`` when set, else the terminal's
+    width; None (no cut) when stdout is not a terminal: a pipe or a file gets whole lines."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def cut(text: str, width: int | None) -> str:
+    """``text`` in at most ``width`` characters (None: all of it). A cut line ends with
+    :data:`CUT`, and is cut before a word or number it would split: ``shared by job 1…``
+    for jobs 11 and 12 would name the wrong job."""
+    if width is None or len(text) <= width:
+        return text
+    kept = text[: max(width - 1, 0)]
+    if kept[-1:].isalnum() and text[len(kept)].isalnum():  # in the middle of a word
+        kept = _WORD_END.sub("", kept) or kept  # a word wider than the line: cut in it
+    return kept.rstrip() + CUT
 
 
 def _shown(match: re.Match[str]) -> str:

@@ -11,8 +11,8 @@ devices are that file's (readings as written there; no processes are listed).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import shutil
 import sys
 import time
 from collections import Counter
@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.terminal import cut, output_width
 from xpulaunch.cli.top_view import DeviceRow, Frame, render
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import XpulaunchError
@@ -62,25 +63,56 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
 
         loaded = load_inventory(inventory)
     if once:
-        size = shutil.get_terminal_size()
-        lines = render(gather(directory, env, loaded), size.columns)
+        lines = render(gather(directory, env, loaded), output_width())
         click.echo("\n".join(line.text for line in lines))
         return 0
     if not sys.stdout.isatty():
         raise XpulaunchError("xpulaunch top needs a terminal; use --once for a script")
-    if env.get("TERM", "dumb") == "dumb":  # Emacs's shell: curses would draw rows of blanks
-        term = f"TERM={env['TERM']}" if "TERM" in env else "no TERM"
+    term = env.get("TERM", "")
+    if term in ("", "dumb"):  # Emacs's shell: curses would draw rows of blanks
+        said = f"TERM={term}" if term else ("TERM is empty" if "TERM" in env else "no TERM")
         raise XpulaunchError(
-            f"xpulaunch top needs a terminal that can move its cursor ({term}); use --once"
+            f"xpulaunch top needs a terminal that can move its cursor ({said}); use --once"
         )
+    drawn_as = drawable_term(term)
+    notes = () if drawn_as == term else (f"TERM={term}: no terminfo here; drawn as {drawn_as}",)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
-        _live(lambda: gather(directory, env, loaded), interval)
+        _live(lambda: _noted(gather(directory, env, loaded, live=True), notes), interval, drawn_as)
     return 0
 
 
-def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None) -> Frame:
+# Terminal types to draw as when the host lacks the terminfo entry of TERM: ssh from kitty
+# (xterm-kitty), ghostty or alacritty into a server that does not know them. These terminals
+# all speak xterm's sequences, and what top sends (cursor moves, bold) is in even vt100's.
+FALLBACK_TERMS = ("xterm-256color", "xterm", "vt100")
+
+
+def drawable_term(term: str) -> str:
+    """``term`` if this host has its terminfo entry, else the first of
+    :data:`FALLBACK_TERMS` it has; none of them is a one-line error."""
+    import curses
+
+    for name in (term, *FALLBACK_TERMS):
+        try:
+            curses.setupterm(name, sys.stdout.fileno())
+        except curses.error:  # "could not find terminal"
+            continue
+        return name
+    raise XpulaunchError(
+        f"xpulaunch top: this host has no terminfo entry for TERM={term} (nor for "
+        f"{', '.join(FALLBACK_TERMS)}); use --once"
+    )
+
+
+def _noted(frame: Frame, notes: tuple[str, ...]) -> Frame:
+    return dataclasses.replace(frame, notes=(*frame.notes, *notes)) if notes else frame
+
+
+def gather(
+    directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None, live: bool = False
+) -> Frame:
     """One frame: the devices (``loaded``, else probed now), the leases and the queue as they
-    are now."""
+    are now. A ``live`` one's title says first that q quits (the end of a title may be cut)."""
     notes: list[str] = []
     try:
         snapshot = listing.take(directory, env)
@@ -101,8 +133,8 @@ def gather(directory: LockDirectory, env: Mapping[str, str], loaded: Inventory |
     )
     runners = ", ".join(f"{u} pid {p}" for u, p in listing.runner_names(snapshot).items())
     kind = "shared" if directory.shared else "private"
-    title = f"xpulaunch top  {time.strftime('%H:%M:%S')}  {directory.root} ({kind})"
-    title += f"  runner: {runners or 'none'}  q: quit"
+    title = f"xpulaunch top{' (q quits)' if live else ''}  {time.strftime('%H:%M:%S')}"
+    title += f"  {directory.root} ({kind})  runner: {runners or 'none'}"
     return Frame(
         title=title,
         devices=rows,
@@ -187,7 +219,8 @@ def _processes(
         memory = (
             "" if process.memory_bytes is None else f" ({process.memory_bytes / 1024**3:.1f} GiB)"
         )
-        text = f"pid {process.pid}  {process.user or '?'}  {(process.command or '?')[:50]}{memory}"
+        command = cut(process.command or "?", 50)
+        text = f"pid {process.pid}  {process.user or '?'}  {command}{memory}"
         per_device.setdefault(process.device_key, []).append(text)
     return per_device
 
@@ -199,11 +232,14 @@ def _summary(snapshot: listing.Snapshot) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "empty"
 
 
-def _live(frame: Callable[[], Frame], interval_s: float) -> None:
+def _live(frame: Callable[[], Frame], interval_s: float, term: str) -> None:
     import curses
     import locale
 
     locale.setlocale(locale.LC_ALL, "")
+    # curses.initscr() takes the terminal type from TERM in this process's environment, and
+    # Python has no newterm() to give it another: a fallback type has to be put there.
+    os.environ["TERM"] = term
     curses.wrapper(_loop, frame, interval_s)
 
 

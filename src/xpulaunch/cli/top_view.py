@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xpulaunch.cli.terminal import aligned, one_line
+from xpulaunch.cli.terminal import aligned, cut, one_line
 from xpulaunch.core.units import format_bytes
 
 MIN_WIDTH = 40
@@ -47,12 +47,12 @@ class Line:
     strong: bool = False  # a header: drawn bold
 
 
-def render(frame: Frame, width: int, height: int | None = None) -> list[Line]:
+def render(frame: Frame, width: int | None, height: int | None = None) -> list[Line]:
     """The frame as at most ``height`` lines (None: all of them) of at most ``width``
-    characters, control characters shown (:func:`~xpulaunch.cli.terminal.one_line`: device
-    names and other users' command lines are not the terminal's to act on, nor to break a
-    row in two)."""
-    width = max(width, MIN_WIDTH)
+    characters (None: whole lines; a cut one ends with ``…``), control characters shown
+    (:func:`~xpulaunch.cli.terminal.one_line`: device names and other users' command lines
+    are not the terminal's to act on, nor to break a row in two)."""
+    width = None if width is None else max(width, MIN_WIDTH)
     head = [Line(frame.title, strong=True), *_device_lines(frame.devices)]
     head += [Line(n) for n in frame.notes]
     queue = _queue_lines(frame)
@@ -64,7 +64,7 @@ def render(frame: Frame, width: int, height: int | None = None) -> list[Line]:
             if room:
                 queue.append(Line(f"... {hidden} more job{'s' if hidden != 1 else ''} below"))
     lines = [*head, Line(""), *queue] if queue else head
-    return [Line(one_line(line.text)[:width].rstrip(), line.strong) for line in lines][:height]
+    return [Line(cut(one_line(line.text), width).rstrip(), line.strong) for line in lines][:height]
 
 
 def _device_lines(devices: tuple[DeviceRow, ...]) -> list[Line]:

@@ -60,20 +60,28 @@ def resolve_ids(
                 "tiles are not handed out under the COMPOSITE hierarchy; "
                 f"name the card ({device.index}) or set ZE_FLAT_DEVICE_HIERARCHY=FLAT",
                 option="gpus",
-                value=ident,
+                value=_as_written(ident),
             )
         if not matches:
             raise SelectionError(
                 f"{_part_label(device, part)} is hidden by the parent's visibility "
                 f"variables; visible: {_labels(units)}",
                 option="gpus",
-                value=ident,
+                value=_as_written(ident),
             )
         for unit in matches:
             if unit in chosen:
-                raise SelectionError(f"{unit.label()} is named twice", option="gpus", value=ident)
+                raise SelectionError(
+                    f"{unit.label()} is named twice", option="gpus", value=_as_written(ident)
+                )
             chosen.append(unit)
     return tuple(chosen)
+
+
+def _as_written(ident: str) -> str:
+    """One id of the list as ``--gpus`` takes it alone: ``device=9``, since ``--gpus 9`` is a
+    count (an error about id 9 that said ``--gpus 9`` read as one about nine devices)."""
+    return f"device={ident}" if ident.isascii() and ident.isdigit() else ident
 
 
 def _part_of(unit: Unit, part: int | MigDevice | None) -> bool:
@@ -99,7 +107,7 @@ def _own_vendor_id(ident: str, devices: Sequence[Device]) -> str:
             f"a job runs on one vendor's GPUs and this one uses {others.pop().value}; "
             f"to use {vendor.value} GPUs, name only those (or pass the matching --backend)",
             option="gpus",
-            value=ident,
+            value=_as_written(ident),
         )
     return bare
 
@@ -121,13 +129,13 @@ def _find_device(
             f"{device.label()} has no tiles (CARD.TILE names a tile of an Intel GPU); "
             f"name the GPU as device={device.index}",
             option="gpus",
-            value=ident,
+            value=_as_written(ident),
         )
     if tile is not None and tile >= device.tiles:
         raise SelectionError(
             f"{device.label()} has {device.tiles} tile(s); valid tiles are 0..{device.tiles - 1}",
             option="gpus",
-            value=ident,
+            value=_as_written(ident),
         )
     return device, tile
 
@@ -144,7 +152,9 @@ def _mig_named(bare: str, devices: Sequence[Device], ident: str) -> tuple[Device
     every = [m.uuid for d in devices for m in d.mig_devices]
     what = f"fits {len(hits)} MIG instances" if hits else "names no MIG instance"
     raise SelectionError(
-        f"{what}; MIG instances here: {', '.join(every) or 'none'}", option="gpus", value=ident
+        f"{what}; MIG instances here: {', '.join(every) or 'none'}",
+        option="gpus",
+        value=_as_written(ident),
     )
 
 
@@ -162,13 +172,13 @@ def _device_named(card: str, ident: str, devices: Sequence[Device], elsewhere: s
             f"the UUID prefix fits {len(by_prefix)} devices ({_device_list(by_prefix)}); "
             "give more of it",
             option="gpus",
-            value=ident,
+            value=_as_written(ident),
         )
     raise SelectionError(
         f"no such device; devices here: {_device_list(devices)}"
         + (f"; {elsewhere}" if elsewhere else ""),
         option="gpus",
-        value=ident,
+        value=_as_written(ident),
     )
 
 

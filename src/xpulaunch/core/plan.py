@@ -314,8 +314,10 @@ def _workers(job: _Job) -> tuple[tuple[WorkerPlan, ...], tuple[str, ...]]:
         notes.append(node_note(nodes, count, job.request.master_addr, job.request.master_port))
     if units and job.request.isolate:
         notes.append("visibility: each worker sees only its own devices (--isolate)")
-    elif units:
+    elif units and count > 1:
         notes.append("visibility: every worker sees all selected devices, LOCAL_RANK picks one")
+    elif len(units) > 1:  # one worker: there is no LOCAL_RANK to pick by
+        notes.append("visibility: the worker sees all selected devices")
     workers = tuple(
         _worker(job, share, rank, count, bindings[rank]) for rank, share in enumerate(shares)
     )

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from xpulaunch.events import (
+    STACK_DUMP_HEADER,
     Event,
     Exited,
     GaveUp,
@@ -341,7 +342,7 @@ class Reporter:
             self._say(f"where worker {failure.name} raised it (innermost last):")
             for frame in cause.frames:
                 self._say(f"  {frame}")
-        elif tail:
+        elif tail and not any(STACK_DUMP_HEADER in line for line in tail):  # shown above
             self._say(f"last lines of worker {failure.name}'s stderr:")
             for line in tail[-10:]:
                 self._say(f"  {line}")

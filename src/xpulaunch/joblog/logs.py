@@ -379,6 +379,24 @@ def hold_running_lock(run_dir: str | os.PathLike[str]) -> int | None:
     return fd
 
 
+def remove_running_lock(run_dir: str | os.PathLike[str]) -> None:
+    """Remove ``RUNNING_LOCK`` from a run's directory once its run is over and its
+    ``summary.json`` written (a follower then knows the run ended by that file): it was left
+    in every ``--log-dir``. Kept where another run holds it, or where it cannot be locked."""
+    path = os.path.join(run_dir, RUNNING_LOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # never made (a run without flock), or gone already
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)  # locked: no run holds it, and none takes it before it is gone
+    except OSError:
+        pass  # another run of this directory holds it: it is that run's to remove
+    finally:
+        os.close(fd)
+
+
 def _std_stream(stream: object) -> BinaryIO:
     """``sys.stdout.buffer``, or ``/dev/null`` where Python started without that stream (a
     descriptor closed with ``>&-`` in a program embedding the supervisor)."""

@@ -123,5 +123,10 @@ class Operations:
     def __exit__(self, *exc_info: object) -> None:
         if self.metrics is not None:
             self.metrics.close()
+        written: str | None = None
         if self.summary is not None and self._log_dir is not None:
-            self.summary.write(self._log_dir)
+            written = self.summary.write(self._log_dir)
+        if written is not None and self._log_dir is not None:
+            from xpulaunch.joblog.logs import remove_running_lock
+
+            remove_running_lock(self._log_dir)  # summary.json now says the run is over

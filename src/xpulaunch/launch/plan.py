@@ -95,8 +95,10 @@ def plan(
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
-    ``max_restarts`` is what the workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they
-    are not restarted, None for no limit. ``extra_env`` is given to every worker under the
+    ``nproc_per_node``: how many workers (default 1, which then sees every selected device);
+    None is ``--nproc-per-node auto``: one worker per selected device. ``max_restarts`` is
+    what the workers see as ``TORCHELASTIC_MAX_RESTARTS``: 0 when they are not restarted,
+    None for no limit. ``extra_env`` is given to every worker under the
     plan's own variables (device masks, ranks), which win; ``notes`` are added to the plan's.
     ``nodes``: this machine's place in a job of several nodes; there ``master_port`` defaults
     to torchrun's 29500, since every node must name the same. ``unavailable`` maps a unit's

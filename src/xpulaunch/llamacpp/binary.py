@@ -156,3 +156,26 @@ def which_build(
         return requested, listing, ("llama-server build: vulkan (--llama-backend)",)
     build, notes = detect_build(listing, wanted)
     return build, listing, notes
+
+
+def not_this_build(
+    binary: str, build: LlamaBackend, listing: DeviceList | None, env: Mapping[str, str]
+) -> str | None:
+    """Why the binary's own ``llama-fit-params`` cannot measure for ``build`` (a note), else
+    None. A build named with ``--llama-backend`` is not asked of the binary; a dry run that
+    previews a GPU build's plan with the CPU llama-server the setup installs would have the
+    fit tool fail ("invalid device: CUDA0"). So the binary is asked here, for a dry run only
+    and only when a fit tool would run: a build whose devices it does not list is not its own.
+    """
+    if listing is not None or build is LlamaBackend.CPU or fit_params_binary(binary) is None:
+        return None
+    try:
+        listed = list_devices(binary, env)
+    except (LaunchError, ProbeError):
+        return None  # the fit tool says what is wrong, if anything
+    if listed.of(build):
+        return None
+    return (
+        f"llama-fit-params not asked: this llama-server lists no {build.value} device "
+        f"(--llama-backend {build.value} previews another build); estimating from the GGUF header"
+    )

@@ -136,7 +136,7 @@ def make_llama_plan(
     what it needs (``--gpus auto``: the fewest free devices that hold it).
     """
     _check_counts(request, ports)
-    launch = _launch_request(request, build)
+    launch = _launch_request(request, build, _preview_build(inventory))
     fit_mib = _fit_target(request, sizing, parent_env)
     margin = fit_target_bytes(
         llama_args.passthrough_value(request.passthrough, "fit_target")
@@ -169,6 +169,9 @@ def make_llama_plan(
         notes.append(_replica_note(replica, units))
     _check_disjoint(build, replicas)
     shared = _replica_words(plan.notes, bool(plan.devices))
+    if build is LlamaBackend.CPU and launch.gpus != request.gpus:  # --gpus auto on a CPU build
+        said = f"backend cpu: this llama-server is a CPU build (gpus: {request.gpus})"
+        shared = [said if n == "backend cpu: --gpus none" else n for n in shared]
     final = replace(
         plan, workers=tuple(workers), notes=(*build_notes, *shared, *notes), device_map=None
     )
@@ -205,8 +208,19 @@ def _check_counts(request: LlamaRequest, ports: Sequence[int]) -> None:
         )
 
 
-def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest:
-    """The shared planner's request: the backend follows the build of the binary."""
+def _preview_build(inventory: Inventory) -> str:
+    """The ``--llama-backend`` that previews a GPU plan for ``inventory``'s GPUs."""
+    vendors = {d.vendor for d in inventory.devices}
+    if len(vendors) == 1:
+        return {"nvidia": "cuda", "intel": "sycl", "amd": "rocm"}[vendors.pop().value]
+    return "cuda, sycl, rocm or vulkan"
+
+
+def _launch_request(
+    request: LlamaRequest, build: LlamaBackend, preview: str = "cuda, sycl, rocm or vulkan"
+) -> LaunchRequest:
+    """The shared planner's request: the backend follows the build of the binary.
+    ``preview``: the ``--llama-backend`` to name to a CPU build asked for GPUs."""
     wanted = parse_backend(request.backend)
     gpus, backend = request.gpus, request.backend
     native = build.plan_backend
@@ -214,7 +228,8 @@ def _launch_request(request: LlamaRequest, build: LlamaBackend) -> LaunchRequest
         if parse_gpus(gpus).mode not in (GpuMode.AUTO, GpuMode.NONE):
             raise UsageError(
                 "this llama-server is a CPU build (--list-devices shows no GPU); "
-                "use none, or a CUDA, SYCL, ROCm or Vulkan build",
+                "use none, or a CUDA, SYCL, ROCm or Vulkan build (to preview a GPU build's "
+                f"plan with this one: --dry-run --llama-backend {preview})",
                 option="gpus",
                 value=gpus,
             )

@@ -15,7 +15,7 @@ from typing import Any
 from xpulaunch.core.backend import parse_backend
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
-from xpulaunch.llamacpp.binary import build_features, resolve_binary, which_build
+from xpulaunch.llamacpp.binary import build_features, not_this_build, resolve_binary, which_build
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend
 from xpulaunch.llamacpp.estimate import estimate_model
 from xpulaunch.llamacpp.health import free_port
@@ -99,11 +99,12 @@ def prepare_llama(
     fit = None if features is None else features.fit
     estimate = None
     if model is not None:
+        other = not_this_build(binary, build, listing, parent_env) if found and dry_run else None
         estimate, estimate_notes = estimate_model(
-            binary if found else None, model, request.passthrough, parent_env,
+            binary if found and not other else None, model, request.passthrough, parent_env,
             fit=bool(fit), device=_first_device(build, listing),
         )  # fmt: skip
-        notes += estimate_notes
+        notes += [*estimate_notes, *([other] if other else [])]
     else:
         notes.append("the model is fetched by llama-server itself: no estimate of its size")
     return Prepared(

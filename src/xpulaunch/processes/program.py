@@ -9,6 +9,7 @@ started, instead of as a worker exiting 127.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import sys
@@ -66,7 +67,7 @@ def resolve_program(
     problem = _problem(command, cwd)
     if problem is None:
         return ResolvedProgram(command)
-    return _cannot_run(command, *problem, must_exist=must_exist)
+    return _cannot_run(command, *problem, must_exist=must_exist, cwd=cwd)
 
 
 def find_executable(program: str, search_path: str, cwd: str | None) -> str | None:
@@ -102,13 +103,32 @@ def _script(command: tuple[str, ...]) -> str:
 
 
 def _cannot_run(
-    command: tuple[str, ...], culprit: str, problem: tuple[str, str], *, must_exist: bool
+    command: tuple[str, ...],
+    culprit: str,
+    problem: tuple[str, str],
+    *,
+    must_exist: bool,
+    cwd: str | None = None,
 ) -> ResolvedProgram:
     error, note = problem
     if must_exist:
+        if problem is _NO_SCRIPT:
+            error += _closest_script(culprit, cwd)
         # The shell's statuses: 126 for a program found but not runnable, 127 not found.
         raise LaunchError(f"{culprit}: {error}", exit_code=126 if problem in _FOUND else 127)
     return ResolvedProgram(command, f"{culprit}: {note}")
+
+
+def _closest_script(script: str, cwd: str | None) -> str:
+    """``; did you mean train.py?`` for a mistyped script: the closest ``.py`` file in the
+    folder it names (none close: nothing)."""
+    folder, name = os.path.split(script)
+    try:
+        names = [n for n in os.listdir(_from(cwd, folder or os.curdir)) if n.endswith(".py")]
+    except OSError:  # no such folder either, or not readable
+        return ""
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f"; did you mean {os.path.join(folder, close[0])}?" if close else ""
 
 
 def _from(cwd: str | None, path: str) -> str:

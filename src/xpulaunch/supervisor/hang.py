@@ -22,7 +22,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
-from xpulaunch.events import HangDetected
+from xpulaunch.events import STACK_DUMP_HEADER, HangDetected
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -98,7 +98,7 @@ class HangWatch:
     def _dumped(
         self, worker: Worker, run_id: int, reason: str, future: Future[list[bytes]]
     ) -> None:
-        lines = [b"xpulaunch: py-spy dump of the silent process:", *future.result()]
+        lines = [STACK_DUMP_HEADER.encode(), *future.result()]
         self._sink.write(worker.name, True, lines)
         if run_id == worker.run_id and worker.alive:
             self._owner.on_failed(worker, reason)

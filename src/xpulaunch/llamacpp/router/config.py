@@ -17,6 +17,7 @@ Every error names the file, the table and the key, and says what would be valid.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -101,7 +102,9 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
     _check_id(name, where)
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
-        raise UsageError(f"{where}: unknown key {unknown[0]!r}; expected {', '.join(KEYS)}")
+        close = difflib.get_close_matches(unknown[0], KEYS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}; {hint}expected {', '.join(KEYS)}")
     args = _strings(table.get("args", []), f"{where} args")
     model = _model_path(table.get("model"), args, where, base_dir)
     return ModelConfig(
