@@ -9,8 +9,7 @@ import click
 
 from xpulaunch.cli.terminal import terminal_safe
 from xpulaunch.core.units import format_bytes
-from xpulaunch.in_worker import HEARTBEAT_FILE_VAR
-from xpulaunch.model import SET_AT_START, Plan, Unit
+from xpulaunch.model import HEARTBEAT_FILE_VAR, SET_AT_START, Plan, Unit
 
 
 def print_plan(
