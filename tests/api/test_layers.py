@@ -25,11 +25,10 @@ FLOORS = (
     ("errors", "textfiles", "_lazy"),
     ("model",),
     ("core", "in_worker"),
-    ("events", "probing", "processes"),
+    ("events", "probing", "processes", "integrations"),
     ("joblog", "leases"),
     ("supervisor", "jobqueue"),
     ("nodes",),
-    ("integrations",),
     ("launch",),
     ("llamacpp", "api"),
     ("__init__",),
@@ -237,3 +236,30 @@ def test_the_faces_above_pure_modules_import_nothing() -> None:
     edges = runtime_graph()
     loud = {face: sorted(edges[face] - bare) for face in ("xpulaunch", *_faces_of_pure())}
     assert {face: found for face, found in loud.items() if found} == {}
+
+
+def drawing() -> str:
+    """The rooms from the top floor down, each with the rooms it imports (any import, those in
+    functions and under ``TYPE_CHECKING`` too): ``docs/ARCHITECTURE.md`` shows this text, and
+    ``python tests/api/test_layers.py`` prints it after a change."""
+    arrows: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        here = room(module)
+        arrows.setdefault(here, set()).update(room(t) for t in targets if room(t) != here)
+    width = max(len(r) for r in FLOOR)
+    lines = []
+    for level in reversed(range(len(FLOORS))):
+        for name in FLOORS[level]:
+            shown = "(package face)" if name == "__init__" else name
+            below = ", ".join(sorted(arrows.get(name, ()), key=lambda r: (-FLOOR[r], r)))
+            lines.append(f"{level:>2}  {shown:<{width + 4}} -> {below}".rstrip(" ->"))
+    return "\n".join(lines)
+
+
+def test_the_architecture_page_shows_the_drawing_of_the_code() -> None:
+    page = (SRC.parent.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert f"```\n{drawing()}\n```" in page, "run python tests/api/test_layers.py"
+
+
+if __name__ == "__main__":
+    print(drawing())
