@@ -10,8 +10,8 @@ dry run refuses exactly what a real run refuses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
-from xpulaunch.core.plan import LaunchRequest
 from xpulaunch.errors import UsageError, check_plain, member_of
 from xpulaunch.joblog.logs import LogLayout
 from xpulaunch.model import DeviceMap, DeviceShare
@@ -22,6 +22,9 @@ from xpulaunch.supervisor.restart import (
     RestartPolicy,
     restart_limit,
 )
+
+if TYPE_CHECKING:
+    from xpulaunch.core.plan import LaunchRequest
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0  # torchrun's rendezvous join_timeout
 
@@ -138,6 +141,8 @@ class RunRequest:
     ) -> LaunchRequest:
         """What the pure planner reads of this run on this node: the resolved ``argv`` of
         every worker, and the master's port (chosen by the caller: a free one, on one node)."""
+        from xpulaunch.core.plan import LaunchRequest  # planning, after the probe is forked
+
         return LaunchRequest(
             argv=argv,
             gpus=self.gpus,
