@@ -309,10 +309,23 @@ def launch(
 ) -> int:
     """``run``'s converted values (also ``torchrun``'s, mapped) -> a plan printed, or a job."""
     env = dict(os.environ)
-    if values.get("accelerate_config"):
-        from xpulaunch.cli.accelerate import apply_accelerate_config
+    if not values.get("accelerate_config"):
+        return _launch(program, values, env, dry_run=dry_run, as_json=as_json)
+    from xpulaunch.cli.accelerate import apply_accelerate_config, devices_named_by_file
 
-        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
+    apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
+    with devices_named_by_file(values):
+        return _launch(program, values, env, dry_run=dry_run, as_json=as_json)
+
+
+def _launch(
+    program: tuple[str, ...],
+    values: dict[str, Any],
+    env: dict[str, str],
+    *,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
     request = to_request(program, values)
     if dry_run:
         from xpulaunch.cli.render import print_plan
