@@ -165,11 +165,9 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     path = options["inventory"]
     inventory = load_or_probe(path, parent_env)
     if dry_run:
-        # Leases are this host's: a plan for another machine's --inventory ignores them.
-        if path:
-            plan = plan_prepared(prepared, inventory, parent_env).plan
-        else:
-            plan = _leases(options).preview(_planner(prepared, inventory, parent_env, []))
+        # This host's leases, also for an --inventory: the real run reads them the same way.
+        planner = _planner(prepared, inventory, parent_env, [])
+        plan = _leases(options).preview(planner, shared=options["shared"])
         print_plan(plan, as_json, servers=True)
         return 0
     return _lease_and_serve(prepared, inventory, parent_env, options)

@@ -219,13 +219,21 @@ class LeaseManager:
             on_wait=on_wait,
         )
 
-    def preview(self, plan_fn: PlanFn, share: DeviceShare | None = None) -> Plan:
+    def preview(
+        self, plan_fn: PlanFn, share: DeviceShare | None = None, *, shared: bool = False
+    ) -> Plan:
         """The plan :meth:`allocate` would make now, reserving nothing (a dry run); as there,
-        a plan that leases no unit never reads the lock directory."""
+        a plan that leases no unit never reads the lock directory, and ``shared`` uses a
+        leased unit named explicitly."""
         unleased = self._plan_unleased(plan_fn, share)
         if unleased is not None and not unleased.lease_keys:
             return unleased
-        return plan_fn(self.unavailable(share))
+        if not shared:
+            return plan_fn(self.unavailable(share))
+        try:
+            return plan_fn(self.unavailable(share))
+        except DeviceBusyError:
+            return plan_fn({})
 
     def _plan_unleased(self, plan_fn: PlanFn, share: DeviceShare | None) -> Plan | None:
         """The plan made with nothing leased, outside the lock; None when it fails for want of
