@@ -1,7 +1,9 @@
 """What a run refuses before it plans, shared by the dry run and the real run so that the two
-cannot drift: the ``XPULAUNCH_CGROUP`` setting, torch for a c10d rendezvous, and the
-``--log-dir`` and ``--events`` paths. Nothing is created: a path is checked for what the real
-run will do there (make the directory, open the file to append).
+cannot drift (both call :func:`xpulaunch.launch.run.refuse_early`, which also checks the
+``XPULAUNCH_CGROUP`` setting, and loads this module only where there is something here to
+check): torch for a c10d rendezvous, and the ``--log-dir`` and ``--events`` paths. Nothing is
+created: a path is checked for what the real run will do there (make the directory, open the
+file to append).
 
 Leases are the other half of "refuse what a real run refuses": both go through
 :class:`~xpulaunch.leases.LeaseManager` (``preview`` and ``allocate``), also for an
@@ -18,24 +20,20 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from xpulaunch.errors import UsageError
-from xpulaunch.processes.cgroup import check_cgroup_setting
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from xpulaunch.core.nodes import NodeSettings
     from xpulaunch.launch.request import RunRequest
 
 
-def preflight(request: RunRequest, nodes: NodeSettings, env: Mapping[str, str]) -> None:
+def preflight(request: RunRequest, nodes: NodeSettings) -> None:
     """Raise the one-line :class:`UsageError` a real run of ``request`` would end with before
     it starts anything; return quietly otherwise."""
-    check_cgroup_setting(env)
     if nodes.elastic is not None:
         need_torch()
     if request.log_dir is not None:
         check_log_dir(request.log_dir)
-    if request.events not in (None, "-"):
+    if request.events is not None and request.events != "-":
         check_events(request.events)
 
 
@@ -91,8 +89,8 @@ def _dir_problem(path: str) -> str | None:
     """Why ``os.makedirs(path)`` and writing into it would fail, or None."""
     if os.path.isdir(path):
         return None if os.access(path, os.W_OK | os.X_OK) else os.strerror(errno.EACCES)
-    if os.path.lexists(path):
-        return os.strerror(errno.ENOTDIR if os.path.exists(path) else errno.ENOENT)
+    if os.path.lexists(path):  # a file, or a symbolic link to nothing: makedirs says so
+        return os.strerror(errno.EEXIST)
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)

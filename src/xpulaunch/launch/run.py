@@ -23,9 +23,9 @@ from xpulaunch.joblog.console import Reporter
 from xpulaunch.joblog.logs import LogConfig, LogLayout, make_log_dir, make_run_log_dir
 from xpulaunch.launch import plan as planning
 from xpulaunch.launch.operations import LeaseEvents, Operations, open_events
-from xpulaunch.launch.preflight import preflight
 from xpulaunch.model import Backend
 from xpulaunch.processes import records
+from xpulaunch.processes.cgroup import check_cgroup_setting
 from xpulaunch.processes.program import resolve_program
 from xpulaunch.processes.signals import RELAYED, forwarding
 from xpulaunch.supervisor.spec import SupervisorSettings, WorkerSpec
@@ -118,12 +118,12 @@ def supervised(request: RunRequest, nodes: NodeSettings) -> RunRequest:
 
 
 def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], None]) -> Plan:
-    """The plan a real run would make now, refusing what it would refuse (:func:`preflight`,
+    """The plan a real run would make now, refusing what it would refuse (:func:`refuse_early`,
     and this host's leases, also with an ``--inventory``, as the real run reads them); reserves
     nothing. As in a real run, a plan that leases nothing (the CPU) never reads the lock
     directory."""
     nodes = node_settings(request, env, say)
-    preflight(request, nodes, env)
+    refuse_early(request, nodes, env)
     from xpulaunch.leases import LeaseManager
 
     inventory = request.inventory or planning.probe(env)
@@ -145,7 +145,7 @@ def run(
     already forked for ``env`` (the command line forks it once parsed, so that it probes
     while the supervisor is imported); else one is forked here."""
     nodes = node_settings(request, env, ui.say)
-    preflight(request, nodes, env)  # before anything is leased or said
+    refuse_early(request, nodes, env)  # before anything is leased or said
     ours = supervised(request, nodes)
     # The probe runs in a forked child, outside the allocation lock (only planning runs under
     # it): NVML's memory never becomes the supervisor's, and it probes while this process
@@ -177,6 +177,18 @@ def run(
             meeting=_meeting(plan, nodes, request.join_timeout_s),
         )  # fmt: skip
     return status
+
+
+def refuse_early(request: RunRequest, nodes: NodeSettings, env: Mapping[str, str]) -> None:
+    """What a real run refuses before it starts anything, refused by its dry run the same way:
+    the ``XPULAUNCH_CGROUP`` setting, then :func:`xpulaunch.launch.preflight.preflight` (torch
+    for c10d, the ``--log-dir`` and ``--events`` paths), whose module a plain run never loads."""
+    check_cgroup_setting(env)
+    events_file = request.events is not None and request.events != "-"
+    if nodes.elastic is not None or request.log_dir is not None or events_file:
+        from xpulaunch.launch.preflight import preflight
+
+        preflight(request, nodes)
 
 
 def _allocate(
