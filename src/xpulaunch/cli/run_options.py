@@ -84,7 +84,8 @@ RUN_ONLY = (
           "follows."),
     _spec("--device-map", type=click.Choice([m.value for m in DeviceMap]),
           help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one "
-          "device, balanced for several)."),
+          "device, balanced for one worker over several; several workers each get their "
+          "own device's)."),
     _spec("--master-addr", type=HOST, torchrun=True,
           help="Node 0's address for the workers' rendezvous [default: 127.0.0.1, or "
           "MASTER_ADDR / the cluster's with several nodes]"),

@@ -162,6 +162,7 @@ class Worker:
     def spawn(self, attempt: int, *, restarts: int) -> str | None:
         """Start attempt ``attempt``; returns why it could not be started, else None."""
         self.attempt, self.restarts = attempt, restarts
+        self.start_busy = False
         # The last run's pipes may still be open: a process that escaped the job (setsid and
         # an empty environment, without a job cgroup) holds their write ends. Read what they
         # hold and let go of them: the new run's pipes take their place in _streams, and
