@@ -59,6 +59,24 @@ def test_a_device_leased_by_a_running_job_is_refused_by_both() -> None:
         assert any("leased by pid" in note for note in doc["notes"])
 
 
+def test_with_wait_the_dry_run_shows_the_plan_it_would_wait_for() -> None:
+    """The real run waits in line for the leased device (it is not refused), so its dry run
+    shows the plan it gets once the lease ends, and that it waits first."""
+    inventory = load_inventory(H200)
+    request = LaunchRequest(argv=("x",), gpus="device=0", master_port=29555)
+    manager = LeaseManager(os.environ["XPULAUNCH_LOCK_DIR"])
+    _, lease = manager.allocate(lambda held: make_plan(request, inventory, {}, unavailable=held))
+    with lease:
+        args = ("--inventory", H200, "--gpus", "device=0", "--wait", "--", "true")
+        done = xpulaunch("--dry-run", "--json", *args)
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+        assert [d["index"] for d in doc["devices"]] == [0]
+        assert any(n.startswith("--wait: waits in line first (") for n in doc["notes"])
+        waited = xpulaunch(*args[:-2], "--wait-timeout", "0.3", "--", "true")
+        assert waited.returncode != 0 and "waiting" in waited.stderr  # it did wait
+
+
 def test_shared_uses_a_leased_device_in_the_dry_run_too() -> None:
     inventory = load_inventory(H200)
     request = LaunchRequest(argv=("x",), gpus="device=0", master_port=29555)

@@ -133,6 +133,7 @@ def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], No
         lambda held: job_plan(request, nodes, inventory, env, held, must_exist=False),
         request.share,
         shared=request.shared,
+        wait=request.wait,
     )
     check_ranks(supervised(request, nodes).ranks, [w.name for w in plan.workers])
     return plan

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -220,20 +220,30 @@ class LeaseManager:
         )
 
     def preview(
-        self, plan_fn: PlanFn, share: DeviceShare | None = None, *, shared: bool = False
+        self,
+        plan_fn: PlanFn,
+        share: DeviceShare | None = None,
+        *,
+        shared: bool = False,
+        wait: bool = False,
     ) -> Plan:
         """The plan :meth:`allocate` would make now, reserving nothing (a dry run); as there,
-        a plan that leases no unit never reads the lock directory, and ``shared`` uses a
-        leased unit named explicitly."""
+        a plan that leases no unit never reads the lock directory, ``shared`` uses a leased
+        unit named explicitly, and ``wait``: a request that leases keep from being met now is
+        the plan it would get once they end, with a note saying it would wait first."""
         unleased = self._plan_unleased(plan_fn, share)
         if unleased is not None and not unleased.lease_keys:
             return unleased
-        if not shared:
-            return plan_fn(self.unavailable(share))
         try:
             return plan_fn(self.unavailable(share))
-        except DeviceBusyError:
-            return plan_fn({})
+        except (SelectionError, DeviceBusyError) as exc:
+            if shared and isinstance(exc, DeviceBusyError):
+                return plan_fn({})  # a leased unit named explicitly: sharing it is the point
+            if not wait:
+                raise
+            why = exc.cli_message().removesuffix(HELD_ADVICE)
+        plan = plan_fn({})  # what it gets once the leases end (or the refusal waiting can't mend)
+        return replace(plan, notes=(*plan.notes, f"--wait: waits in line first ({why})"))
 
     def _plan_unleased(self, plan_fn: PlanFn, share: DeviceShare | None) -> Plan | None:
         """The plan made with nothing leased, outside the lock; None when it fails for want of
