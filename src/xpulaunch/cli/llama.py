@@ -167,7 +167,8 @@ def llama(server_args: tuple[str, ...], dry_run: bool, as_json: bool, **options:
     if dry_run:
         # This host's leases, also for an --inventory: the real run reads them the same way.
         planner = _planner(prepared, inventory, parent_env, [])
-        plan = _leases(options).preview(planner, shared=options["shared"])
+        wait = options["wait"] or options["wait_timeout"] is not None
+        plan = _leases(options).preview(planner, shared=options["shared"], wait=wait)
         print_plan(plan, as_json, servers=True)
         return 0
     return _lease_and_serve(prepared, inventory, parent_env, options)
