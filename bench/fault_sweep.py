@@ -809,6 +809,8 @@ def main() -> int:
     parser.add_argument("--only", default="", help="run the trials whose name has this")
     parser.add_argument("--xpulaunch-src", default=str(ROOT / "src"))
     args = parser.parse_args()
+    import sweep_runpath  # noqa: F401 - registers the run path's trials
+
     src = Path(args.xpulaunch_src).resolve()
     tally = {kind: 0 for kind in KINDS}
     ran = skipped = failed = 0

@@ -40,15 +40,18 @@ def test_cpu_only_host_plans_a_cpu_run_and_says_why() -> None:
 
 def test_two_h200_job_wide_ddp() -> None:
     plan = plan_for("2x-h200.json", gpus="2", nproc_per_node=None)
-    assert plan.backend is Backend.CUDA and plan.device_map is DeviceMap.BALANCED
+    assert plan.backend is Backend.CUDA and plan.device_map is DeviceMap.SEQUENTIAL
     assert [w.env["RANK"] for w in plan.workers] == ["0", "1"]
     for worker in plan.workers:
         assert worker.env["CUDA_VISIBLE_DEVICES"] == ",".join(H200)
         assert worker.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         assert worker.env["LOCAL_WORLD_SIZE"] == "2"
         assert worker.env["OMP_NUM_THREADS"] == "1"
-        assert worker.env["XPULAUNCH_DEVICE_MAP"] == "balanced"
-        assert set(json.loads(worker.env["XPULAUNCH_MAX_MEMORY"] or "")) == {"0", "1"}
+        # each rank's own device (the one its LOCAL_RANK picks), not the whole job's map
+        assert worker.env["XPULAUNCH_DEVICE_MAP"] == "sequential"
+        assert set(json.loads(worker.env["XPULAUNCH_MAX_MEMORY"] or "")) == {
+            worker.env["LOCAL_RANK"]
+        }
     assert plan.workers[1].local_rank == 1
 
 

@@ -437,3 +437,21 @@ def test_metrics_relabel_each_replicas_own_metrics(llama_server: str, model_link
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_dry_run_skips_a_gpu_leased_here_also_with_an_inventory(
+    fake_build: Callable[[str], str],
+) -> None:
+    """The real run with that --inventory honours this host's leases; so does its dry run."""
+    from xpulaunch.core.plan import LaunchRequest, make_plan
+    from xpulaunch.launch.plan import load_inventory
+    from xpulaunch.leases import LeaseManager
+
+    inventory = load_inventory(inventory_path("2x-h200.json"))
+    request = LaunchRequest(argv=("x",), gpus="device=0", master_port=29555)
+    manager = LeaseManager(os.environ["XPULAUNCH_LOCK_DIR"])
+    _, lease = manager.allocate(lambda held: make_plan(request, inventory, {}, unavailable=held))
+    with lease:
+        plan = dry_plan(fake_build("cuda"), "2x-h200.json", "--gpus", "1")
+    assert [d["index"] for d in plan["devices"]] == [1]
+    assert any("leased by pid" in note for note in plan["notes"])

@@ -167,3 +167,26 @@ def test_nvml_compute_processes_are_joined_on_the_pci_address() -> None:
     )
     assert second.memory_bytes is None  # NVML had no value: unknown, not 0
     assert first.user and first.command and "pytest" in first.command
+
+
+def test_a_process_no_lease_covers_is_named_below_the_table(tmp_path: Path) -> None:
+    """A process on a GPU that no lease covers (one that left its job's cgroup and closed the
+    lease's descriptor, whose device the job's end then freed; or one started without
+    xpulaunch) is named in a footer that says the device may be handed out; a covered one is
+    not."""
+    m = FakeMachine(tmp_path)
+    b580_uhd_host(m)
+    mi300x_host(m)
+    inventory = probe_fake(m)
+    request = LaunchRequest(argv=("x",), gpus="0000:03:00.0")
+    manager = LeaseManager(tmp_path / "locks")
+    _, lease = manager.allocate(lambda held: make_plan(request, inventory, {}, unavailable=held))
+    _process(m, 4242, {5: XE}, {"XPULAUNCH_JOB_ID": lease.job_id})  # the job's own
+    _process(m, 4343, {3: AMDGPU_OLD}, {})  # an escapee with an empty environment
+    env = {**fake_host_env(m), "XPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    table = xpulaunch("devices", "--processes", env=env)
+    assert table.returncode == 0, table.stderr
+    footer = table.stdout.split("not covered by a lease: ", 1)[1]
+    assert footer.startswith("amd:0 pid 4343\n") and "4242" not in footer
+    assert "Only a device cgroup would" in footer
+    lease.release()

@@ -148,3 +148,54 @@ def test_the_file_wins_over_project_defaults(multi_cpu: Path, tmp_path: Path) ->
     workers = json.loads(done.stdout)["workers"]
     assert len(workers) == 2  # num_processes, not the project's 3
     assert workers[0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == "1"  # what the file leaves alone
+
+
+README_CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_GPU
+gpu_ids: all
+mixed_precision: bf16
+num_machines: 1
+num_processes: 2
+use_cpu: {use_cpu}
+"""
+
+
+@pytest.mark.slow
+def test_use_cpu_under_multi_gpu_is_one_job_of_its_processes(tmp_path: Path) -> None:
+    """accelerate launch starts these as two jobs of one process each ("0 of 1" twice,
+    both writing the same checkpoints); here they are one MULTI_CPU job of two."""
+    path = tmp_path / "a.yaml"
+    path.write_text(README_CONFIG.format(use_cpu="true"))
+    done = run(XPULAUNCH, "--accelerate-config", str(path), str(HERE / "accelerate_script.py"))
+    assert done.returncode == 0, done.stderr
+    states = lines(done.stdout, "STATE")
+    assert sorted((s["process_index"], s["num_processes"]) for s in states) == [(0, 2), (1, 2)]
+    assert {s["distributed_type"] for s in states} == {"DistributedType.MULTI_CPU"}
+    assert "use_cpu: true under distributed_type MULTI_GPU" in done.stderr
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_no_accelerator_for_the_files_gpus_names_the_file(tmp_path: Path, dry_run: bool) -> None:
+    """The README's file on a host without GPUs: the error is about the file's keys, not a
+    --gpus the user never typed, and says how to run it on the CPU."""
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(README_CONFIG.format(use_cpu="false"))
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    empty = tmp_path / "none.json"
+    empty.write_text('{"schema": "xpulaunch.inventory/1", "devices": []}')
+    args = ["--accelerate-config", str(path), *(["--dry-run"] if dry_run else []), "train.py"]
+    env = {**os.environ, "XPULAUNCH_INVENTORY": str(empty)}
+    done = subprocess.run(
+        [XPULAUNCH, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 1 and "ran" not in done.stdout
+    line = done.stderr.strip()
+    keys = "num_processes 2, distributed_type MULTI_GPU, gpu_ids all, use_cpu false"
+    assert line.startswith(f"xpulaunch: error: {path} ({keys}): no usable accelerator")
+    assert "--gpus" not in line and "use_cpu: true" in line and "MULTI_CPU" in line

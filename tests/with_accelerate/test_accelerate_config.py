@@ -218,3 +218,22 @@ def test_several_processes_on_one_gpu_id_are_refused_as_accelerate_does(
         f"c.yaml: gpu_ids '0': distributed_type {kind} needs at least two GPU ids, or all (for "
         "one GPU: distributed_type NO)"
     )
+
+
+def test_use_cpu_under_multi_gpu_gets_what_multi_cpu_gets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variables accelerate's own launcher gives the same file as MULTI_CPU (with
+    ACCELERATE_USE_CPU, which makes the processes one job), and the process count it asks."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    text = config_text("multi-gpu-dynamo").replace("use_cpu: false", "use_cpu: true")
+    as_multi_cpu = tmp_path / "cpu.yaml"
+    as_multi_cpu.write_text(
+        text.replace("distributed_type: MULTI_GPU", "distributed_type: MULTI_CPU")
+    )
+    _, expected = accelerate_launch(as_multi_cpu)
+    assert expected["ACCELERATE_USE_CPU"] == "True"
+    ours = translate(yaml.safe_load(text), dict(os.environ), source="c.yaml")
+    assert ours.env == expected
+    assert (ours.options["nproc_per_node"], ours.options["gpus"]) == ("2", "none")
+    assert any("one MULTI_CPU job" in w for w in ours.warnings)

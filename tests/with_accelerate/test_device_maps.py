@@ -4,6 +4,10 @@ budgets, on a real torch.nn model (no GPU needed: accelerate plans without the d
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,3 +131,79 @@ def test_dispatch_places_the_model_on_the_cpu_the_same_way() -> None:
     model = Stack()
     placed = dispatch(model, launched(None, []))
     assert next(placed.parameters()).device.type == "cpu"
+
+
+H200_BUDGET = int(150754820096 * (1 - HEADROOM_FRACTION))  # 2x-h200.json: all of it free
+
+
+def dry_run_plan(*args: str) -> dict[str, object]:
+    """The plan document of ``xpulaunch run --dry-run --json`` on the 2x H200 fixture."""
+    xpulaunch = str(Path(sys.executable).parent / "xpulaunch")
+    inventory = str(inventory_path("2x-h200.json"))
+    done = subprocess.run(
+        [xpulaunch, "run", "--dry-run", "--json", "--inventory", inventory, *args, "--", "true"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stderr
+    plan: dict[str, object] = json.loads(done.stdout)
+    return plan
+
+
+def worker_kwargs(plan: dict[str, object]) -> list[dict[str, object]]:
+    workers = plan["workers"]
+    assert isinstance(workers, list)
+    envs = [{k: v for k, v in w["env"].items() if v is not None} for w in workers]
+    return [from_pretrained_kwargs(env) for env in envs]
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_each_ddp_rank_gets_the_map_of_its_own_device(isolate: bool) -> None:
+    """Not the whole job's ``balanced`` map over both GPUs for every rank (two copies of the
+    model, each budget promised twice): each rank its LOCAL_RANK's device, one budget; the
+    plan's map is the one the workers get (also under --isolate, where each sees device 0)."""
+    plan = dry_run_plan("--gpus", "2", "--nproc-per-node", "auto", *["--isolate"] * isolate)
+    assert plan["device_map"] == "sequential"
+    assert worker_kwargs(plan) == [
+        {"device_map": "sequential", "max_memory": {0: H200_BUDGET}},
+        {"device_map": "sequential", "max_memory": {0 if isolate else 1: H200_BUDGET}},
+    ]
+
+
+def test_ranks_that_share_a_device_share_its_budget() -> None:
+    plan = dry_run_plan("--gpus", "2", "--nproc-per-node", "4")
+    assert [kwargs["max_memory"] for kwargs in worker_kwargs(plan)] == [
+        {0: H200_BUDGET // 2},
+        {1: H200_BUDGET // 2},
+        {0: H200_BUDGET // 2},
+        {1: H200_BUDGET // 2},
+    ]
+
+
+def test_one_process_over_both_gpus_keeps_the_balanced_map() -> None:
+    plan = dry_run_plan("--gpus", "2")
+    assert plan["device_map"] == "balanced"
+    budgets_both = {0: H200_BUDGET, 1: H200_BUDGET}
+    assert worker_kwargs(plan) == [{"device_map": "balanced", "max_memory": budgets_both}]
+
+
+def test_the_workers_of_torchs_agent_get_no_map_and_the_helper_says_so() -> None:
+    """Under c10d one environment serves every worker: none gets rank 0's device map."""
+    plan = dry_run_plan(
+        "--gpus",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:29400",
+        "--rdzv-id",
+        "x",
+    )
+    assert plan["device_map"] is None
+    with pytest.raises(UsageError, match=r"no device map .* LOCAL_RANK"):
+        worker_kwargs(plan)

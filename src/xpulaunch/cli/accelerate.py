@@ -8,14 +8,15 @@ worker. What xpulaunch does not honour is named in one warning line.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import SelectionError, UsageError
 
 _SET_BY_USER = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
 
@@ -40,6 +41,8 @@ def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> N
     values["extra_env"] = tuple(sorted(launch.env.items()))
     if launch.gpu_ids is not None and sources("gpus") not in _SET_BY_USER:
         values["gpu_ids"] = launch.gpu_ids  # a --gpus of the user's wins over the file
+    if sources("gpus") not in _SET_BY_USER:
+        values["devices_from"] = f"{path} ({launch.devices_from})"
     values["notes"] = (*values.get("notes", ()), f"accelerate config {path}: {launch.summary}")
 
 
@@ -62,3 +65,23 @@ def _fill(values: dict[str, Any], options: Mapping[str, object], source: str) ->
 
 def _warn(text: str) -> None:
     click.echo(f"xpulaunch: warning: {text}", err=True)
+
+
+@contextlib.contextmanager
+def devices_named_by_file(values: Mapping[str, Any]) -> Iterator[None]:
+    """A device request that cannot be met names the config file and the keys that made it,
+    not ``--gpus``, which the user never typed; on a host with no accelerator it says how to
+    run the file's job on the CPU."""
+    source = values.get("devices_from")
+    try:
+        yield
+    except SelectionError as exc:
+        if source is None or exc.option not in ("gpus", "gpu_ids"):
+            raise
+        hint = ""
+        if exc.detail.startswith("no usable accelerator"):
+            hint = (
+                "; to run this job on the CPU, set use_cpu: true (or distributed_type: "
+                "MULTI_CPU) in the file"
+            )
+        raise SelectionError(f"{source}: {exc.detail}{hint}") from exc

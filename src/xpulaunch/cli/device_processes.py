@@ -79,7 +79,28 @@ def render_processes(inventory: Inventory) -> str:
         return "\nNo processes are using these devices (that this user can see)."
     header = ("DEVICE", "PID", "USER", "MEMORY", "LEASE", "COMMAND")
     table = aligned([header, *(_cells(r) for r in rows if isinstance(r, dict))])
-    return "\n".join(["", "PROCESSES", *(line.rstrip() for line in table)])
+    lines = ["", "PROCESSES", *(line.rstrip() for line in table)]
+    return "\n".join([*lines, *_uncovered(rows)])
+
+
+# Why a device can be in use and free to lease: leases are advisory, and a job's processes are
+# found by its cgroup and by the lease's descriptor they inherit; one that leaves both is no
+# longer the job's, and its device is freed when the job ends.
+UNCOVERED_NOTE = (
+    "  xpulaunch may give these devices to a new job: a process started without xpulaunch",
+    "  holds no lease, and one that left its job's cgroup and closed the lease's descriptor",
+    "  (root, or a delegated cgroup, can) is no longer the job's. Only a device cgroup would",
+    "  keep such a process off the device.",
+)
+
+
+def _uncovered(rows: list[object]) -> list[str]:
+    """The footer naming every process that no lease covers (LEASE ``no``)."""
+    found = [r for r in rows if isinstance(r, dict) and r.get("lease_covers") is False]
+    if not found:
+        return []
+    named = ", ".join(f"{r.get('device')} pid {r.get('pid')}" for r in found)
+    return ["", f"not covered by a lease: {named}", *UNCOVERED_NOTE]
 
 
 def _cells(row: dict[str, object]) -> tuple[str, str, str, str, str, str]:

@@ -7,14 +7,19 @@ traceback unless ``XPULAUNCH_DEBUG=1``.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 _SIGPIPE_STATUS = 128 + 13  # what a shell reports for a program killed by SIGPIPE
 
@@ -113,6 +118,7 @@ def console_main() -> None:
     flushed by hand first, since ``os._exit`` would not.
     """
     _closed_streams_to_devnull()
+    _stderr_that_never_fails()
     try:
         main()
     except SystemExit as exc:
@@ -145,3 +151,44 @@ def _closed_streams_to_devnull() -> None:
             os.close(null)
         stream = open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
         setattr(sys, name, stream)
+
+
+class _Dropping(io.RawIOBase):
+    """Descriptor 2 for xpulaunch's own messages: what cannot be written there (a stderr on a
+    full disk, ``2>/dev/full``, an I/O error) is dropped, as for a closed stderr. A message
+    of ours that cannot be shown must not stop the job or change its exit status."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: ReadableBuffer) -> int:
+        view = memoryview(data)
+        try:
+            return os.write(self._fd, view)
+        except OSError:  # also EAGAIN on a stderr someone made non-blocking: never wait
+            return view.nbytes
+
+
+def _stderr_that_never_fails() -> None:
+    """``sys.stderr`` over :class:`_Dropping` (same encoding and error handler, line by line),
+    so that every writer of xpulaunch's messages (click, ``_fail``, warnings) shares it."""
+    old = sys.stderr
+    if old is None:
+        return
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(_Dropping(2)),
+        encoding=getattr(old, "encoding", None) or "utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+        write_through=getattr(old, "write_through", False),
+    )

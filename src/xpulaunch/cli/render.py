@@ -33,7 +33,7 @@ def plan_text(plan: Plan, *, servers: bool = False, heartbeat: bool = False) -> 
     lines.append("devices:" if plan.devices else "devices: none (CPU)")
     lines += [f"  {_unit_line(u)}" for u in plan.devices]
     if plan.device_map is not None:
-        lines.append(f"device map: {plan.device_map.value}")
+        lines.append(f"device map: {plan.device_map.value}{_map_scope(plan)}")
     if servers:
         lines.append("servers:")
     else:
@@ -49,6 +49,16 @@ def plan_text(plan: Plan, *, servers: bool = False, heartbeat: bool = False) -> 
     lines.append("why:")
     lines += [f"  - {note}" for note in plan.notes]
     return "\n".join(lines)
+
+
+def _map_scope(plan: Plan) -> str:
+    """Whose map it is: with several workers, each has its own (XPULAUNCH_MAX_MEMORY names
+    only its devices)."""
+    if len(plan.workers) < 2:
+        return ""
+    if plan.isolate:
+        return " (each worker over its own devices)"
+    return " (each worker on the device its LOCAL_RANK picks)"
 
 
 def _unit_line(unit: Unit) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,7 +84,8 @@ RUN_ONLY = (
           "follows."),
     _spec("--device-map", type=click.Choice([m.value for m in DeviceMap]),
           help="Device map exported as XPULAUNCH_DEVICE_MAP (default: sequential for one "
-          "device, balanced for several)."),
+          "device, balanced for one worker over several; several workers each get their "
+          "own device's)."),
     _spec("--master-addr", type=HOST, torchrun=True,
           help="Node 0's address for the workers' rendezvous [default: 127.0.0.1, or "
           "MASTER_ADDR / the cluster's with several nodes]"),
@@ -309,7 +310,19 @@ def launch(
 ) -> int:
     """``run``'s converted values (also ``torchrun``'s, mapped) -> a plan printed, or a job."""
     env = dict(os.environ)
-    request = request_for(program, values, env)
+    with accelerate_applied(values, env):
+        return _launch(program, values, env, dry_run=dry_run, as_json=as_json)
+
+
+def _launch(
+    program: tuple[str, ...],
+    values: dict[str, Any],
+    env: dict[str, str],
+    *,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
+    request = to_request(program, values)
     if dry_run:
         from xpulaunch.cli.render import print_plan
 
@@ -329,15 +342,18 @@ def launch(
             return launch_job(request, env, ui, probe=probe)
 
 
-def request_for(
-    program: tuple[str, ...], values: dict[str, Any], env: dict[str, str]
-) -> RunRequest:
-    """The request, with an ``--accelerate-config`` file's settings applied first."""
-    if values.get("accelerate_config"):
-        from xpulaunch.cli.accelerate import apply_accelerate_config
+@contextlib.contextmanager
+def accelerate_applied(values: dict[str, Any], env: dict[str, str]) -> Iterator[None]:
+    """With ``--accelerate-config``, its settings fill run's options (the nodes' too) first,
+    and an error about the devices the file names says so, naming the file."""
+    if not values.get("accelerate_config"):
+        yield
+        return
+    from xpulaunch.cli.accelerate import apply_accelerate_config, devices_named_by_file
 
-        apply_accelerate_config(values, env)  # may fill run's options, the nodes' too
-    return to_request(program, values)
+    apply_accelerate_config(values, env)
+    with devices_named_by_file(values):
+        yield
 
 
 def dry_run_plan(request: RunRequest, env: Mapping[str, str]) -> Plan:

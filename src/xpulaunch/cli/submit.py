@@ -19,7 +19,7 @@ import click
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.group import ProgramCommand, option_arity, split_args
 from xpulaunch.cli.run import run as run_command, warn_torchrun_options
-from xpulaunch.cli.run_options import dry_run_plan, request_for
+from xpulaunch.cli.run_options import accelerate_applied, dry_run_plan, to_request
 from xpulaunch.errors import UsageError
 from xpulaunch.jobqueue import actions
 from xpulaunch.jobqueue.files import JobSpec
@@ -103,8 +103,10 @@ def _checked_plan(ctx: click.Context, run_args: list[str]) -> tuple[Plan, dict[s
         program = values.pop("program")
         warn_torchrun_options(program)  # as run says it, in run's context
         options = {k: v for k, v in values.items() if k not in _NOT_FOR_SUBMIT}
-        request = request_for(program, dict(options), dict(os.environ))
-        plan = dry_run_plan(replace(request, lock_dir=_no_leases()), dict(os.environ))
+        env = dict(os.environ)
+        with accelerate_applied(options, env):
+            request = to_request(program, options)
+            plan = dry_run_plan(replace(request, lock_dir=_no_leases()), env)
     return plan, values
 
 

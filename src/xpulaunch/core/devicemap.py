@@ -37,6 +37,47 @@ def choose_device_map(units: int, requested: DeviceMap | None) -> DeviceMap | No
     return DeviceMap.SEQUENTIAL if units == 1 else DeviceMap.BALANCED
 
 
+def worker_memory(
+    units: Sequence[Unit],
+    requested: DeviceMap | None,
+    *,
+    local_rank: int,
+    workers: int,
+    isolate: bool,
+    share: DeviceShare | None = None,
+) -> tuple[DeviceMap | None, str | None]:
+    """One worker's ``XPULAUNCH_DEVICE_MAP`` and ``XPULAUNCH_MAX_MEMORY`` (None, None on the
+    CPU). ``units``: the devices it sees. A lone worker, or an isolated one, spans them all.
+    Several workers that each see every device (DDP) each work on the one their LOCAL_RANK
+    picks (modulo the device count): a ``sequential`` map on that device alone, its budget
+    split among the workers that pick it. Giving each rank the whole job's map would load one
+    copy of the model per rank spread over every device, promising each budget once per rank.
+    """
+    if not units:
+        return None, None
+    if isolate or workers < 2:
+        return choose_device_map(len(units), requested), max_memory_json(units, share)
+    ordinal = local_rank % len(units)
+    sharers = len(range(ordinal, workers, len(units)))
+    budget = _budgets(units, share)
+    mine = {key: value // sharers for key, value in budget.items() if key == str(ordinal)}
+    return choose_device_map(1, requested), json.dumps(mine, separators=(",", ":"))
+
+
+def job_device_map(
+    units: int, requested: DeviceMap | None, *, workers: int, isolate: bool
+) -> DeviceMap | None:
+    """The map the plan header names: the one every worker gets (:func:`worker_memory`); None
+    when there are no devices, or isolated workers of uneven shares get different maps."""
+    if units == 0:
+        return None
+    if not isolate:
+        return choose_device_map(units if workers < 2 else 1, requested)
+    shares = {len(share) for share in place(units, workers, isolate=True)}
+    maps = {choose_device_map(count, requested) for count in shares}
+    return maps.pop() if len(maps) == 1 else None
+
+
 def max_memory(units: Sequence[Unit]) -> dict[str, int]:
     """accelerate ``max_memory`` keyed by the child's ordinals: ``{"0": bytes, ...}``.
 
@@ -56,12 +97,14 @@ def max_memory_json(units: Sequence[Unit], share: DeviceShare | None = None) -> 
     share of each, the whole budget (other jobs' use of the device is already counted by the
     share itself); a device whose share is unknown (K slots of a device of unknown memory) is
     left out."""
+    return json.dumps(_budgets(units, share), separators=(",", ":"))
+
+
+def _budgets(units: Sequence[Unit], share: DeviceShare | None) -> dict[str, int]:
     if share is None:
-        budget = max_memory(units)
-    else:
-        claims = {str(i): share.claim_bytes(u.memory_total_bytes) for i, u in enumerate(units)}
-        budget = {ordinal: claim for ordinal, claim in claims.items() if claim is not None}
-    return json.dumps(budget, separators=(",", ":"))
+        return max_memory(units)
+    claims = {str(i): share.claim_bytes(u.memory_total_bytes) for i, u in enumerate(units)}
+    return {ordinal: claim for ordinal, claim in claims.items() if claim is not None}
 
 
 def format_share(claim_bytes: int | None) -> str:

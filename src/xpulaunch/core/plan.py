@@ -136,7 +136,9 @@ def make_plan(
         backend=backend,
         devices=units,
         workers=workers,
-        device_map=devicemap.choose_device_map(len(units), request.device_map),
+        device_map=devicemap.job_device_map(
+            len(units), request.device_map, workers=len(workers), isolate=request.isolate
+        ),
         notes=(*notes, *selection_notes, *worker_notes),
         isolate=request.isolate,
         hierarchy=hierarchy if backend is Backend.XPU else None,
@@ -411,9 +413,16 @@ def _worker(
     env[CPUS_VAR] = binding.cpulist if binding is not None else None
     env["XPULAUNCH_BACKEND"] = job.backend.value
     env["XPULAUNCH_DEVICES"] = ",".join(u.key for u in mine) if mine else None
-    chosen_map = devicemap.choose_device_map(len(mine), request.device_map)
+    chosen_map, budget = devicemap.worker_memory(
+        mine,
+        request.device_map,
+        local_rank=rank,
+        workers=count,
+        isolate=request.isolate,
+        share=request.share,
+    )
     env["XPULAUNCH_DEVICE_MAP"] = chosen_map.value if chosen_map else None
-    env["XPULAUNCH_MAX_MEMORY"] = devicemap.max_memory_json(mine, request.share) if mine else None
+    env["XPULAUNCH_MAX_MEMORY"] = budget
     return WorkerPlan(
         name=str(rank),
         rank=request.nodes.rank_offset(count) + rank,

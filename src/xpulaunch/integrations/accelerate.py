@@ -32,9 +32,17 @@ __all__ = ["budgets", "device_map", "dispatch", "from_pretrained_kwargs", "infer
 
 
 def device_map(env: Mapping[str, str] | None = None) -> DeviceMap | None:
-    """The planned map; None when the process runs on the CPU."""
+    """The planned map; None when the process runs on the CPU. A worker given devices but no
+    map (the workers of torch's agent under c10d share one environment) is an error: a
+    silent ``"cpu"`` would load the model where nobody asked."""
     env = _launched_env(env)
     value = env.get("XPULAUNCH_DEVICE_MAP")
+    if not value and env.get("XPULAUNCH_DEVICES"):
+        raise UsageError(
+            "this worker has devices but no device map (several workers under --rdzv-backend "
+            "c10d): place the model on the device its LOCAL_RANK picks, e.g. "
+            "device_map={'': int(os.environ['LOCAL_RANK'])}"
+        )
     return DeviceMap(value) if value else None
 
 

@@ -34,6 +34,11 @@ LAUNCHERS = {
     "MEGATRON_LM": "multi_gpu",
     "DEEPSPEED": "deepspeed",
 }
+# use_cpu: true under these runs the processes as one MULTI_CPU job. accelerate launch
+# starts them with its multi-GPU launcher instead (launch_command looks at its --cpu flag, not
+# at the file's use_cpu), without ACCELERATE_USE_CPU; each then finds no GPU and runs as a job
+# of one process ("process 0 of 1"), N unconnected copies writing the same checkpoints.
+CPU_AS_MULTI_CPU = ("MULTI_GPU", "MULTI_XPU")
 # Keys accelerate launch reads from the file but xpulaunch does not act on, with their
 # defaults: a value other than the default (or an empty one: `accelerate config` writes
 # downcast_bf16: 'no' and tpu_env: []) is named in the warning. accelerate launch itself
@@ -106,6 +111,9 @@ class AccelerateLaunch:
     # gpu_ids other than "all": ordinals the children's runtime reads (core.runtime_ids),
     # which the plan resolves against the inventory in place of ``--gpus``.
     gpu_ids: str | None = None
+    # The keys that chose the devices (``num_processes 2, distributed_type MULTI_GPU, gpu_ids
+    # all``), for an error about them: the user wrote the file, not ``--gpus``.
+    devices_from: str = ""
 
 
 def translate(
@@ -123,6 +131,9 @@ def translate(
     args = _launch_args(config, source)
     launcher = LAUNCHERS[args["distributed_type"]]
     warnings = _mask_clash(args, parent_env)
+    if args.get("use_cpu") and args["distributed_type"] in CPU_AS_MULTI_CPU:
+        launcher = "simple"  # the variables of MULTI_CPU, ACCELERATE_USE_CPU among them
+        warnings += (_cpu_note(args),)
     if args["distributed_type"] == "NO" and int(args["num_processes"]) > 1 and not nproc_per_node:
         warnings += (
             f"distributed_type NO: one process, as accelerate launch starts; num_processes "
@@ -139,6 +150,26 @@ def translate(
         warnings=warnings,
         summary=_summary(args),
         gpu_ids=_gpu_ids(args),
+        devices_from=_devices_from(config, args),
+    )
+
+
+def _devices_from(config: Mapping[str, Any], args: Mapping[str, Any]) -> str:
+    keys = ("num_processes", "distributed_type", "gpu_ids", "use_cpu")
+    return ", ".join(f"{key} {_yaml_word(args[key])}" for key in keys if key in config)
+
+
+def _yaml_word(value: object) -> str:
+    """A value as the file spells it (``false``, not Python's ``False``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _cpu_note(args: Mapping[str, Any]) -> str:
+    count = int(args["num_processes"])
+    return (
+        f"use_cpu: true under distributed_type {args['distributed_type']}: the "
+        f"{count} process{'es' if count != 1 else ''} run on the CPU as one MULTI_CPU job "
+        "(accelerate launch would start each as a job of its own)"
     )
 
 

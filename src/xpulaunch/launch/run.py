@@ -116,20 +116,23 @@ def supervised(request: RunRequest, nodes: NodeSettings) -> RunRequest:
 
 
 def dry_run(request: RunRequest, env: Mapping[str, str], say: Callable[[str], None]) -> Plan:
-    """The plan a real run would make now, refusing what it would refuse; reserves nothing.
-    Leases are this host's: a plan for another machine's ``--inventory`` ignores them. As in
-    a real run, a plan that leases nothing (the CPU) never reads the lock directory."""
+    """The plan a real run would make now, refusing what it would refuse (:func:`refuse_early`,
+    and this host's leases, also with an ``--inventory``, as the real run reads them); reserves
+    nothing. As in a real run, a plan that leases nothing (the CPU) never reads the lock
+    directory."""
     nodes = node_settings(request, env, say)
-    if request.inventory is not None:
-        plan = job_plan(request, nodes, request.inventory, env, None, must_exist=False)
-    else:
-        from xpulaunch.leases.manager import LeaseManager
+    refuse_early(request, nodes, env)
+    from xpulaunch.leases.manager import LeaseManager
 
-        inventory = planning.probe(env)
-        plan = LeaseManager(request.lock_dir, env=env).preview(
-            lambda held: job_plan(request, nodes, inventory, env, held, must_exist=False),
-            request.share,
-        )
+    inventory = request.inventory or planning.probe(env)
+    if isinstance(inventory, str):  # read once, as the real run does
+        inventory = planning.load_inventory(inventory)
+    plan = LeaseManager(request.lock_dir, env=env).preview(
+        lambda held: job_plan(request, nodes, inventory, env, held, must_exist=False),
+        request.share,
+        shared=request.shared,
+        wait=request.wait,
+    )
     check_ranks(supervised(request, nodes).ranks, [w.name for w in plan.workers])
     return plan
 
@@ -141,9 +144,7 @@ def run(
     already forked for ``env`` (the command line forks it once parsed, so that it probes
     while the supervisor is imported); else one is forked here."""
     nodes = node_settings(request, env, ui.say)
-    check_cgroup_setting(env)  # before anything is leased or said
-    if nodes.elastic is not None:
-        _need_torch()
+    refuse_early(request, nodes, env)  # before anything is leased or said
     ours = supervised(request, nodes)
     # The probe runs in a forked child, outside the allocation lock (only planning runs under
     # it): NVML's memory never becomes the supervisor's, and it probes while this process
@@ -177,16 +178,16 @@ def run(
     return status
 
 
-def _need_torch() -> None:
-    """c10d runs torch's elastic agent: say so in one line where torch is missing (looked up,
-    not imported: the supervisor never imports torch)."""
-    import importlib.util
+def refuse_early(request: RunRequest, nodes: NodeSettings, env: Mapping[str, str]) -> None:
+    """What a real run refuses before it starts anything, refused by its dry run the same way:
+    the ``XPULAUNCH_CGROUP`` setting, then :func:`xpulaunch.launch.preflight.preflight` (torch
+    for c10d, the ``--log-dir`` and ``--events`` paths), whose module a plain run never loads."""
+    check_cgroup_setting(env)
+    events_file = request.events is not None and request.events != "-"
+    if nodes.elastic is not None or request.log_dir is not None or events_file:
+        from xpulaunch.launch.preflight import preflight
 
-    if importlib.util.find_spec("torch") is None:
-        raise UsageError(
-            "--rdzv-backend c10d runs torch's elastic agent, and torch is not installed for "
-            f"{sys.executable}; install your vendor's torch build, or use --rdzv-backend static"
-        )
+        preflight(request, nodes)
 
 
 def _allocate(

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -64,6 +64,12 @@ if TYPE_CHECKING:
 # Plans a launch with the given units unavailable (unit key -> who holds it).
 PlanFn = Callable[[Mapping[str, str]], Plan]
 T = TypeVar("T")  # what a planner returns: a Plan, or a richer value holding one
+
+
+def with_note(planned: Any, note: str) -> Any:
+    """``noted`` for a planner that returns the :class:`~xpulaunch.model.Plan` itself."""
+    plan = the_plan(planned)
+    return replace(plan, notes=(*plan.notes, note))
 
 
 def the_plan(planned: Any) -> Plan:
@@ -234,13 +240,28 @@ class LeaseManager:
         share: DeviceShare | None = None,
         *,
         plan_of: Callable[[T], Plan] = the_plan,
+        noted: Callable[[T, str], T] = with_note,
+        shared: bool = False,
+        wait: bool = False,
     ) -> T:
         """The plan :meth:`allocate` would make now, reserving nothing (a dry run); as there,
-        a plan that leases no unit never reads the lock directory."""
+        a plan that leases no unit never reads the lock directory, ``shared`` uses a leased
+        unit named explicitly, and ``wait``: a request that leases keep from being met now is
+        the plan it would get once they end, with a note saying it would wait first
+        (``noted`` adds a note to what ``plan_fn`` returns)."""
         unleased = self._plan_unleased(plan_fn, plan_of, share)
         if unleased is not None and not plan_of(unleased).lease_keys:
             return unleased
-        return plan_fn(self.unavailable(share))
+        try:
+            return plan_fn(self.unavailable(share))
+        except (SelectionError, DeviceBusyError) as exc:
+            if shared and isinstance(exc, DeviceBusyError):
+                return plan_fn({})  # a leased unit named explicitly: sharing it is the point
+            if not wait:
+                raise
+            why = exc.cli_message().removesuffix(HELD_ADVICE)
+        planned = plan_fn({})  # once the leases end (or the refusal waiting can't mend)
+        return noted(planned, f"--wait: waits in line first ({why})")
 
     def _plan_unleased(
         self,

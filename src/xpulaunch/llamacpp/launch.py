@@ -8,7 +8,7 @@ should read goes to the caller's :class:`LlamaUI`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xpulaunch.joblog.logs import LogConfig
@@ -83,17 +83,29 @@ def lease_plan(
 
 
 def preview(
-    prepared: Prepared, inventory: Inventory, parent_env: Mapping[str, str], leases: LeaseManager
+    prepared: Prepared,
+    inventory: Inventory,
+    parent_env: Mapping[str, str],
+    leases: LeaseManager,
+    options: LeaseOptions = LeaseOptions(),
 ) -> LlamaPlan:
-    """The plan :func:`lease_plan` would make now, reserving nothing (a dry run)."""
+    """The plan :func:`lease_plan` would make now, reserving nothing (a dry run); with
+    ``wait``, the plan it would wait for."""
     return leases.preview(
         lambda unavailable: plan_prepared(prepared, inventory, parent_env, unavailable=unavailable),
         plan_of=_plan_of,
+        noted=_noted,
+        shared=options.shared,
+        wait=options.wait or options.wait_timeout_s is not None,
     )
 
 
 def _plan_of(planned: LlamaPlan) -> Plan:
     return planned.plan
+
+
+def _noted(planned: LlamaPlan, note: str) -> LlamaPlan:
+    return replace(planned, plan=replace(planned.plan, notes=(*planned.plan.notes, note)))
 
 
 def server_for(
@@ -146,13 +158,11 @@ def lease_and_start(
 
 
 def dry_run(request: LlamaRunRequest, parent_env: Mapping[str, str]) -> LlamaPlan:
-    """The plan ``xpulaunch llama`` would make now, refusing what it would refuse. Leases are
-    this host's: a plan for another machine's ``--inventory`` ignores them."""
+    """The plan ``xpulaunch llama`` would make now, refusing what it would refuse: with this
+    host's leases, also for an ``--inventory``, as the real run reads them."""
     prepared = prepare_llama(request.llama, parent_env, dry_run=True)
     inventory = load_or_probe(request.inventory, parent_env)
-    if request.inventory is not None:
-        return plan_prepared(prepared, inventory, parent_env)
-    return preview(prepared, inventory, parent_env, _leases(request, parent_env))
+    return preview(prepared, inventory, parent_env, _leases(request, parent_env), request.leases)
 
 
 def run(request: LlamaRunRequest, parent_env: Mapping[str, str], ui: LlamaUI) -> int:

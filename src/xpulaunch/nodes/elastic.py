@@ -60,6 +60,17 @@ def agent_plan(
         )
     first = plan.workers[0]
     env = {name: value for name, value in first.env.items() if name not in AGENT_VARS}
+    notes: tuple[str, ...] = ()
+    device_map = plan.device_map
+    if len(plan.workers) > 1 and plan.devices:
+        # The agent gives its workers one environment, so no worker's own device map (each
+        # is for the device its LOCAL_RANK picks): none, rather than rank 0's for every rank.
+        env.update(XPULAUNCH_DEVICE_MAP=None, XPULAUNCH_MAX_MEMORY=None)
+        device_map = None
+        notes = (
+            "no device map: torch's agent starts the workers with one environment; place "
+            "each worker's model on the device its LOCAL_RANK picks",
+        )
     if may_restart(spec, max_restarts):
         env[DISABLE_SHARED_STORE] = "1"
     agent = WorkerPlan(
@@ -85,7 +96,9 @@ def agent_plan(
         f"{spec.max_nodes} nodes: torch's elastic agent runs this node's {len(plan.workers)} "
         "worker(s) and sets their ranks at every round"
     )
-    return dataclasses.replace(plan, workers=(agent,), notes=(*plan.notes, note))
+    return dataclasses.replace(
+        plan, workers=(agent,), device_map=device_map, notes=(*plan.notes, *notes, note)
+    )
 
 
 def may_restart(spec: ElasticSpec, max_restarts: int | None) -> bool:

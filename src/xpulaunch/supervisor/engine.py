@@ -52,7 +52,7 @@ from xpulaunch.processes.signals import (
 from xpulaunch.supervisor.gang import FINAL_PHASES, Gang, GangEvent, Phase
 from xpulaunch.supervisor.guardian_keeper import GuardianKeeper
 from xpulaunch.supervisor.loop import Loop, StatusBoard
-from xpulaunch.supervisor.restart import Action, Decision, Outcome, decide
+from xpulaunch.supervisor.restart import Action, Decision, Outcome, RestartMode, decide
 from xpulaunch.supervisor.worker import START_FAILED_STATUS, Worker
 
 if TYPE_CHECKING:
@@ -281,12 +281,19 @@ class Engine:
         for worker in gang.workers:
             reason = worker.spawn(gang.attempt, restarts=0 if first else worker.restarts + 1)
             if reason is not None:
-                if first:
+                if first and not self._start_retried(worker):
                     self.launch_error = reason
                     return
                 self.sink.message(reason)
                 self.on_failed(worker, reason)
                 return
+
+    def _start_retried(self, worker: Worker) -> bool:
+        """A first start that failed is one line and the end of the job (a program that is
+        not there or not executable will not become so by waiting), except a program that
+        is "Text file busy" (ETXTBSY: a build or copy still has it open for writing): under a
+        restart policy that is a failed attempt, started again after the backoff."""
+        return worker.start_busy and self.policy.mode is not RestartMode.NO
 
     # -- a gang ending, going down, and starting again -------------------------------
     def _gang_ended(self, gang: Gang, outcome: Outcome, why: str = "") -> None:

@@ -16,6 +16,7 @@ a restart waits for.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import signal
@@ -137,6 +138,7 @@ class Worker:
         self.kill_at_s: float | None = None
         self.failure_reason = ""
         self.failed_status: int | None = None  # the job's status if this failure ends it
+        self.start_busy = False  # the last start failed with ETXTBSY (see Engine)
         self.run_id = 0  # bumped per start, so late callbacks of an old run are ignored
         self._pidfd: int | None = None
         self._streams: dict[bool, tuple[IO[bytes], LineBuffer]] = {}
@@ -160,6 +162,7 @@ class Worker:
     def spawn(self, attempt: int, *, restarts: int) -> str | None:
         """Start attempt ``attempt``; returns why it could not be started, else None."""
         self.attempt, self.restarts = attempt, restarts
+        self.start_busy = False
         # The last run's pipes may still be open: a process that escaped the job (setsid and
         # an empty environment, without a job cgroup) holds their write ends. Read what they
         # hold and let go of them: the new run's pipes take their place in _streams, and
@@ -187,6 +190,7 @@ class Worker:
         try:
             proc = spawn(spec.argv, env, cwd=spec.cwd, pass_fds=spec.pass_fds, cgroup_fd=cgroup_fd)
         except (OSError, subprocess.SubprocessError) as exc:
+            self.start_busy = isinstance(exc, OSError) and exc.errno == errno.ETXTBSY
             ours = out_of_files_message(exc) if isinstance(exc, OSError) else None
             if ours is not None:  # our limit, not the program's fault: not 126 or 127
                 return self._start_failed(f"cannot start worker {self.name}: {ours}", 1)
