@@ -247,3 +247,37 @@ def test_a_runner_that_could_not_start_is_said_at_submit(
     assert lines(box, "submit", "--inventory", str(box.inventory), "--", "true") == (1, expected)
     assert lines(box, "runner") == (1, expected)
     assert [(j["id"], j["state"]) for j in box.queue()["jobs"]] == [(1, "held")]
+
+
+def test_after_the_same_job_twice_is_once_and_an_empty_after_says_what_it_needs(
+    box: QueueBox,
+) -> None:
+    """(Before, ``--after 1 --after 1`` was listed as ``after job 1 (held), job 1 (held)``,
+    and ``--after ''`` (``"$id"`` of a submit that failed) said click's "'' is not a valid
+    integer range".)"""
+    first = box.submit("--hold", "--", "true")
+    second = box.submit("--after", str(first), "--after", str(first), "--", "true")
+    job = box.jobs()[str(second)]
+    assert (job["after"], job["reason"]) == ([first], f"after job {first} (held)")
+    done = box.cli("submit", "--lock-dir", box.lock_dir, "--after", "", "--", "true", check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert one_line_error(done.stderr) == (
+        "xpulaunch: error: --after needs a job id (a number such as 17, as xpulaunch submit "
+        "prints it), not an empty value"
+    )
+    assert [j["id"] for j in box.queue()["jobs"]] == [first, second]
+
+
+def test_logs_f_of_a_held_job_then_cancelled_says_so(box: QueueBox) -> None:
+    """(Before, ``logs -f`` of a held job that was then cancelled ended with status 0 and
+    printed nothing, as if the job had run and said nothing.)"""
+    held = box.submit("--hold", "--", "true")
+    follow = box.start("logs", "-f", "--lock-dir", box.lock_dir, str(held))
+    box.cli("cancel", "--lock-dir", box.lock_dir, str(held))
+    out, err = follow.communicate(timeout=60)
+    assert (follow.returncode, out) == (1, "")
+    assert err == f"xpulaunch: error: job {held} was cancelled before it started\n"
+    assert lines(box, "logs", str(held)) == (
+        1,
+        f"xpulaunch: error: job {held} was cancelled before it started",
+    )
