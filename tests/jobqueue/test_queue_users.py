@@ -92,3 +92,15 @@ def test_rows_in_your_own_records_are_yours_whatever_they_say(box: QueueBox) -> 
     assert refused.stderr == (
         f"xpulaunch: error: job {theirs} belongs to nobody: only nobody can release it\n"
     )
+
+
+def test_another_users_broken_records_leave_only_their_jobs_out(box: QueueBox) -> None:
+    """One user's corrupt store (theirs to break) does not stop everyone's `queue`: their
+    jobs are left out, said in a warning, and the others are listed."""
+    mine = box.submit("--hold", "--", "true")
+    box.submit("--hold", "--", "true", uid=NOBODY)
+    database = box.database(NOBODY)
+    as_nobody(box, f"open({str(database)!r}, 'wb').write(b'not a database' * 400)")
+    done = box.cli("queue", "--json", "--lock-dir", box.lock_dir)
+    assert [j["id"] for j in json.loads(done.stdout)["jobs"]] == [mine]
+    assert done.stderr.startswith(f"xpulaunch: warning: queue database {database} is not a usable")

@@ -64,8 +64,10 @@ class Store:
         folder = files.user_folder(self.directory, self.uid)
         if create:
             files.make_user_folder(self.directory, self.uid)
-        elif not folder.is_dir():
+        elif not os.path.lexists(folder):
             return None
+        else:
+            files.check_user_folder(folder, self.uid)  # not one planted under our name
         return UserStore.open_own(folder, create=create)
 
     def reopen_if_replaced(self) -> bool:
@@ -145,8 +147,8 @@ class Store:
         return job_id
 
     def update(self, job_id: int, **fields: Any) -> None:
-        if not self._writable().update(job_id, fields):
-            raise QueueError(f"job {job_id} is not one of yours: its record was not changed")
+        """Change a job of this user's (none: a store replaced since, nothing to change)."""
+        self._writable().update(job_id, fields)
 
     def end(
         self, job_id: int, state: JobState, reason: str, *, ended_s: float | None = None,
@@ -188,7 +190,7 @@ class Store:
     def _other_stores(self) -> list[UserStore]:
         """Every other user's store, read-only (reopened when replaced); one that cannot be
         read is left out and said in :attr:`problems`."""
-        self.problems = []
+        self.problems = _older_queue(self.directory)
         stores = []
         for uid, folder in self._user_folders():
             if uid == self.uid:
@@ -201,8 +203,8 @@ class Store:
                 if store is None:
                     files.check_user_folder(folder, uid)
                     store = UserStore.open_other(folder, uid)
-                if store is not None:
-                    store.select("WHERE 0")  # a corrupt or closed one fails here, not later
+                    if store is not None:
+                        store.select("WHERE 0")  # a corrupt or closed one fails here
             except QueueError as exc:
                 self.problems.append(exc.cli_message())
                 if store is not None:
@@ -217,6 +219,17 @@ class Store:
 
 def _id(job: Job) -> int:
     return job.id
+
+
+def _older_queue(directory: LockDirectory) -> list[str]:
+    """The one database of every user that an xpulaunch before per-user stores kept."""
+    old = directory.path / DB_NAME
+    if not os.path.lexists(old):
+        return []
+    return [
+        f"{old} is the queue of an older xpulaunch (one file all users could write); its "
+        "jobs are not read: run them again with xpulaunch submit, then remove it"
+    ]
 
 
 def check_filesystem(directory: LockDirectory, env: Mapping[str, str]) -> None:

@@ -207,13 +207,11 @@ class UserStore:
         with translated(self.path):
             self._db.execute(sql, [_column(n, fields[n]) for n in names])
 
-    def update(self, job_id: int, fields: dict[str, Any]) -> bool:
-        """Change one row; False when this store has no job ``job_id``."""
+    def update(self, job_id: int, fields: dict[str, Any]) -> None:
         sets = ", ".join(f"{name} = ?" for name in fields)
         values = [_column(n, v) for n, v in fields.items()]
         with translated(self.path):
-            cursor = self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
-        return cursor.rowcount > 0
+            self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
 
 
 def stamp(path: Path) -> tuple[object, ...]:
