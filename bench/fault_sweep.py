@@ -810,6 +810,8 @@ def main() -> int:
     parser.add_argument("--xpulaunch-src", default=str(ROOT / "src"))
     args = parser.parse_args()
     src = Path(args.xpulaunch_src).resolve()
+    import sweep_queue  # noqa: F401 - registers the queue's trials
+
     tally = {kind: 0 for kind in KINDS}
     ran = skipped = failed = 0
     for name, fn in TRIALS.items():

@@ -40,10 +40,19 @@ print(json.dumps(said))
 
 
 def as_nobody(box: QueueBox, script: str, *args: str) -> str:
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-            box.python(NOBODY), "-c", script, *args]  # fmt: skip
-    done = subprocess.run(argv, env=box.env(NOBODY), capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
+    argv = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        box.python(NOBODY),
+        "-c",
+        script,
+        *args,
+    ]
+    done = subprocess.run(
+        argv, env=box.env(NOBODY), capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -56,13 +65,18 @@ def test_another_user_cannot_rewrite_or_remove_your_records(box: QueueBox) -> No
     said = json.loads(as_nobody(box, ATTACK, str(box.lock_dir), str(held), str(running)))
     assert said, "no queue database of root's was found"
     assert "rewritten" not in said.values() and "moved" not in said.values(), said
-    assert set(said.values()) <= {"sqlite: attempt to write a readonly database",
-                                  "Permission denied"}, said  # fmt: skip
+    assert set(said.values()) <= {
+        "sqlite: attempt to write a readonly database",
+        "Permission denied",
+    }, said
     # Nothing changed, and each user sees both users' jobs.
     for uid in (0, NOBODY):
         jobs = [(j["id"], j["user"], j["state"]) for j in box.queue(uid)["jobs"]]
-        assert jobs == [(running, "root", "running"), (held, "root", "held"),
-                        (theirs, "nobody", "held")]  # fmt: skip
+        assert jobs == [
+            (running, "root", "running"),
+            (held, "root", "held"),
+            (theirs, "nobody", "held"),
+        ]
     box.cli("cancel", "--lock-dir", box.lock_dir, str(running))
     assert box.wait_states({running: "cancelled"})[str(running)]["exit_code"] != 0
 

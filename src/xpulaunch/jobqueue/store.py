@@ -151,9 +151,14 @@ class Store:
         self._writable().update(job_id, fields)
 
     def end(
-        self, job_id: int, state: JobState, reason: str, *, ended_s: float | None = None,
+        self,
+        job_id: int,
+        state: JobState,
+        reason: str,
+        *,
+        ended_s: float | None = None,
         **fields: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Record that a job ended (``ended_s``, by default now)."""
         when = time.time() if ended_s is None else ended_s
         self.update(job_id, state=state, ended_s=when, reason=reason, **fields)

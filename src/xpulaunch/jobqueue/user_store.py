@@ -191,10 +191,11 @@ class UserStore:
             rows = self._db.execute(f"{_SELECT} {where}", list(params)).fetchall()
         jobs = [_job(row) for row in rows]
         return [
-            j if (j.uid, j.user) == (self.uid, self.user)
+            j
+            if (j.uid, j.user) == (self.uid, self.user)
             else dataclasses.replace(j, uid=self.uid, user=self.user)
             for j in jobs
-        ]  # fmt: skip
+        ]
 
     def highest_id(self) -> int:
         with translated(self.path):
