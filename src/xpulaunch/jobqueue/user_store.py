@@ -158,14 +158,14 @@ class UserStore:
             with self.write():
                 self._db.execute("DELETE FROM reserve")
 
-    def replaced(self) -> bool:
+    def replaced(self, *, emptied: bool = True) -> bool:
         """Whether the file by its name is not the one open here any more (moved aside,
-        removed, or truncated to an empty queue)."""
+        removed, or, with ``emptied``, truncated to an empty queue)."""
         try:
             st = os.stat(self.path)
         except OSError:
             return True
-        return (st.st_dev, st.st_ino) != self.identity or st.st_size == 0
+        return (st.st_dev, st.st_ino) != self.identity or (emptied and st.st_size == 0)
 
     def close(self) -> None:
         self._db.close()
@@ -176,6 +176,10 @@ class UserStore:
         inside it is never stale); rolled back when the block raises."""
         with translated(self.path):
             self._db.execute("BEGIN IMMEDIATE")
+        if self.replaced(emptied=False) and self._db.in_transaction:
+            # Moved aside since it was opened: its journal's name is the new file's now.
+            self._db.execute("ROLLBACK")
+            raise QueueError(f"{self.path} was replaced while open; try again")
         try:
             yield
         except BaseException:
@@ -246,6 +250,10 @@ def _make(path: Path) -> bool:
         raise QueueError(f"cannot create {path}: {exc.strerror}") from exc
     os.fchmod(fd, _FILE_MODE)  # through the umask
     os.close(fd)
+    # A journal left by the file this one replaces (moved aside): rolled into a new, empty
+    # database it would be that file's pages in this one.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"{path}-journal")
     return True
 
 
