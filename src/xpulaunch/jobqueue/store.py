@@ -26,7 +26,7 @@ from xpulaunch.core.jobs import Job, JobState
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import files
 from xpulaunch.jobqueue.mounts import filesystem_type, is_network
-from xpulaunch.jobqueue.user_store import DB_NAME, UserStore, stamp
+from xpulaunch.jobqueue.user_store import DB_NAME, UserStore, lock_holders, stamp
 from xpulaunch.leases.lock_directory import LockDirectory
 
 __all__ = ["DB_NAME", "Store", "check_filesystem", "lock_holders"]
@@ -245,37 +245,3 @@ def check_filesystem(directory: LockDirectory, env: Mapping[str, str]) -> None:
             "the queue's SQLite databases (their locks) do not work: use --lock-dir DIR (or "
             "XPULAUNCH_LOCK_DIR) on a local filesystem, such as /tmp or /var/lib"
         )
-
-
-def lock_holders(paths: Sequence[str]) -> str:
-    """``pid 12 (sqlite3 queue.sqlite, user bob)`` for the POSIX locks on ``paths`` (SQLite
-    locks with fcntl), from /proc/locks; "" when none is found but ours."""
-    wanted = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        wanted[f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"] = path
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return ""
-    pids = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] in ("POSIX", "OFDLCK") and fields[5] in wanted:
-            pid = int(fields[4]) if fields[4].lstrip("-").isdigit() else -1
-            if pid > 0 and pid != os.getpid() and pid not in pids:
-                pids.append(pid)
-    return ", ".join(_describe_pid(pid) for pid in pids[:3])
-
-
-def _describe_pid(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = [a.decode(errors="replace") for a in handle.read(4096).split(b"\0") if a]
-    except OSError:
-        return f"pid {pid}"
-    return f"pid {pid} ({' '.join(argv)[:60]})"

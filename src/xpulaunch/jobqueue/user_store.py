@@ -310,8 +310,6 @@ def translated(path: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def _operational(path: str, exc: sqlite3.OperationalError) -> QueueError:
-    from xpulaunch.jobqueue.store import lock_holders
-
     text = str(exc)
     if "locked" in text or "busy" in text:
         holders = lock_holders([path, path + "-journal"])
@@ -329,3 +327,37 @@ def _operational(path: str, exc: sqlite3.OperationalError) -> QueueError:
             "-journal file must be theirs (mode 0644)"
         )
     return QueueError(f"queue database {path}: {text}")
+
+
+def lock_holders(paths: Sequence[str]) -> str:
+    """``pid 12 (sqlite3 queue.sqlite, user bob)`` for the POSIX locks on ``paths`` (SQLite
+    locks with fcntl), from /proc/locks; "" when none is found but ours."""
+    wanted = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        wanted[f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"] = path
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return ""
+    pids = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] in ("POSIX", "OFDLCK") and fields[5] in wanted:
+            pid = int(fields[4]) if fields[4].lstrip("-").isdigit() else -1
+            if pid > 0 and pid != os.getpid() and pid not in pids:
+                pids.append(pid)
+    return ", ".join(_describe_pid(pid) for pid in pids[:3])
+
+
+def _describe_pid(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = [a.decode(errors="replace") for a in handle.read(4096).split(b"\0") if a]
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({' '.join(argv)[:60]})"
