@@ -74,7 +74,7 @@ class Runner:
         self._processes: dict[int, JobProcess] = {}
         self._stopping = False
         self._wake: WakePipe | None = None
-        self._seen: tuple[object, ...] | None = None  # data_version, live runners
+        self._seen: tuple[object, ...] | None = None  # the stores' stamps, live runners
         self._busy = True
         self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
         self._cancels_seen: dict[int, float] = {}  # job id -> when we saw its cancel
@@ -147,10 +147,10 @@ class Runner:
     def turn(self, store: Store) -> bool:
         """One turn of the loop; whether any job of this user is still active.
 
-        The queue is read only when something may have changed: a job of ours moved, another
-        process committed to the database (SQLite's ``data_version``), a runner came or
-        went, or a cancelled job's grace ran out. So an idle runner with a long queue of held
-        jobs costs a pragma and a few lock probes a turn, not a read of every job."""
+        The queue is read only when something may have changed: a job of ours moved, someone
+        committed to a user's store (its header's change counter), a runner came or went, or
+        a cancelled job's grace ran out. So an idle runner with a long queue of held jobs
+        costs a few small reads and lock probes a turn, not a read of every job."""
         changed = False
         if store.reopen_if_replaced():
             self._say(f"{store.path} was replaced: using the new one")
@@ -168,8 +168,8 @@ class Runner:
         changed |= self._start_next(store, set(runners))
         if changed:
             notify(self.directory)
-        # A turn that changed something is followed by a full one: our own commits do not
-        # move data_version, and what we did may let the next job start.
+        # A turn that changed something is followed by a full one: what we did may let the
+        # next job start.
         self._seen = None if changed else (store.data_version(), seen[1])
         self._busy = bool(self._processes) or any(not j.state.ended for j in mine)
         return self._busy
