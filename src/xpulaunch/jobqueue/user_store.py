@@ -12,8 +12,8 @@ a job's end) still commits on a full disk: a few free pages are kept in the data
 blob of :data:`RESERVE_PAGES` pages written, then deleted), so a row that grows takes one of
 those instead of growing the file; and the journal file is kept, not deleted, after each
 commit, as long as its longest transaction (the delete above journals the reserve), so a
-small transaction writes into blocks it has already. The reserve is topped up whenever the
-owner opens the store with room to.
+small transaction writes into blocks it has already. The reserve is topped up when a submit
+or a runner opens the store, with room to.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ class UserStore:
             store = cls(connection, path, os.getuid())
             connection.execute("PRAGMA journal_mode=PERSIST")  # per connection
             store._prepare()
-            store._top_up()
+            if create:  # a submit or a runner: not a look (`queue`), which never waits
+                store._top_up()
         return store
 
     @classmethod
