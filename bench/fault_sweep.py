@@ -812,6 +812,8 @@ def main() -> int:
     import sweep_runpath  # noqa: F401 - registers the run path's trials
 
     src = Path(args.xpulaunch_src).resolve()
+    import sweep_queue  # noqa: F401 - registers the queue's trials
+
     tally = {kind: 0 for kind in KINDS}
     ran = skipped = failed = 0
     for name, fn in TRIALS.items():

@@ -105,6 +105,12 @@ class QueueBox:
         python = self.python(uid)
         return ["--", python, str(JOB), "audit", str(self.audit), tag, f"{seconds:g}"]
 
+    def database(self, uid: int = 0) -> Path:
+        """The queue database holding ``uid``'s records (the one file named queue.sqlite
+        of theirs under the lock directory, wherever the layout puts it)."""
+        (found,) = [p for p in self.lock_dir.rglob("queue.sqlite") if p.stat().st_uid == uid]
+        return found
+
     def records(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.audit.read_text().splitlines() if line]
 

@@ -99,9 +99,9 @@ def test_a_job_that_can_never_run_is_refused_at_submit(
 def test_a_corrupt_database_is_named_and_left_alone(box: QueueBox) -> None:
     box.submit("--hold", "--", "true")
     box.cli("cancel", "--lock-dir", box.lock_dir, "--all")
-    database = box.lock_dir / "queue.sqlite"
-    for leftover in ("queue.sqlite-wal", "queue.sqlite-shm"):
-        (box.lock_dir / leftover).unlink(missing_ok=True)
+    database = box.database()
+    for leftover in ("queue.sqlite-journal", "queue.sqlite-wal", "queue.sqlite-shm"):
+        (database.parent / leftover).unlink(missing_ok=True)
     garbage = b"this is not a database\n" * 400
     database.write_bytes(garbage)
     for args in (["queue"], ["submit", "--inventory", str(box.inventory), "--", "true"]):
@@ -110,19 +110,20 @@ def test_a_corrupt_database_is_named_and_left_alone(box: QueueBox) -> None:
         assert line == (
             f"xpulaunch: error: queue database {database} is not a usable SQLite database "
             f"(file is not a database); it is left as it is: move it aside (mv {database} "
-            f"{database}.bad) to start an empty queue, or restore it"
+            f"{database}.bad) to start an empty queue (a runner that has it open takes the new "
+            "one; job ids go on from the highest ever given), or restore it"
         )
     assert database.read_bytes() == garbage
 
 
 def test_a_locked_database_is_waited_for_then_named(box: QueueBox) -> None:
     first = box.submit("--hold", "--", "true")
-    database = box.lock_dir / "queue.sqlite"
-    holder = subprocess.Popen(
+    database = box.database()
+    holder = subprocess.Popen(  # a writer of the user's own (only they can write it)
         [sys.executable, "-c",
          "import sqlite3, sys, time\n"
          f"db = sqlite3.connect({str(database)!r}, isolation_level=None)\n"
-         "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(60)"],
+         "db.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -134,7 +135,7 @@ def test_a_locked_database_is_waited_for_then_named(box: QueueBox) -> None:
         line = one_line_error(done.stderr)
         assert line.startswith(f"xpulaunch: error: queue database {database} stayed locked by ")
         assert f"pid {holder.pid} (" in line and "for 1 s (XPULAUNCH_LOCK_TIMEOUT)" in line
-        # Readers do not wait for a writer (WAL): the queue is still listed.
+        # Readers do not wait for a writer's transaction: the queue is still listed.
         assert [j["id"] for j in box.queue()["jobs"]] == [first]
     finally:
         holder.kill()
@@ -155,7 +156,7 @@ def test_a_lock_directory_on_nfs_is_refused(box: QueueBox) -> None:
         assert code == 1
         assert line == (
             f"xpulaunch: error: lock directory {box.lock_dir} is on nfs4, a network "
-            "filesystem, where the queue's SQLite database (WAL mode) does not work: use "
+            "filesystem, where the queue's SQLite databases (their locks) do not work: use "
             "--lock-dir DIR (or XPULAUNCH_LOCK_DIR) on a local filesystem, such as /tmp or "
             "/var/lib"
         )
@@ -170,28 +171,29 @@ def test_a_runner_lock_named_by_a_digit_int_cannot_read_is_ignored(box: QueueBox
     assert "²" not in str(box.runner_pids())
 
 
-def test_a_database_moved_aside_leaves_no_old_job_in_the_new_ones(box: QueueBox) -> None:
-    """The error above says to move a bad database aside: ids start at 1 again, and a new
-    job must not take over the folder (console, events, logs) of the old job of its id."""
+def test_a_database_moved_aside_while_the_runner_runs_loses_no_job_and_reuses_no_id(
+    box: QueueBox,
+) -> None:
+    """The recovery the corrupt-database error gives (move it aside), done while the runner
+    is alive: the runner takes the new database, so the next job runs, and its id is new, so
+    the old job's folder (console, events, logs) stays as it was. (Before, the runner kept
+    the old file open and never saw the job, which waited for ever; and the job got id 1
+    again, its submit moving the old job 1's folder aside.)"""
     old = box.submit("--gpus", "1", "--", "sh", "-c", "echo old output")
     box.wait_states({old: "done"})
-    box.stop_runner()
-    for name in ("queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"):
-        if (box.lock_dir / name).exists():
-            (box.lock_dir / name).rename(box.lock_dir / f"{name}.bad")
-    new = box.submit("--gpus", "1", "--hold", "--", "sh", "-c", "echo new output")
-    assert new == old
-    assert lines(box, "logs", str(new)) == (
-        1,
-        f"xpulaunch: error: job {new} has not started yet (held); "
-        f"'xpulaunch logs -f {new}' waits for it",
-    )
-    box.cli("release", "--lock-dir", box.lock_dir, str(new))
-    box.wait_states({new: "done"})
+    runner = box.runner_pids()["root"]
+    database = box.database()
+    for leftover in database.parent.glob("queue.sqlite*"):
+        leftover.rename(leftover.with_name(leftover.name + ".bad"))
+    new = box.submit("--gpus", "1", "--", "sh", "-c", "echo new output")
+    assert new > old
+    box.wait_states({new: "done"}, timeout_s=30)  # well before the runner's idle exit
+    assert box.runner_pids()["root"] == runner  # the same runner ran it
     out = box.cli("logs", "--lock-dir", box.lock_dir, str(new)).stdout
     assert "new output" in out and "old output" not in out
-    (aside,) = (box.lock_dir / "queue-jobs-0").glob(f"{old}.old-*")
-    assert "old output" in "".join(p.read_text() for p in aside.rglob("*.log"))
+    assert not list(box.lock_dir.rglob(f"{old}.old-*"))
+    folders = [p for p in box.lock_dir.rglob(str(old)) if p.is_dir()]
+    assert "old output" in "".join(p.read_text() for f in folders for p in f.rglob("*.log"))
 
 
 def test_what_anyone_may_plant_in_a_shared_lock_directory_holds_no_queue_up(
@@ -245,3 +247,37 @@ def test_a_runner_that_could_not_start_is_said_at_submit(
     assert lines(box, "submit", "--inventory", str(box.inventory), "--", "true") == (1, expected)
     assert lines(box, "runner") == (1, expected)
     assert [(j["id"], j["state"]) for j in box.queue()["jobs"]] == [(1, "held")]
+
+
+def test_after_the_same_job_twice_is_once_and_an_empty_after_says_what_it_needs(
+    box: QueueBox,
+) -> None:
+    """(Before, ``--after 1 --after 1`` was listed as ``after job 1 (held), job 1 (held)``,
+    and ``--after ''`` (``"$id"`` of a submit that failed) said click's "'' is not a valid
+    integer range".)"""
+    first = box.submit("--hold", "--", "true")
+    second = box.submit("--after", str(first), "--after", str(first), "--", "true")
+    job = box.jobs()[str(second)]
+    assert (job["after"], job["reason"]) == ([first], f"after job {first} (held)")
+    done = box.cli("submit", "--lock-dir", box.lock_dir, "--after", "", "--", "true", check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert one_line_error(done.stderr) == (
+        "xpulaunch: error: --after needs a job id (a number such as 17, as xpulaunch submit "
+        "prints it), not an empty value"
+    )
+    assert [j["id"] for j in box.queue()["jobs"]] == [first, second]
+
+
+def test_logs_f_of_a_held_job_then_cancelled_says_so(box: QueueBox) -> None:
+    """(Before, ``logs -f`` of a held job that was then cancelled ended with status 0 and
+    printed nothing, as if the job had run and said nothing.)"""
+    held = box.submit("--hold", "--", "true")
+    follow = box.start("logs", "-f", "--lock-dir", box.lock_dir, str(held))
+    box.cli("cancel", "--lock-dir", box.lock_dir, str(held))
+    out, err = follow.communicate(timeout=60)
+    assert (follow.returncode, out) == (1, "")
+    assert err == f"xpulaunch: error: job {held} was cancelled before it started\n"
+    assert lines(box, "logs", str(held)) == (
+        1,
+        f"xpulaunch: error: job {held} was cancelled before it started",
+    )

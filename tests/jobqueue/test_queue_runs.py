@@ -351,7 +351,7 @@ def test_a_job_cancelled_while_its_runner_died_starting_it_never_runs(box: Queue
     cancelled meanwhile: the next runner ends it; it does not put it back in line."""
     job_id = box.submit("--gpus", "1", "--hold", *box.audit_job("never", 0))
     box.stop_runner()
-    database = box.lock_dir / "queue.sqlite"
+    database = box.database()
     with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as db:
         db.execute(  # as the runner left it
             "UPDATE jobs SET state = 'starting', started_s = ? WHERE id = ?", (time.time(), job_id)

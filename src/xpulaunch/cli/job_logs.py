@@ -37,6 +37,8 @@ def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None
             log_dir = _log_dir(folder, job.uid)
             if log_dir is not None and _has_attempts(log_dir):
                 return log_dir
+            if job.state is JobState.CANCELLED and job.started_s is None:
+                raise QueueError(_never_started(job))
             if job.state.ended or (job.state is JobState.RUNNING and not follow):
                 _print_console(folder)
                 return None
@@ -47,6 +49,13 @@ def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None
                 )
             time.sleep(WAIT_INTERVAL_S)
             job = store.job(job.id) or job
+
+
+def _never_started(job: Job) -> str:
+    """``job 4 was cancelled before it started`` (and why, when it was its ``--after``)."""
+    why = (job.reason or "").removeprefix("never started: ")
+    detail = f": {why}" if why.startswith("--after") else ""
+    return f"job {job.id} was cancelled before it started{detail}"
 
 
 def _readable(store: Store, job_id: int) -> Job:

@@ -27,6 +27,8 @@ def queue(as_json: bool, everything: bool, lock_dir: str | None) -> int:
     env = dict(os.environ)
     directory = actions.queue_directory(lock_dir, env)
     snapshot = listing.take(directory, env, ended=everything)
+    for problem in snapshot.problems:  # some user's jobs left out: the rest still listed
+        click.echo(terminal_safe(f"xpulaunch: warning: {one_line(problem)}"), err=True)
     if as_json:
         click.echo(json.dumps(listing.document(snapshot), indent=2))
         return 0

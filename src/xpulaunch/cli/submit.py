@@ -18,6 +18,7 @@ import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
 from xpulaunch.cli.group import ProgramCommand, option_arity, split_args
+from xpulaunch.cli.params import ParamType
 from xpulaunch.cli.run import run as run_command, warn_torchrun_options
 from xpulaunch.cli.run_options import accelerate_applied, dry_run_plan, to_request
 from xpulaunch.errors import UsageError
@@ -67,7 +68,7 @@ def _submit(
         wanted=tuple(unit.label() for unit in plan.devices),
         shares=plan.share is not None,
         grace_s=float(options.get("grace") or 10.0),
-        priority=priority, after=tuple(after), hold=hold,
+        priority=priority, after=tuple(dict.fromkeys(after)), hold=hold,
     )  # fmt: skip
     store = Store.open(directory, env, create=True)
     if store is None:  # pragma: no cover - created
@@ -124,13 +125,30 @@ def _cwd() -> str:
         raise UsageError(f"the working directory is gone ({exc.strerror}); cd somewhere") from exc
 
 
+class JobId(ParamType):
+    """A job id as ``submit`` prints it; an empty one (``--after "$id"`` after a submit that
+    failed) says what was missing, not click's "is not a valid integer range"."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        text = str(value).strip()
+        if text.isascii() and text.isdigit() and int(text) > 0:
+            return int(text)
+        what = "an empty value" if not text else repr(str(value))
+        raise UsageError(
+            f"--after needs a job id (a number such as 17, as xpulaunch submit prints it), "
+            f"not {what}"
+        )
+
+
 _submit_options = [
     click.Option(
         ["--priority"], type=click.IntRange(-1000, 1000), default=0, show_default=True,
         metavar="N", help="Higher goes first; equal priorities in submission order.",
     ),
     click.Option(
-        ["--after"], type=click.IntRange(min=1), multiple=True, metavar="ID",
+        ["--after"], type=JobId(), multiple=True, metavar="ID",
         help="Start only once job ID has ended successfully (again for several; a failed "
         "or cancelled ID cancels this job).",
     ),

@@ -1,9 +1,9 @@
 """What the queue commands do, minus the printing: submit, cancel, hold, release, and
 starting this user's runner when none runs.
 
-A user may change only their own jobs: the database of a shared lock directory is writable
-by all, so this is the commands' rule, while what matters is enforced by the system anyway
-(a job runs only from its owner's private spec, a run is signalled only by its owner).
+A user may change only their own jobs: the commands say so in one line, and the system
+enforces it anyway (each user's records are a file only they can write, a job runs only
+from its owner's private spec, a run is signalled only by its owner).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from xpulaunch.jobqueue.files import (
     JobSpec,
     check_runner_files,
     make_job_folder,
-    make_private,
+    make_user_folder,
     notify,
     runner_pid,
-    user_folder,
     write_spec,
 )
 from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.jobqueue.store import Store
+from xpulaunch.jobqueue.user_store import StoreFull
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.processes import procfs
 
@@ -120,7 +120,7 @@ def own_job(store: Store, job_id: int, verb: str) -> Job:
     if job is None:
         known = store.known_ids()
         hint = f"jobs {known[0]}-{known[1]} exist" if known else "the queue is empty"
-        where = os.path.dirname(store.path)
+        where = store.lock_dir
         raise QueueError(
             f"no job {job_id} in the queue of {where} ({hint}; see xpulaunch queue -a)"
         )
@@ -135,17 +135,27 @@ def cancel(directory: LockDirectory, store: Store, job_id: int, *, ended_ok: boo
     that). What was done, in a few words. ``ended_ok``: a job that has just ended (``cancel
     --all`` racing with it) is said so, not an error."""
     job = own_job(store, job_id, "cancel")
-    with store.write():
-        job = store.job(job_id) or job
-        if job.state.ended and ended_ok:
-            return f"job {job_id}: had already ended ({job.state.value})"
-        if job.state.ended:
-            raise QueueError(f"job {job_id} has already ended ({job.state.value})")
+    try:
+        with store.write():
+            job = store.job(job_id) or job
+            if job.state.ended and ended_ok:
+                return f"job {job_id}: had already ended ({job.state.value})"
+            if job.state.ended:
+                raise QueueError(f"job {job_id} has already ended ({job.state.value})")
+            if job.state.pending:
+                reason = f"cancelled by {user_name(os.getuid())} before it started"
+                store.end(job_id, JobState.CANCELLED, reason)
+            elif job.cancel_requested_s is None:
+                store.update(job_id, cancel_requested_s=time.time())
+    except StoreFull as exc:
         if job.state.pending:
-            reason = f"cancelled by {user_name(os.getuid())} before it started"
-            store.end(job_id, JobState.CANCELLED, reason)
-        elif job.cancel_requested_s is None:
-            store.update(job_id, cancel_requested_s=time.time())
+            raise
+        # No room even for the store's reserve: a run filling the disk must still be
+        # stoppable. Its end is recorded (as failed: the cancel is not) once there is room.
+        stopped = _stop_run(job)
+        raise QueueError(
+            f"{stopped}; but the cancel was not recorded: {exc.cli_message()}"
+        ) from exc
     # The run is signalled only once the request is committed: a run that ends at once must
     # find it, or its runner would record a failure, not a cancel.
     done = f"job {job_id}: cancelled (it had not started)" if job.state.pending else _stop_run(job)
@@ -230,13 +240,14 @@ def ensure_runner(directory: LockDirectory, env: Mapping[str, str]) -> int | Non
     if runner_pid(directory, uid) is not None:
         return None
     check_runner_files(directory, uid)  # its own start would fail in its log, not here
-    folder = user_folder(directory, uid)
-    make_private(folder)
+    folder = make_user_folder(directory, uid)
     argv = [sys.executable, "-m", "xpulaunch", "runner", "--foreground"]
     argv += ["--idle-exit", f"{RUNNER_IDLE_EXIT_S:g}"]
     if directory.shared:
         argv += ["--lock-dir", str(directory.root)]
-    with open(folder / RUNNER_LOG, "ab") as log:
+    # 0600: the folder is open to all (for the records), the runner's log is not.
+    fd = os.open(folder / RUNNER_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "ab") as log:
         # Its own session, no terminal, cwd "/": it outlives this command and any shell.
         runner = subprocess.Popen(
             argv, env=dict(env), cwd="/", stdin=subprocess.DEVNULL, stdout=log,

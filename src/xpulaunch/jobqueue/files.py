@@ -1,10 +1,15 @@
-"""The queue's files in a lock directory besides its database:
+"""The queue's files in a lock directory:
 
-* ``queue-jobs-<uid>/`` -- each user's private folder (0700, checked to be theirs), with one
-  folder per job: ``spec.json`` (what the job runs: its arguments, environment, working
-  directory; 0600), ``output.log`` (its ``xpulaunch run``'s console), ``events.jsonl`` and
-  ``logs/`` (its workers' log files). A runner runs only specs from its own user's folder, so
-  nobody can make another user's runner run a command by editing the shared database.
+* ``queue-jobs-<uid>/`` -- each user's folder (0755, checked to be theirs and writable by
+  them alone), with ``queue.sqlite``, that user's records (0644: :mod:`.user_store`), and one
+  private folder (0700) per job: ``spec.json`` (what the job runs: its arguments,
+  environment, working directory; 0600), ``output.log`` (its ``xpulaunch run``'s console),
+  ``events.jsonl`` and ``logs/`` (its workers' log files). Only the owner can change their
+  records or their jobs; everyone can read the records, for the shared view.
+* ``queue-ids/`` -- like /tmp (1777 in a shared directory): an empty file per job id ever
+  given out, created with ``O_EXCL`` by the submitter, so two users never get one id and no
+  id is given twice (not after a store is moved aside either). Its owner is the id's owner.
+  A runner holds its ``flock`` (a read-only descriptor suffices) while it picks the next job.
 * ``queue-runner-<uid>.lock`` -- held (``flock``) by that user's runner while it runs: the
   kernel drops it when the runner dies, however it dies, so a live lock is a live runner.
 * ``queue-wake-<uid>`` -- a FIFO the runner waits on; whoever changes the queue writes a byte
@@ -18,7 +23,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,7 +35,11 @@ RUNNER_PREFIX, RUNNER_SUFFIX = "queue-runner-", ".lock"
 WAKE_PREFIX = "queue-wake-"
 SPEC_NAME, OUTPUT_NAME, EVENTS_NAME, LOGS_NAME = "spec.json", "output.log", "events.jsonl", "logs"
 RUNNER_LOG = "runner.log"
+IDS_NAME = "queue-ids"
 _PRIVATE = 0o700
+_READABLE = 0o755  # a user's folder: the records in it are read by everyone, written by one
+_ID_DIGITS = 15  # a name longer than this (anyone may create one) is not an id we gave out
+_ORDER_LOCK_WAIT_S = 2.0  # anyone may hold it (a read-only descriptor suffices): not for ever
 _SPEC_MAX_BYTES = 8 * 1024 * 1024  # an environment and a command line, with room to spare
 # A runner that starts while someone probes its lock (for microseconds) tries again.
 _LOCK_TRIES_S = 1.0
@@ -70,15 +79,29 @@ def make_private(folder: Path) -> bool:
     return True
 
 
-def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
-    """Create the job's folder (and the user's, 0700); refuse a folder that is not theirs."""
+def make_user_folder(directory: LockDirectory, uid: int) -> Path:
+    """Create (or open up, from 0700) the user's folder, 0755; refuse one that is not theirs."""
     folder = user_folder(directory, uid)
-    make_private(folder)
+    try:
+        os.mkdir(folder, _READABLE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise QueueError(f"cannot create {folder}: {exc.strerror}") from exc
     check_user_folder(folder, uid)
+    if stat.S_IMODE(os.lstat(folder).st_mode) != _READABLE:
+        os.chmod(folder, _READABLE)  # mkdir's mode went through the umask; or an older 0700
+    return folder
+
+
+def make_job_folder(directory: LockDirectory, uid: int, job_id: int) -> Path:
+    """Create the job's folder (and the user's); refuse a folder that is not theirs."""
+    folder = make_user_folder(directory, uid)
     job = folder / str(job_id)
     if not make_private(job):
-        # An id used before, by a database since moved aside: that job's console, events
-        # and logs would pass for this one's (`logs` would show them, the runner would read
+        # An id used before (ids are never given twice, but queue-ids/ may have been
+        # removed along with every store): that job's console, events and logs would pass
+        # for this one's (`logs` would show them, the runner would read
         # its lease and its end). Kept, under another name, for whoever restores it.
         check_private(job, uid)
         aside = folder / f"{job_id}.old-{time.time_ns()}"
@@ -287,3 +310,87 @@ def job_env(spec: JobSpec, job_id: int, directory: LockDirectory) -> Mapping[str
         "XPULAUNCH_QUEUE_JOB": str(job_id),
         "XPULAUNCH_QUEUE_DIR": str(directory.root),
     }
+
+
+def _ids_folder(directory: LockDirectory) -> Path:
+    """``queue-ids/``, made like /tmp in a shared directory (anyone creates, nobody removes
+    another's), private in a private one."""
+    folder = directory.path / IDS_NAME
+    mode = 0o1777 if directory.shared else _PRIVATE
+    try:
+        os.mkdir(folder, mode)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise QueueError(f"cannot create {folder}: {exc.strerror}") from exc
+    else:
+        os.chmod(folder, mode)  # through the umask
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        raise QueueError(f"{folder} is not a folder (made by {owner_of(str(folder))}); remove it")
+    return folder
+
+
+def given_ids(directory: LockDirectory) -> list[int]:
+    """Every job id given out in ``directory`` (the names in ``queue-ids/``)."""
+    try:
+        names = os.listdir(directory.path / IDS_NAME)
+    except OSError:
+        return []
+    return [int(n) for n in names if n.isascii() and n.isdigit() and len(n) <= _ID_DIGITS]
+
+
+def allocate_id(directory: LockDirectory, floor: int) -> int:
+    """A job id never given out before in ``directory``, above ``floor`` (the highest id any
+    store or job folder knows: an id folder removed does not make ids start again)."""
+    folder = _ids_folder(directory)
+    job_id = max([floor, *given_ids(directory)]) + 1
+    while True:
+        try:
+            fd = os.open(folder / str(job_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        except FileExistsError:
+            job_id += 1  # another submit's, just now (or anyone's name in a shared folder)
+            continue
+        except OSError as exc:
+            raise QueueError(f"cannot create {folder / str(job_id)}: {exc.strerror}") from exc
+        os.close(fd)
+        return job_id
+
+
+def id_owner(directory: LockDirectory, job_id: int) -> int | None:
+    """The uid that was given ``job_id`` (None: unknown)."""
+    try:
+        return os.lstat(directory.path / IDS_NAME / str(job_id)).st_uid
+    except OSError:
+        return None
+
+
+def highest_folder_id(directory: LockDirectory, uid: int) -> int:
+    """The highest job id that has a folder of ``uid``'s (0: none)."""
+    try:
+        names = os.listdir(user_folder(directory, uid))
+    except OSError:
+        return 0
+    ids = [n.split(".", 1)[0] for n in names]
+    return max(
+        (int(i) for i in ids if i.isascii() and i.isdigit() and len(i) <= _ID_DIGITS), default=0
+    )
+
+
+@contextlib.contextmanager
+def order_lock(directory: LockDirectory) -> Iterator[None]:
+    """Held by a runner while it picks and marks the next job of the whole queue, so that two
+    users' runners do not both start one (a ``flock`` of ``queue-ids/``). Anyone can hold it,
+    so it is waited for a moment only; then the pick goes ahead without it (at worst two
+    jobs wait in the lease line at once, which orders them itself)."""
+    try:
+        fd = os.open(_ids_folder(directory), os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        deadline_s = time.monotonic() + _ORDER_LOCK_WAIT_S
+        while not directory.try_lock(fd) and time.monotonic() < deadline_s:
+            time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)

@@ -80,6 +80,8 @@ class JobProcess:
     stopped: dict[str, object] | None = field(default=None)
     leased: bool = False  # its run holds its devices
     waiting: bool = False  # its run waits in the lease line
+    ended_s: float | None = None  # wall-clock time its end was first seen
+    unrecorded: dict[str, object] | None = None  # its lease event, not yet in its record
 
     def ended(self) -> bool:
         if self.popen is not None:

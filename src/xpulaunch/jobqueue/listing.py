@@ -34,6 +34,7 @@ class Snapshot:
     holdings: tuple[Holding, ...] = ()
     runners: Mapping[int, int] = field(default_factory=dict)  # uid -> pid
     leases: StatusReport | None = None
+    problems: tuple[str, ...] = ()  # other users' records that could not be read
 
     @property
     def view(self) -> QueueView:
@@ -46,9 +47,11 @@ def take(directory: LockDirectory, env: Mapping[str, str], *, ended: bool = Fals
     """Read the queue (active jobs, with ``ended`` every job) and the leases."""
     store = Store.open(directory, env, create=False)
     jobs: list[Job] = []
+    problems: list[str] = []
     if store is not None:
         with store:
             jobs = store.jobs(ended=True) if ended else store.with_dependencies()
+            problems = store.problems
     report = lease_manager(directory).status()
     running = {j.pid: j for j in jobs if j.pid and j.state in _HOLDING_STATES}
     return Snapshot(
@@ -60,6 +63,7 @@ def take(directory: LockDirectory, env: Mapping[str, str], *, ended: bool = Fals
         holdings=tuple(holdings(report, running)),
         runners=live_runners(directory),
         leases=report,
+        problems=tuple(problems),
     )
 
 

@@ -1,7 +1,7 @@
 """Which filesystem a directory is on, from ``/proc/self/mountinfo``: the queue refuses a
-network filesystem, where SQLite's WAL mode does not work ("WAL does not work over a network
-filesystem": https://www.sqlite.org/wal.html, section "Concurrency", and its shared-memory
-index needs every user on one host).
+network filesystem, where SQLite's locks do not work ("SQLite depends on the underlying
+filesystem to do locking ... network filesystems ... have bugs": https://www.sqlite.org/faq.html,
+question 5).
 
 :func:`filesystem_of` is pure (the file's text comes in); :func:`filesystem_type` reads it,
 from ``$XPULAUNCH_PROCFS_ROOT/self/mountinfo`` in tests, as the probe's fake machines do.
@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 
 # Filesystems that are not one host's own: NFS, SMB, AFS and the cluster filesystems, and
-# FUSE mounts of remote stores. Where locks reach the server at all, the WAL index does not.
+# FUSE mounts of remote stores, where locks do not reach the server or not reliably.
 NETWORK_FILESYSTEMS = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "afs", "ncpfs", "9p", "ceph", "lustre", "gpfs",
     "beegfs", "glusterfs", "orangefs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs",

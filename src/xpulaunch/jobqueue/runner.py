@@ -3,6 +3,7 @@
 One runner per user and lock directory (``queue-runner-<uid>.lock``; a second one exits at
 once). Each turn of its loop:
 
+0. takes its store again if it was replaced (moved aside as a corrupt store's error says);
 1. reads the events of its jobs' runs: a run that leased its devices is *running*, one that
    waits in the lease line says why; a run that ended is *done*, *failed* or *cancelled*;
 2. kills the run of a cancelled job that outlives its grace;
@@ -36,11 +37,13 @@ from xpulaunch.jobqueue.files import (
     job_folder,
     live_runners,
     notify,
+    order_lock,
     read_spec,
 )
 from xpulaunch.jobqueue.job_process import JobProcess
 from xpulaunch.jobqueue.policy import Job, JobState, never_runs, next_to_start
 from xpulaunch.jobqueue.store import Store
+from xpulaunch.jobqueue.user_store import StoreFull
 from xpulaunch.leases.lock_directory import LockDirectory
 
 STARTING_POLL_S = 0.05  # while a run starts: how soon its lease is seen
@@ -71,7 +74,7 @@ class Runner:
         self._processes: dict[int, JobProcess] = {}
         self._stopping = False
         self._wake: WakePipe | None = None
-        self._seen: tuple[int, tuple[int, ...]] | None = None  # data_version, live runners
+        self._seen: tuple[object, ...] | None = None  # the stores' stamps, live runners
         self._busy = True
         self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
         self._cancels_seen: dict[int, float] = {}  # job id -> when we saw its cancel
@@ -112,7 +115,9 @@ class Runner:
                 busy = self.turn(store)
                 failures = 0
             except QueueError as exc:
-                failures += 1
+                # A full disk is waited out: the ends it could not record are recorded
+                # (with their own times) once there is room. Anything else, not for ever.
+                failures += not isinstance(exc, StoreFull)
                 self._say(f"error: {exc.cli_message()}")
                 if failures >= _MAX_FAILED_TURNS:
                     raise
@@ -142,11 +147,15 @@ class Runner:
     def turn(self, store: Store) -> bool:
         """One turn of the loop; whether any job of this user is still active.
 
-        The queue is read only when something may have changed: a job of ours moved, another
-        process committed to the database (SQLite's ``data_version``), a runner came or
-        went, or a cancelled job's grace ran out. So an idle runner with a long queue of held
-        jobs costs a pragma and a few lock probes a turn, not a read of every job."""
-        changed = self._watch(store)
+        The queue is read only when something may have changed: a job of ours moved, someone
+        committed to a user's store (its header's change counter), a runner came or went, or
+        a cancelled job's grace ran out. So an idle runner with a long queue of held jobs
+        costs a few small reads and lock probes a turn, not a read of every job."""
+        changed = False
+        if store.reopen_if_replaced():
+            self._say(f"{store.path} was replaced: using the new one")
+            changed = True
+        changed |= self._watch(store)
         runners = live_runners(self.directory)
         seen = (store.data_version(), tuple(sorted(runners)))
         due = self._deadline_s is not None and time.monotonic() >= self._deadline_s
@@ -159,8 +168,8 @@ class Runner:
         changed |= self._start_next(store, set(runners))
         if changed:
             notify(self.directory)
-        # A turn that changed something is followed by a full one: our own commits do not
-        # move data_version, and what we did may let the next job start.
+        # A turn that changed something is followed by a full one: what we did may let the
+        # next job start.
         self._seen = None if changed else (store.data_version(), seen[1])
         self._busy = bool(self._processes) or any(not j.state.ended for j in mine)
         return self._busy
@@ -170,6 +179,8 @@ class Runner:
         for job_id, process in list(self._processes.items()):
             changed |= self._read_events(store, process)
             if process.ended():
+                if process.ended_s is None:  # when it was first seen gone: not a retry's time
+                    process.ended_s = time.time()
                 changed |= self._read_events(store, process)  # its last words
                 self._finish(store, process)
                 process.close()
@@ -179,18 +190,28 @@ class Runner:
         return changed
 
     def _read_events(self, store: Store, process: JobProcess) -> bool:
+        """Act on the run's new events: each is read once, so what they say is kept on the
+        process first, and a lease whose record fails to be written (a full disk) is
+        written at the next turn."""
         changed = False
+        waited: str | None = None
         for record in process.events.read():
             kind = record.get("event")
             if kind == "lease_waited":
                 process.waiting = True
-                store.update(process.job_id, reason=str(record.get("reason") or ""))
-                changed = True
+                waited = str(record.get("reason") or "")
             elif kind == "lease_acquired":
                 process.leased = True
-                changed |= self._leased(store, process.job_id, record)
+                process.unrecorded = record
             elif kind == "stopped":
                 process.stopped = record
+        if waited is not None and process.unrecorded is None:
+            with contextlib.suppress(StoreFull):  # only the reason shown while it waits
+                store.update(process.job_id, reason=waited)
+            changed = True
+        if process.unrecorded is not None:
+            changed |= self._leased(store, process.job_id, process.unrecorded)
+            process.unrecorded = None
         return changed
 
     def _leased(self, store: Store, job_id: int, record: dict[str, object]) -> bool:
@@ -221,8 +242,10 @@ class Runner:
             state, reason = JobState.DONE, outcome.reason or "exit status 0"
         else:
             state, reason = JobState.FAILED, outcome.reason
+        # When it ended, not when this is written (a retry, once a full disk has room).
+        ended_s = job_process.event_time_s(process.stopped or {}) or process.ended_s or time.time()
         with store.write():
-            store.end(job.id, state, reason, exit_code=outcome.exit_code)
+            store.end(job.id, state, reason, ended_s=ended_s, exit_code=outcome.exit_code)
         status = "unknown" if outcome.exit_code is None else str(outcome.exit_code)
         self._say(f"job {job.id} {state.value} (exit status {status}): {reason}")
 
@@ -258,7 +281,9 @@ class Runner:
         return True
 
     def _start_next(self, store: Store, runners: set[int]) -> bool:
-        with store.write():
+        # Under the queue's order lock: another user's runner picking at the same time
+        # would not see this one's pick (a store of its own) and start a job as well.
+        with order_lock(self.directory), store.write():
             job = next_to_start(store.with_dependencies(), runners)
             if job is None or job.uid != self.uid:
                 return False

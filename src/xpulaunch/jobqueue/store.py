@@ -1,77 +1,50 @@
-"""``queue.sqlite``: the jobs of one lock directory, in SQLite (the standard library's
-``sqlite3``) in WAL mode, so that readers (``xpulaunch queue``, ``top``) never wait for a
-writer and writers (``submit``, ``cancel``, the runners) take turns for milliseconds.
+"""The queue of a lock directory: every user's records (:mod:`.user_store`), read together.
 
-In a shared lock directory the database is readable and writable by every user, as the lock
-files are (SQLite gives its ``-wal`` and ``-shm`` files the database's mode); what a job runs
-is never read from it, only from its owner's private job folder (:mod:`.files`). So a user who
-edits the database by hand can reorder or relabel jobs, not run a command as someone else.
+Each user writes only their own ``queue-jobs-<uid>/queue.sqlite``; a :class:`Store` opens
+the caller's read-write and everyone else's read-only, and answers for the whole queue: its
+jobs by id, a job by its id, the next id. A row is always its store owner's (whatever its
+``uid`` column says), and an id that two stores claim is the one of the user that was given
+it (``queue-ids/<id>``, :func:`xpulaunch.jobqueue.files.allocate_id`). Another user's store
+that cannot be read (corrupt, closed to us, planted) leaves their jobs out, said in
+:attr:`Store.problems`; one's own is an error.
 
-Every write is one ``BEGIN IMMEDIATE`` transaction; a database another process keeps locked
-is waited for ``XPULAUNCH_LOCK_TIMEOUT`` seconds (30 by default) and then named in one line
-with who holds it. A file that is not a SQLite database is reported and left as it is.
+Every write is one ``BEGIN IMMEDIATE`` transaction on one's own store; a store another
+process keeps locked is waited for ``XPULAUNCH_LOCK_TIMEOUT`` seconds (30 by default) and
+then named in one line with who holds it. A file that is not a SQLite database is reported
+and left as it is.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from xpulaunch.errors import QueueError
+from xpulaunch.jobqueue import files
 from xpulaunch.jobqueue.mounts import filesystem_type, is_network
 from xpulaunch.jobqueue.policy import Job, JobState
-from xpulaunch.leases.lock_directory import LockDirectory, allocation_lock_timeout_s
+from xpulaunch.jobqueue.user_store import DB_NAME, UserStore, lock_holders, stamp
+from xpulaunch.leases.lock_directory import LockDirectory
 
-DB_NAME = "queue.sqlite"
-SCHEMA_VERSION = 1
+__all__ = ["DB_NAME", "Store", "check_filesystem", "lock_holders"]
 ACTIVE_STATES = (JobState.QUEUED, JobState.HELD, JobState.STARTING, JobState.RUNNING)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    uid INTEGER NOT NULL,
-    user TEXT NOT NULL,
-    state TEXT NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0,
-    after TEXT NOT NULL DEFAULT '[]',
-    command TEXT NOT NULL,
-    gpus TEXT NOT NULL DEFAULT 'auto',
-    wanted TEXT NOT NULL DEFAULT '[]',
-    shares INTEGER NOT NULL DEFAULT 0,
-    submitted_s REAL NOT NULL,
-    started_s REAL,
-    leased_s REAL,
-    ended_s REAL,
-    pid INTEGER,
-    pid_ticks INTEGER,
-    devices TEXT NOT NULL DEFAULT '[]',
-    exit_code INTEGER,
-    reason TEXT,
-    cancel_requested_s REAL,
-    grace_s REAL NOT NULL DEFAULT 10,
-    lease_job TEXT,
-    job_dir TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
-"""
-_JSON_COLUMNS = frozenset({"after", "command", "wanted", "devices"})
-_COLUMNS = tuple(f.name for f in dataclasses.fields(Job))  # a Job is its row
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _ID_LIMIT = 1 << 63  # SQLite's INTEGER is 64-bit and signed: no row has a larger id
 
 
 class Store:
-    """An open queue database; every method may raise :class:`QueueError`."""
+    """The queue of one lock directory; every method may raise :class:`QueueError`."""
 
-    def __init__(self, connection: sqlite3.Connection, path: str) -> None:
-        self._db = connection
-        self.path = path
+    def __init__(self, directory: LockDirectory, own: UserStore | None) -> None:
+        self.directory = directory
+        self.uid = os.getuid()
+        self.own = own
+        self.path = str(files.user_folder(directory, self.uid) / DB_NAME)
+        self.lock_dir = str(directory.root)
+        self.problems: list[str] = []
+        self._others: dict[int, UserStore] = {}
 
     @classmethod
     def open(
@@ -81,37 +54,38 @@ class Store:
         check_filesystem(directory, env)  # before anything is made there
         if not directory.ensure(create=create):
             return None
-        path = directory.join(DB_NAME)
-        fd = directory.open_file(DB_NAME, os.O_RDWR, create=create, writable_by_all=True)
-        if fd is None:
+        store = cls(directory, None)
+        store.own = store._open_own(create=create)
+        if store.own is None and not store._user_folders():
             return None
-        os.close(fd)  # made with the lock directory's modes; SQLite opens it by name
-        with _translated(path):
-            connection = sqlite3.connect(
-                path, timeout=allocation_lock_timeout_s(), isolation_level=None
-            )
-            store = cls(connection, path)
-            store._prepare()
         return store
 
-    def _prepare(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
-        if version > SCHEMA_VERSION:
-            raise QueueError(
-                f"queue database {self.path} was written by a newer xpulaunch (schema "
-                f"{version}, this one knows {SCHEMA_VERSION}); upgrade xpulaunch"
-            )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        with self.write():
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():  # not executescript: it would commit first
-                    self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    def _open_own(self, *, create: bool) -> UserStore | None:
+        folder = files.user_folder(self.directory, self.uid)
+        if create:
+            files.make_user_folder(self.directory, self.uid)
+        elif not os.path.lexists(folder):
+            return None
+        else:
+            files.check_user_folder(folder, self.uid)  # not one planted under our name
+        return UserStore.open_own(folder, create=create)
+
+    def reopen_if_replaced(self) -> bool:
+        """Take the store by its name again if it was moved aside, removed or emptied (the
+        recovery from a corrupt one, done while this process has it open)."""
+        if self.own is None or not self.own.replaced():
+            return False
+        self.own.close()
+        self.own = None
+        self.own = self._open_own(create=True)
+        return True
 
     def close(self) -> None:
-        self._db.close()
+        for store in [self.own, *self._others.values()]:
+            if store is not None:
+                store.close()
+        self.own = None
+        self._others.clear()
 
     def __enter__(self) -> Store:
         return self
@@ -121,27 +95,23 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        """One write transaction (``BEGIN IMMEDIATE``: writers queue at its start, so a read
-        inside it is never stale); rolled back when the block raises."""
-        with _translated(self.path):
-            self._db.execute("BEGIN IMMEDIATE")
-        try:
+        """One write transaction on this user's own store."""
+        own = self._writable()
+        with own.write():
             yield
-        except BaseException:
-            if self._db.in_transaction:  # SQLite may have rolled back already (a full disk)
-                self._db.execute("ROLLBACK")
-            raise
-        with _translated(self.path):
-            self._db.execute("COMMIT")
+
+    def _writable(self) -> UserStore:
+        if self.own is None:
+            self.own = self._open_own(create=True)
+        assert self.own is not None  # created
+        return self.own
 
     def jobs(self, *, ended: bool = False) -> list[Job]:
         """Active jobs (with ``ended``: every job), by id."""
         if ended:
             return self._select("ORDER BY id")
         marks = ", ".join("?" for _ in ACTIVE_STATES)
-        return self._select(
-            f"WHERE state IN ({marks}) ORDER BY id", [s.value for s in ACTIVE_STATES]
-        )
+        return self._select(f"WHERE state IN ({marks})", [s.value for s in ACTIVE_STATES])
 
     def with_dependencies(self) -> list[Job]:
         """Active jobs, and the ended jobs they name with ``--after`` (for the ordering)."""
@@ -151,9 +121,7 @@ class Store:
         if not missing:
             return active
         marks = ", ".join("?" for _ in missing)
-        return sorted(
-            [*active, *self._select(f"WHERE id IN ({marks})", missing)], key=lambda j: j.id
-        )
+        return sorted([*active, *self._select(f"WHERE id IN ({marks})", missing)], key=_id)
 
     def job(self, job_id: int) -> Job | None:
         if not 0 < job_id < _ID_LIMIT:  # a user's typing: sqlite3 raises OverflowError on it
@@ -163,37 +131,110 @@ class Store:
 
     def known_ids(self) -> tuple[int, int] | None:
         """The lowest and highest job id, for messages about an unknown one."""
-        with _translated(self.path):
-            low, high = self._db.execute("SELECT min(id), max(id) FROM jobs").fetchone()
-        return None if low is None else (int(low), int(high))
+        ids = [j.id for j in self.jobs(ended=True)]
+        return (min(ids), max(ids)) if ids else None
 
     def insert(self, **fields: Any) -> int:
-        names = list(fields)
-        marks = ", ".join("?" for _ in names)
-        sql = f"INSERT INTO jobs ({', '.join(names)}) VALUES ({marks})"
-        with _translated(self.path):
-            cursor = self._db.execute(sql, [_column(n, fields[n]) for n in names])
-        return int(cursor.lastrowid or 0)
+        """Add a job to this user's store, under a new id (never one given before); its id.
+        Inside :meth:`write`."""
+        own = self._writable()
+        floor = max(
+            [own.highest_id(), files.highest_folder_id(self.directory, self.uid)]
+            + [other.highest_id() for other in self._other_stores()]
+        )
+        job_id = files.allocate_id(self.directory, floor)
+        own.insert({"id": job_id, **fields})
+        return job_id
 
     def update(self, job_id: int, **fields: Any) -> None:
-        sets = ", ".join(f"{name} = ?" for name in fields)
-        values = [_column(n, v) for n, v in fields.items()]
-        with _translated(self.path):
-            self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
+        """Change a job of this user's (none: a store replaced since, nothing to change)."""
+        self._writable().update(job_id, fields)
 
-    def end(self, job_id: int, state: JobState, reason: str, **fields: Any) -> None:
-        """Record that a job ended, now."""
-        self.update(job_id, state=state, ended_s=time.time(), reason=reason, **fields)
+    def end(
+        self,
+        job_id: int,
+        state: JobState,
+        reason: str,
+        *,
+        ended_s: float | None = None,
+        **fields: Any,
+    ) -> None:
+        """Record that a job ended (``ended_s``, by default now)."""
+        when = time.time() if ended_s is None else ended_s
+        self.update(job_id, state=state, ended_s=when, reason=reason, **fields)
 
-    def data_version(self) -> int:
-        """Changes when another connection commits (SQLite's ``PRAGMA data_version``)."""
-        with _translated(self.path):
-            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+    def data_version(self) -> tuple[object, ...]:
+        """Changes when anyone commits to any store of the queue, or a store comes or goes."""
+        return tuple(stamp(folder / DB_NAME) for _, folder in self._user_folders())
 
     def _select(self, where: str, params: Sequence[object] = ()) -> list[Job]:
-        with _translated(self.path):
-            rows = self._db.execute(f"{_SELECT} {where}", list(params)).fetchall()
-        return [_job(row) for row in rows]
+        """The rows of every store (this user's first), one per id, ordered by id."""
+        found: dict[int, list[Job]] = {}
+        stores = [] if self.own is None else [self.own]
+        for store in [*stores, *self._other_stores()]:
+            for job in store.select(where, params):
+                found.setdefault(job.id, []).append(job)
+        return sorted((self._one(claims) for claims in found.values()), key=_id)
+
+    def _one(self, claims: list[Job]) -> Job:
+        """Of the rows that claim one id, the row of the user that was given it."""
+        if len(claims) == 1:
+            return claims[0]
+        owner = files.id_owner(self.directory, claims[0].id)
+        return next((j for j in claims if j.uid == owner), claims[0])
+
+    def _user_folders(self) -> list[tuple[int, Any]]:
+        """(uid, folder) of every user folder of the queue."""
+        found = []
+        for name in self.directory.names(files.JOBS_PREFIX, ""):
+            text = name[len(files.JOBS_PREFIX) :]
+            if text.isascii() and text.isdigit():
+                found.append((int(text), self.directory.path / name))
+        return sorted(found)
+
+    def _other_stores(self) -> list[UserStore]:
+        """Every other user's store, read-only (reopened when replaced); one that cannot be
+        read is left out and said in :attr:`problems`."""
+        self.problems = _older_queue(self.directory)
+        stores = []
+        for uid, folder in self._user_folders():
+            if uid == self.uid:
+                continue
+            store = self._others.get(uid)
+            if store is not None and store.replaced():
+                self._others.pop(uid).close()
+                store = None
+            try:
+                if store is None:
+                    files.check_user_folder(folder, uid)
+                    store = UserStore.open_other(folder, uid)
+                    if store is not None:
+                        store.select("WHERE 0")  # a corrupt or closed one fails here
+            except QueueError as exc:
+                self.problems.append(exc.cli_message())
+                if store is not None:
+                    store.close()
+                    self._others.pop(uid, None)
+                continue
+            if store is not None:
+                self._others[uid] = store
+                stores.append(store)
+        return stores
+
+
+def _id(job: Job) -> int:
+    return job.id
+
+
+def _older_queue(directory: LockDirectory) -> list[str]:
+    """The one database of every user that an xpulaunch before per-user stores kept."""
+    old = directory.path / DB_NAME
+    if not os.path.lexists(old):
+        return []
+    return [
+        f"{old} is the queue of an older xpulaunch (one file all users could write); its "
+        "jobs are not read: run them again with xpulaunch submit, then remove it"
+    ]
 
 
 def check_filesystem(directory: LockDirectory, env: Mapping[str, str]) -> None:
@@ -201,108 +242,6 @@ def check_filesystem(directory: LockDirectory, env: Mapping[str, str]) -> None:
     if is_network(fs_type):
         raise QueueError(
             f"lock directory {directory.root} is on {fs_type}, a network filesystem, where "
-            "the queue's SQLite database (WAL mode) does not work: use --lock-dir DIR (or "
+            "the queue's SQLite databases (their locks) do not work: use --lock-dir DIR (or "
             "XPULAUNCH_LOCK_DIR) on a local filesystem, such as /tmp or /var/lib"
         )
-
-
-def _column(name: str, value: object) -> object:
-    if name in _JSON_COLUMNS:
-        return json.dumps(list(value))  # type: ignore[call-overload]
-    if isinstance(value, JobState):
-        return value.value
-    if isinstance(value, bool):
-        return int(value)
-    return value
-
-
-def _job(row: Sequence[Any]) -> Job:
-    data = dict(zip(_COLUMNS, row, strict=True))
-    for name in _JSON_COLUMNS:
-        data[name] = tuple(_json_list(data[name]))
-    data["state"] = _state(data["state"])
-    data["shares"] = bool(data["shares"])
-    data["after"] = tuple(int(i) for i in data["after"] if isinstance(i, int))
-    data["command"] = tuple(str(a) for a in data["command"])
-    return Job(**data)
-
-
-def _json_list(text: object) -> list[Any]:
-    try:
-        value = json.loads(str(text))
-    except ValueError:
-        return []  # a hand-edited cell: shown as empty rather than failing the whole list
-    return value if isinstance(value, list) else []
-
-
-def _state(text: object) -> JobState:
-    try:
-        return JobState(str(text))
-    except ValueError:
-        return JobState.FAILED  # an unknown state (a hand-edited row) never runs
-
-
-@contextmanager
-def _translated(path: str) -> Iterator[None]:
-    """SQLite's errors as one :class:`QueueError` line that says what to do."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        raise _operational(path, exc) from exc
-    except sqlite3.DatabaseError as exc:
-        raise QueueError(
-            f"queue database {path} is not a usable SQLite database ({exc}); it is left as it "
-            f"is: move it aside (mv {path} {path}.bad) to start an empty queue, or restore it"
-        ) from exc
-
-
-def _operational(path: str, exc: sqlite3.OperationalError) -> QueueError:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        holders = lock_holders([path, path + "-shm", path + "-wal"])
-        who = f" by {holders}" if holders else ""
-        return QueueError(
-            f"queue database {path} stayed locked{who} for {allocation_lock_timeout_s():g} s "
-            "(XPULAUNCH_LOCK_TIMEOUT); xpulaunch holds it for milliseconds, so something "
-            "else holds it: stop that process and try again"
-        )
-    if "readonly" in text or "unable to open" in text or "disk I/O" in text:
-        return QueueError(
-            f"queue database {path}: {text}; every user of a shared lock directory must be "
-            "able to write it and its -wal and -shm files (chmod 666)"
-        )
-    return QueueError(f"queue database {path}: {text}")
-
-
-def lock_holders(paths: Sequence[str]) -> str:
-    """``pid 12 (sqlite3 queue.sqlite, user bob)`` for the POSIX locks on ``paths`` (SQLite
-    locks with fcntl), from /proc/locks; "" when none is found but ours."""
-    wanted = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        wanted[f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"] = path
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return ""
-    pids = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] in ("POSIX", "OFDLCK") and fields[5] in wanted:
-            pid = int(fields[4]) if fields[4].lstrip("-").isdigit() else -1
-            if pid > 0 and pid != os.getpid() and pid not in pids:
-                pids.append(pid)
-    return ", ".join(_describe_pid(pid) for pid in pids[:3])
-
-
-def _describe_pid(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = [a.decode(errors="replace") for a in handle.read(4096).split(b"\0") if a]
-    except OSError:
-        return f"pid {pid}"
-    return f"pid {pid} ({' '.join(argv)[:60]})"
