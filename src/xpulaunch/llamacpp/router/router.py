@@ -273,10 +273,12 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfi
 
 def check_models(config: RouterConfig) -> None:
     """Every model file is there and readable: a typo is an error at start, not at the
-    first request."""
+    first request. The ids too, for a :class:`RouterConfig` made in Python."""
+    from xpulaunch.llamacpp.router.config import check_id
     from xpulaunch.llamacpp.serve import check_model
 
     for model in config.models:
+        check_id(model.id, f"{config.source}: [models.{model.id}]")
         if model.model is not None:
             try:
                 check_model(model.model)
