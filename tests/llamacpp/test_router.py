@@ -160,6 +160,8 @@ def test_bad_requests_get_one_json_error_each(
             ("/v1/chat/completions", b'{"messages": []}', 400, 'needs a "model" field naming'),
             ("/v1/chat/completions", json.dumps(chat("gpt-4")).encode(), 404,
              "model 'gpt-4' is not served here; models: m"),
+            ("/v1/chat/completions", json.dumps(chat("g" * 3000)).encode(), 404,
+             f"model '{'g' * 100}'… is not served here; models: m"),
             ("/v1/completions", b"{" + b" " * 5000 + b"}", 413, "Maximum request body size"),
             ("/v1/nothing", b"{}", 404, "no route POST /v1/nothing"),
         ]  # fmt: skip
@@ -168,6 +170,8 @@ def test_bad_requests_get_one_json_error_each(
             assert got == status, (path, answer)
             assert headers["Content-Type"].startswith("application/json")
             assert answer["error"]["code"] == status and message in answer["error"]["message"]
+        # What a 404 echoes of the name is capped (a 2 MB name got a 2 MB answer).
+        assert len(call(served.url, "/v1/models/" + "g" * 3000)[1]["error"]["message"]) < 200
         status, answer, _ = call(served.url, "/v1/chat/completions")  # GET
         assert status == 405 and "GET is not allowed" in answer["error"]["message"]
         # JSON nested deeper than Python's recursion limit, on a model route and the router's

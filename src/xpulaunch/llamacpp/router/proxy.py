@@ -47,6 +47,7 @@ NOT_FORWARDED = frozenset(
 # A request's body is read decoded (aiohttp undoes its Content-Encoding), and sent on so.
 NOT_FORWARDED_UP = NOT_FORWARDED | {"content-encoding"}
 _EVENT_STREAM = "text/event-stream"
+SHOWN_NAME_CHARS = 100  # of a name no model has, in its 404 (a 2 MB name got a 2 MB answer)
 _KINDS = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
           409: "conflict_error", 413: "invalid_request_error"}  # fmt: skip
 
@@ -173,7 +174,8 @@ class Forwarder:
             )
         found = config.resolve(name)
         if found is None:
-            raise _NotServed(f"model {name!r} is not served here; models: " + ", ".join(config.ids))
+            shown = repr(name[:SHOWN_NAME_CHARS]) + ("…" if len(name) > SHOWN_NAME_CHARS else "")
+            raise _NotServed(f"model {shown} is not served here; models: " + ", ".join(config.ids))
         return self.models.slots[found.id]
 
     async def _body_model(self, request: web.Request) -> tuple[bytes, Slot, bool]:
