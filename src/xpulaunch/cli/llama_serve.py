@@ -44,7 +44,8 @@ STATUS_TIMEOUT_S = 10.0
 @click.option("--ready-timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True,
               metavar="SECONDS", help="How long one model may take to answer /health.")  # fmt: skip
 @click.option("--grace", type=SECONDS, default=10.0, show_default=True, metavar="SECONDS",
-              help="After SIGTERM to a server, wait this long before SIGKILL.")  # fmt: skip
+              help="On SIGTERM, answers under way get this long to finish; then each "
+              "server gets SIGTERM, and this long before SIGKILL.")  # fmt: skip
 @click.option(
     "--room-wait",
     type=SECONDS,

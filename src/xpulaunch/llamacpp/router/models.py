@@ -80,7 +80,7 @@ class ModelManager:
         self._pool = ThreadPoolExecutor(max_workers=4 + 2 * len(self.slots),
                                         thread_name_prefix="xpulaunch-router")  # fmt: skip
         self._wake = asyncio.Event()
-        self._room: set[asyncio.Future[None]] = set()  # loads waiting for a model to go idle
+        self._waiters: set[asyncio.Future[None]] = set()  # told when a model may have gone idle
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closing = False
 
@@ -128,7 +128,7 @@ class ModelManager:
         slot.last_used_s = self.clock()
         self._wake.set()
         if not slot.in_flight:
-            self._room_changed()
+            self._changed()
 
     # -- loading ---------------------------------------------------------------------------
     def start_load(self, slot: Slot) -> asyncio.Task[Any]:
@@ -184,7 +184,7 @@ class ModelManager:
         self._emit(ModelLoaded(self.clock(), slot.id, server.urls, took), None)
         self._say(f"model {slot.id} ready in {took:.1f} s at {', '.join(server.urls)}")
         self._wake.set()
-        self._room_changed()
+        self._changed()
 
     def _failed(self, slot: Slot, exc: XpulaunchError | NoRoom) -> RouteError:
         """Note a load that failed; the error for the requests that wait for it."""
@@ -193,7 +193,7 @@ class ModelManager:
         slot.last_error = error.message
         slot.counters.load_failures += 1
         slot.set_unloaded()
-        self._room_changed()
+        self._changed()
         self._emit(ModelLoadFailed(self.clock(), slot.id, slot.last_error), None)
         self._say(slot.last_error)
         return error
@@ -240,16 +240,18 @@ class ModelManager:
         deadline = self.clock() + self.setup.room_wait_s
         while True:
             changed = asyncio.get_running_loop().create_future()
-            self._room.add(changed)  # before the look: a change during it is not missed
+            self._waiters.add(changed)  # before the look: a change during it is not missed
             try:
                 return await self._place_now(slot, prepared)
             except NoRoom:
                 left = deadline - self.clock()
-                if left <= 0 or self.closing or not self._may_make_room(slot):
+                if self.closing:
+                    raise Unavailable("the router is stopping") from None
+                if left <= 0 or not self._may_make_room(slot):
                     raise
                 await asyncio.wait([changed], timeout=left)
             finally:
-                self._room.discard(changed)
+                self._waiters.discard(changed)
 
     def _may_make_room(self, slot: Slot) -> bool:
         """Whether a model of ours that may not be evicted now may be later: one with
@@ -262,9 +264,10 @@ class ModelManager:
             for other in self.slots.values()
         )
 
-    def _room_changed(self) -> None:
-        """A model became idle, loaded, failed or unloaded: loads waiting for room look again."""
-        for waiter in self._room:
+    def _changed(self) -> None:
+        """A model became idle, loaded, failed or unloaded: loads waiting for room look again
+        (and a router that stops, for its last requests)."""
+        for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -399,7 +402,7 @@ class ModelManager:
         if lease is not None:
             lease.release()
         slot.set_unloaded()
-        self._room_changed()
+        self._changed()
         slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
         self._emit(ModelUnloaded(self.clock(), slot.id, reason, by), None)
         self._say(f"model {slot.id} unloaded ({reason}{f' for {by}' if by else ''})")
@@ -432,13 +435,33 @@ class ModelManager:
             with contextlib.suppress(asyncio.TimeoutError):  # a ttl is due: look again
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
-    async def close(self) -> None:
-        """Stop every server (loading ones too) and free every lease."""
+    async def refuse(self) -> None:
+        """Take no new request (each gets 503) and stop the loads under way (their requests
+        get the error); the models loaded go on answering what they have."""
         self.closing = True
         self._wake.set()
+        self._changed()  # loads waiting for room give up
         for slot in self.slots.values():
             if slot.state is ModelState.LOADING and slot.server is not None:
                 await self._blocking(slot.server.stop)  # its start() returns, failing
+
+    def in_flight(self) -> int:
+        """Requests being answered or waiting for a load, the front processes' too."""
+        return sum(s.in_flight for s in self.slots.values())
+
+    async def idle(self) -> None:
+        """Return once no request is in flight."""
+        while self.in_flight():
+            changed = asyncio.get_running_loop().create_future()
+            self._waiters.add(changed)
+            try:
+                await changed
+            finally:
+                self._waiters.discard(changed)
+
+    async def close(self) -> None:
+        """Stop every server (loading ones too) and free every lease."""
+        await self.refuse()
         pending = [t for t in self._tasks if not t.done()]
         await asyncio.gather(*pending, return_exceptions=True)
         ready = [s for s in self.slots.values() if s.state is ModelState.READY]
