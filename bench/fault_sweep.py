@@ -804,6 +804,9 @@ def _logs_parent(s: Scratch, o: Outcome) -> None:
 
 
 def main() -> int:
+    sys.modules.setdefault("fault_sweep", sys.modules[__name__])  # for the modules below
+    import sweep_router  # noqa: F401  (registers the router's trials)
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=1, help="repeat every trial N times")
     parser.add_argument("--only", default="", help="run the trials whose name has this")
