@@ -87,7 +87,9 @@ def reaching(host: str, listening: dict[int, str]) -> frozenset[int]:
         bound = ipaddress.ip_address(address)
         if isinstance(bound, ipaddress.IPv6Address) and bound.ipv4_mapped is not None:
             bound = bound.ipv4_mapped
-        if bound.is_unspecified or bound == target:
+        # A wildcard of the same family, or IPv6's, which takes IPv4 too unless IPV6_V6ONLY.
+        wildcard = bound.is_unspecified and bound.version in (target.version, 6)
+        if wildcard or bound == target:
             found.add(inode)
     return frozenset(found)
 
