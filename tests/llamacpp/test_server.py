@@ -19,9 +19,10 @@ from typing import Any
 import psutil
 import pytest
 
+from helpers import wait_for
 from xpulaunch.core.restart import RestartMode, RestartPolicy
 from xpulaunch.errors import ServerStartError
-from xpulaunch.events import Event, Exited
+from xpulaunch.events import Event, Exited, Unhealthy
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import LlamaBackend
 from xpulaunch.llamacpp.health import complete, health_status
@@ -324,3 +325,36 @@ def test_after_a_crash_another_program_on_the_port_is_never_the_server(
         assert any(said in m for m in recorder.messages), recorder.messages
     bind_failures = [e for e in events if isinstance(e, Exited) and e.exit_code == 1]
     assert bind_failures == []
+
+
+def test_a_port_taken_while_the_started_process_lives_on_is_unhealthy_at_once(
+    llama_server: str, tiny_model: Path, start_server: Start, tmp_path: Path
+) -> None:
+    """A wrapper that forks llama-server (its session's member holds the port: trusted) and
+    outlives it: when llama-server dies and another program takes the port, the replica is
+    unhealthy at the next check, not after ``failure_threshold`` of them."""
+    from router_kit import Impostor
+
+    wrapper = tmp_path / "forking-llama-server"
+    wrapper.write_text(f'#!/bin/sh\n{llama_server} "$@"\nsleep 600\n')
+    wrapper.chmod(0o755)
+    events: list[Event] = []
+    patient = HealthOptions(
+        ready_timeout_s=20,
+        ready_interval_s=0.1,
+        interval_s=0.3,
+        timeout_s=0.5,
+        failure_threshold=1000,
+    )
+    server, recorder = start_server(
+        _free_plan(str(wrapper), tiny_model), health=patient, on_event=events.append
+    )
+    (replica,) = server.replicas
+    [child] = psutil.Process(pid_of(server)).children()
+    with Impostor(replica.port) as other:
+        child.kill()
+        other.listening()
+        wait_for(lambda: [e for e in events if isinstance(e, Unhealthy)], "the check", 10)
+        [unhealthy] = [e for e in events if isinstance(e, Unhealthy)]
+        assert f"is held by pid {other.pid} (" in unhealthy.reason, unhealthy
+        assert any("is unhealthy" in m and f"pid {other.pid}" in m for m in recorder.messages)
