@@ -236,7 +236,8 @@ class Router:
         return wait_answering(joined, timeout)
 
     def stop(self) -> int:
-        """Stop every model's servers, free their devices, close the port."""
+        """Close the port, let the answers under way finish (for ``grace_s`` at most), then
+        stop every model's servers and free their devices."""
         self._post_stop()
         status = self.wait()
         return 0 if status is None else status
