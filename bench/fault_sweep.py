@@ -804,15 +804,19 @@ def _logs_parent(s: Scratch, o: Outcome) -> None:
 
 
 def main() -> int:
+    # Each area's trials live in a module of its own (bench/sweep_*.py) that registers them
+    # in TRIALS through `from fault_sweep import trial`: one module, also when run as a script.
+    sys.modules.setdefault("fault_sweep", sys.modules[__name__])
+    import sweep_queue  # noqa: F401
+    import sweep_router  # noqa: F401
+    import sweep_runpath  # noqa: F401
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=1, help="repeat every trial N times")
     parser.add_argument("--only", default="", help="run the trials whose name has this")
     parser.add_argument("--xpulaunch-src", default=str(ROOT / "src"))
     args = parser.parse_args()
-    import sweep_runpath  # noqa: F401 - registers the run path's trials
-
     src = Path(args.xpulaunch_src).resolve()
-    import sweep_queue  # noqa: F401 - registers the queue's trials
 
     tally = {kind: 0 for kind in KINDS}
     ran = skipped = failed = 0

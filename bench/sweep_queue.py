@@ -16,13 +16,10 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-if "fault_sweep" not in sys.modules and hasattr(sys.modules["__main__"], "TRIALS"):
-    sys.modules["fault_sweep"] = sys.modules["__main__"]  # run as a script: one TRIALS
 from fault_sweep import Outcome, Scratch, Skip, judge, trial, wait_until
 
 NOBODY = 65534

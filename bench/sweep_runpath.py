@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-if "fault_sweep" not in sys.modules and hasattr(sys.modules["__main__"], "TRIALS"):
-    sys.modules["fault_sweep"] = sys.modules["__main__"]  # run as a script: one TRIALS
 from fault_sweep import Outcome, Scratch, judge, trial
 
 HOLD_LEASE = """

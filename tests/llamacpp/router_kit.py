@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -140,3 +141,78 @@ def shim_records(folder: Path) -> list[tuple[str, str]]:
         mask, args = record.read_text().splitlines()[:2]
         found.append((mask, args))
     return found
+
+
+IMPOSTOR = """
+import http.server, sys, time
+
+class Answer(http.server.BaseHTTPRequestHandler):
+    def _answer(self):
+        body = b'{"model": "IMPOSTOR"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = _answer
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._answer()
+
+    def log_message(self, *args):
+        pass
+
+while True:  # bind the moment the port is free
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Answer)
+        break
+    except OSError:
+        time.sleep(0.005)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+
+class Impostor:
+    """Another program on ``port`` that answers every request, ``/health`` too, with 200 and
+    ``{"model": "IMPOSTOR"}`` (a plain Python HTTP server). It binds the port the moment it is
+    free (trying every few milliseconds), and is killed at the end of the block."""
+
+    def __init__(self, port: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", IMPOSTOR, str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.pid = self.proc.pid
+
+    def listening(self, timeout_s: float = 20.0) -> Impostor:
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        assert ready and self.proc.stdout.readline() == b"listening\n", "it never bound"
+        return self
+
+    def __enter__(self) -> Impostor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def slow_binder(folder: Path, llama_server: str, delay_s: float = 2.0) -> str:
+    """A llama-server behind a wrapper that waits before it starts it (as a SYCL build's
+    ``setvars.sh`` does): its port stays free for ``delay_s`` after each start."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "slow-llama-server"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --list-devices|--help) exec {shlex.quote(llama_server)} "$@" ;; esac\n'
+        f'sleep {delay_s}\nexec {shlex.quote(llama_server)} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)

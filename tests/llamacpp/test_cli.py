@@ -220,10 +220,14 @@ def test_explicit_busy_port_is_one_clear_error(llama_server: str, model_link: Pa
         done = xpulaunch("llama", "-m", str(model_link), "--binary", llama_server,
                          "--port", str(port), "--", "-c", "256")  # fmt: skip
     assert done.returncode == 1
-    assert error_lines(done.stderr) == [
-        f"xpulaunch: error: port {port} on 127.0.0.1 is already in use (llama-server: couldn't "
-        "bind HTTP server socket); choose another --port, or leave --port out for free ports"
-    ]
+    [line] = error_lines(done.stderr)  # it names who holds the port: this test's process
+    assert line.startswith(
+        f"xpulaunch: error: port {port} on 127.0.0.1 is already in use by pid {os.getpid()} ("
+    ), line
+    assert line.endswith(
+        ") (llama-server: couldn't bind HTTP server socket); choose another --port, or leave "
+        "--port out for free ports"
+    ), line
     assert done.stderr.splitlines()[-1].startswith("xpulaunch: error:")
     assert not leftovers(str(model_link))
 

@@ -160,6 +160,8 @@ def test_bad_requests_get_one_json_error_each(
             ("/v1/chat/completions", b'{"messages": []}', 400, 'needs a "model" field naming'),
             ("/v1/chat/completions", json.dumps(chat("gpt-4")).encode(), 404,
              "model 'gpt-4' is not served here; models: m"),
+            ("/v1/chat/completions", json.dumps(chat("g" * 3000)).encode(), 404,
+             f"model '{'g' * 100}'… is not served here; models: m"),
             ("/v1/completions", b"{" + b" " * 5000 + b"}", 413, "Maximum request body size"),
             ("/v1/nothing", b"{}", 404, "no route POST /v1/nothing"),
         ]  # fmt: skip
@@ -168,6 +170,8 @@ def test_bad_requests_get_one_json_error_each(
             assert got == status, (path, answer)
             assert headers["Content-Type"].startswith("application/json")
             assert answer["error"]["code"] == status and message in answer["error"]["message"]
+        # What a 404 echoes of the name is capped (a 2 MB name got a 2 MB answer).
+        assert len(call(served.url, "/v1/models/" + "g" * 3000)[1]["error"]["message"]) < 200
         status, answer, _ = call(served.url, "/v1/chat/completions")  # GET
         assert status == 405 and "GET is not allowed" in answer["error"]["message"]
         # JSON nested deeper than Python's recursion limit, on a model route and the router's
@@ -403,3 +407,35 @@ def test_a_model_id_with_a_slash_is_one_model(
             assert status == 200 and body["id"] == "org/m", (path, body)
         status, body, _ = call(served.url, "/v1/models/org/other")
         assert status == 404 and body["error"]["type"] == "model_not_found", body
+
+
+def test_another_program_on_a_crashed_servers_port_gets_no_request(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """kill -9 of a model's llama-server, whose port another program takes at once: while
+    the server (behind a wrapper that starts it late) is restarted, requests get 503, and
+    then its answers, never the other program's."""
+    from router_kit import Impostor, slow_binder
+
+    binary = slow_binder(tmp_path / "bin", llama_server, delay_s=1.0)
+    config = models_in(tmp_path, tiny_model, m={})
+    with router(config, binary, tmp_path) as (served, seen):
+        assert call(served.url, "/v1/chat/completions", chat("m"))[0] == 200
+        [server] = servers(tmp_path)
+        port = call(served.url, "/models/status")[1]["models"][0]["replicas"][0]["url"]
+        with Impostor(int(port.rsplit(":", 1)[1])) as other:
+            server.kill()
+            other.listening()
+            answers: list[tuple[int, object]] = []
+
+            def answered() -> bool:
+                status, body, _ = call(served.url, "/v1/chat/completions", chat("m"))
+                answers.append((status, body))
+                return status == 200
+
+            wait_for(answered, "the restarted server to answer", timeout_s=30)
+            assert all("IMPOSTOR" not in json.dumps(body) for _, body in answers), answers
+            assert {status for status, _ in answers} <= {200, 502, 503}, answers
+            [replica] = call(served.url, "/models/status")[1]["models"][0]["replicas"]
+            assert replica["url"] != port and replica["up"]
+            assert any(f"was taken by pid {other.pid}" in m for m in seen.messages)

@@ -39,6 +39,8 @@ def model(tmp_path: Path, tiny_model: Path) -> Path:
         ('[models.a]\nmodel = "nope.gguf"\n', "[models.a] model {dir}/nope.gguf: no such file"),
         ('[models.a]\nmodel = "m.gguf"\nttl = "10m"\n', "[models.a] ttl: expected seconds"),
         ("[other]\n", "unknown top-level key 'other'; expected [models.ID] tables"),
+        # The id names its log folder: one that leads out of --log-dir is refused.
+        ('[models."../../escaped"]\nmodel = "m.gguf"\n', "{dir}/models.toml: [models.../../e"),
     ],
 )
 def test_a_bad_config_is_one_line(model: Path, tmp_path: Path, text: str, message: str) -> None:

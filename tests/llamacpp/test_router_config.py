@@ -65,6 +65,14 @@ def test_a_full_table_and_the_defaults() -> None:
             "'b' names both [models.a] and [models.b]",
         ),
         ({"models": {"a b": {"model": "m"}}}, "a model id must be non-empty printable text"),
+        # The id names a folder under --log-dir: none may lead out of it or hide in it.
+        ({"models": {"../../escaped": {"model": "m"}}}, "[models.../../escaped]: a model id"),
+        ({"models": {"/abs/path": {"model": "m"}}}, "must not start or end with '/'"),
+        ({"models": {"org/": {"model": "m"}}}, "must not start or end with '/'"),
+        ({"models": {"org//m": {"model": "m"}}}, "hold '//'"),
+        ({"models": {"org/../m": {"model": "m"}}}, "a part starting with '.'"),
+        ({"models": {".hidden": {"model": "m"}}}, "a part starting with '.'"),
+        ({"models": {"..": {"model": "m"}}}, "('..' would lead out of --log-dir)"),
         # TOML's \u0000: os.stat() raised ValueError on the path (a traceback), and a server
         # started with such an argument would die in Popen.
         ({"models": {"a": {"model": "a\0b"}}}, "model: expected the path of a .gguf file"),
@@ -76,6 +84,24 @@ def test_every_mistake_is_one_line_naming_table_and_key(document: dict, message:
         parse_config(document, source="models.toml")
     assert message in raised.value.message, raised.value.message
     assert "\n" not in raised.value.message
+
+
+def test_ids_with_slashes_and_dots_inside_are_kept() -> None:
+    """Hugging Face's ``org/name`` and versions such as ``qwen2.5``: one folder each, nested
+    inside --log-dir."""
+    ids = ("org/qwen2.5-7b", "a.b", "x/y/z", "m..n")
+    config = parse_config({"models": {i: {"model": "m.gguf"} for i in ids}})
+    assert config.ids == ids
+
+
+def test_a_router_config_made_in_python_is_checked_too(tmp_path: Path) -> None:
+    from helpers import load_inventory
+    from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
+    from xpulaunch.llamacpp.router.serve import make_router
+
+    config = RouterConfig((ModelConfig(id="../../escaped", model=str(tmp_path)),), source="api")
+    with pytest.raises(UsageError, match=r"^api: \[models\.\.\./\.\./escaped\]: a model id"):
+        make_router(config, inventory=load_inventory("cpu-only.json"), lock_dir=tmp_path)
 
 
 def test_a_remote_model_needs_no_path() -> None:

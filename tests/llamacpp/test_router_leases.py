@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,11 @@ def test_a_training_jobs_lease_is_never_taken(
         args = {"args": ["-c", "65536", "-t", "1"]}
         config = models_in(tmp_path, long_model, a=args, b=args)
         two = load_inventory("2x-h200.json")
-        with router(config, binary, tmp_path, inventory=two, env=env) as (served, seen):
+        # room_wait_s: b waits that long for a to go idle, then gets its 503.
+        with router(config, binary, tmp_path, inventory=two, env=env, room_wait_s=0.5) as (
+            served,
+            seen,
+        ):
             for model in ("a", "b", "a"):
                 assert call(served.url, "/v1/chat/completions", chat(model))[0] == 200
                 assert leased(tmp_path)[GPU[0]["pci_bus_id"]] == f"xpulaunch llama serve {model}"
@@ -121,6 +126,42 @@ def long_stream_of(url: str, model: str) -> Any:
     from test_router import long_stream
 
     return long_stream(url, model)
+
+
+def test_a_model_waits_for_a_busy_model_to_make_room(
+    shim: tuple[str, dict[str, str]], long_model: Path, tmp_path: Path
+) -> None:
+    """One GPU, which a holds while it streams: b's request waits for room instead of a 503
+    at once, and when a's request ends, a is evicted and b answers."""
+    binary, env = shim
+    args = {"args": ["-c", "65536", "-t", "1"]}
+    config = models_in(tmp_path, long_model, a=args, b=args)
+    inventory = load_inventory_file(one_gpu(tmp_path))
+    with router(config, binary, tmp_path, inventory=inventory, env=env, room_wait_s=60) as (
+        served,
+        seen,
+    ):
+        assert call(served.url, "/v1/chat/completions", chat("a"))[0] == 200
+        answers: list[tuple[int, Any, dict[str, str]]] = []
+
+        def ask() -> None:
+            answers.append(call(served.url, "/v1/chat/completions", chat("b")))
+
+        def model(name: str) -> dict[str, Any]:
+            models = call(served.url, "/models/status")[1]["models"]
+            return next(m for m in models if m["id"] == name)  # type: ignore[no-any-return]
+
+        asking = threading.Thread(target=ask)
+        with long_stream_of(served.url, "a"):
+            asking.start()
+            wait_for(lambda: model("b")["in_flight"] == 1, "b's request to come")
+            assert model("b")["state"] == "loading" and answers == []  # waiting, not refused
+        asking.join(timeout=60)  # a's client has left: a is idle and makes room
+        [(status, body, _)] = answers
+        assert status == 200, body
+        assert [(e.model, e.reason, e.by) for e in seen.of(ModelUnloaded)] == [
+            ("a", "evicted", "b")
+        ]
 
 
 def test_a_pinned_model_is_never_evicted(

@@ -21,8 +21,9 @@ from typing import Any
 import psutil
 import pytest
 
+from helpers import wait_for
 from xpulaunch.errors import ServerStartError
-from xpulaunch.events import Event, Exited
+from xpulaunch.events import Event, Exited, Unhealthy
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.devices import LlamaBackend
 from xpulaunch.llamacpp.health import health_status
@@ -271,3 +272,101 @@ def test_a_server_killed_while_loading_is_restarted_under_the_policy(
     assert health_status(ready.host, ready.port, 2.0) == 200
     killed = [e for e in server.supervisor.events() if isinstance(e, Exited)]
     assert [e.signal for e in killed] == ["SIGKILL"]
+
+
+def _held_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_another_program_answering_on_the_port_is_not_the_server(
+    llama_server: str, tiny_model: Path, start_server: Start, tmp_path: Path
+) -> None:
+    """A program that took the replica's port answers /health with 200 before a late-binding
+    llama-server (a wrapper script) gets there: the replica is not ready on it; its
+    llama-server cannot bind, and moves to a free port."""
+    from router_kit import Impostor, slow_binder
+
+    binary = slow_binder(tmp_path / "bin", llama_server, delay_s=1.0)
+    port = _held_port()
+    with Impostor(port).listening() as other:
+        server, recorder = start_server(cpu_plan(binary, tiny_model, [port]))
+        (replica,) = server.replicas
+        assert replica.port != port
+        assert [r.port for r in recorder.ready] == [replica.port]
+        assert complete(replica.url, "Hello", n_predict=2)["tokens_predicted"] == 2
+        assert any(f"port {port} was taken by pid {other.pid} (" in m for m in recorder.messages)
+
+
+def test_a_fixed_port_answered_by_another_program_fails_the_start_naming_it(
+    llama_server: str, tiny_model: Path, start_server: Start, tmp_path: Path
+) -> None:
+    from router_kit import Impostor, slow_binder
+
+    binary = slow_binder(tmp_path / "bin", llama_server, delay_s=5.0)
+    port = _held_port()
+    with Impostor(port).listening() as other:
+        plan = cpu_plan(binary, tiny_model, [port], port=port)
+        began = time.monotonic()
+        with pytest.raises(ServerStartError) as raised:
+            start_server(plan)
+        message = raised.value.message
+        assert f"127.0.0.1:{port} is held by pid {other.pid} (" in message, message
+        assert "choose another --port" in message and "\n" not in message
+        assert time.monotonic() - began < 5.0  # refused at the answer, not at llama's own bind
+    assert not _llama_children()
+
+
+def test_after_a_crash_another_program_on_the_port_is_never_the_server(
+    llama_server: str, tiny_model: Path, start_server: Start, tmp_path: Path
+) -> None:
+    from router_kit import Impostor, slow_binder
+
+    binary = slow_binder(tmp_path / "bin", llama_server, delay_s=1.0)
+    events: list[Event] = []
+    server, recorder = start_server(_free_plan(binary, tiny_model), on_event=events.append)
+    (first,) = server.replicas
+    with Impostor(first.port) as other:  # waits for the port
+        os.kill(pid_of(server), signal.SIGKILL)
+        other.listening()
+        (_, again) = recorder.wait_ready(2)
+        assert again.port != first.port  # moved before its own bind could fail
+        assert complete(again.url, "Hello", n_predict=2)["tokens_predicted"] == 2
+        said = f"port {first.port} was taken by pid {other.pid} ("
+        assert any(said in m for m in recorder.messages), recorder.messages
+    bind_failures = [e for e in events if isinstance(e, Exited) and e.exit_code == 1]
+    assert bind_failures == []
+
+
+def test_a_port_taken_while_the_started_process_lives_on_is_unhealthy_at_once(
+    llama_server: str, tiny_model: Path, start_server: Start, tmp_path: Path
+) -> None:
+    """A wrapper that forks llama-server (its session's member holds the port: trusted) and
+    outlives it: when llama-server dies and another program takes the port, the replica is
+    unhealthy at the next check, not after ``failure_threshold`` of them."""
+    from router_kit import Impostor
+
+    wrapper = tmp_path / "forking-llama-server"
+    wrapper.write_text(f'#!/bin/sh\n{llama_server} "$@"\nsleep 600\n')
+    wrapper.chmod(0o755)
+    events: list[Event] = []
+    patient = HealthOptions(
+        ready_timeout_s=20,
+        ready_interval_s=0.1,
+        interval_s=0.3,
+        timeout_s=0.5,
+        failure_threshold=1000,
+    )
+    server, recorder = start_server(
+        _free_plan(str(wrapper), tiny_model), health=patient, on_event=events.append
+    )
+    (replica,) = server.replicas
+    [child] = psutil.Process(pid_of(server)).children()
+    with Impostor(replica.port) as other:
+        child.kill()
+        other.listening()
+        wait_for(lambda: [e for e in events if isinstance(e, Unhealthy)], "the check", 10)
+        [unhealthy] = [e for e in events if isinstance(e, Unhealthy)]
+        assert f"is held by pid {other.pid} (" in unhealthy.reason, unhealthy
+        assert any("is unhealthy" in m and f"pid {other.pid}" in m for m in recorder.messages)

@@ -44,7 +44,17 @@ STATUS_TIMEOUT_S = 10.0
 @click.option("--ready-timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True,
               metavar="SECONDS", help="How long one model may take to answer /health.")  # fmt: skip
 @click.option("--grace", type=SECONDS, default=10.0, show_default=True, metavar="SECONDS",
-              help="After SIGTERM to a server, wait this long before SIGKILL.")  # fmt: skip
+              help="On SIGTERM, answers under way get this long to finish; then each "
+              "server gets SIGTERM, and this long before SIGKILL.")  # fmt: skip
+@click.option(
+    "--room-wait",
+    type=SECONDS,
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a model waits for busy models to become idle and make room "
+    "before its request gets 503 (0: at once).",
+)
 @click.option("--max-request-size", type=Size(), default="32MiB", show_default=True, metavar="SIZE",
               help="Larger request bodies get 413.")  # fmt: skip
 @click.option("--front-processes", type=click.IntRange(min=0), default=0, show_default=True,
@@ -99,7 +109,8 @@ def _router(config_path: str, inventory: Inventory, env: dict[str, str], options
         backend=None if options["backend"] == "auto" else options["backend"], parent_env=env,
         health=health, grace_s=options["grace"], log_dir=options["log_dir"],
         max_body_bytes=options["max_request_size"] or 1,
-        front_processes=options["front_processes"], reprobe=not options["inventory"], **extra,
+        front_processes=options["front_processes"], reprobe=not options["inventory"],
+        room_wait_s=options["room_wait"], **extra,
     )  # fmt: skip
 
 

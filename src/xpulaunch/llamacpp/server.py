@@ -12,9 +12,13 @@ deadline;
 * after a replica was ready once it is restarted, with backoff, whenever it exits or stops
   answering (llama-swap only notices exits);
 * ports: a free port is found by bind-and-close, which races with other programs. When llama-server
-then logs ``couldn't bind HTTP server socket`` and the port was
-  not fixed by the user, ``WorkerSpec.prepare`` moves the replica to another free port for
-  its next attempt. A fixed port that is taken ends the start with a one-line error.
+then logs ``couldn't bind HTTP server socket``, or another program listens on the port when a
+  restart begins, and the port was not fixed by the user, ``WorkerSpec.prepare`` moves the
+  replica to another free port for its next attempt. A fixed port that is taken ends the start
+  with a one-line error naming who holds it;
+* a replica is ready, and stays healthy, only while the socket listening on its port belongs
+  to the process started for it (:class:`~xpulaunch.processes.ports.PortOwner`): another
+  program on that port answers ``/health`` too, and would get the model's requests.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -33,6 +38,7 @@ from xpulaunch.events import (
     GaveUp,
     Ready,
     Restarting,
+    Started,
     Stopped,
     Stopping,
     Unhealthy,
@@ -42,6 +48,7 @@ from xpulaunch.llamacpp.args import with_port
 from xpulaunch.llamacpp.health import free_port, health_status
 from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.processes import records
+from xpulaunch.processes.ports import PortOwner, taken
 from xpulaunch.supervisor.restart import RestartMode, RestartPolicy
 from xpulaunch.supervisor.spec import HealthCheck, WorkerSpec
 from xpulaunch.supervisor.supervisor import Supervisor
@@ -103,6 +110,9 @@ class _Slot:
         self.replica, self.spec = replica, spec
         self.ready_once = False
         self.last_exit: Exited | None = None
+        self.pid: int | None = None  # the current run's (set on the loop, read by checks)
+        self.owner = PortOwner()
+        self.distrusted: int | None = None  # the run whose port was found held by another
 
 
 class LlamaServer:
@@ -166,35 +176,70 @@ class LlamaServer:
     ) -> WorkerSpec:
         health, name = self._health, replica.name
 
-        def check() -> bool:
+        def answers() -> bool:
             now = self._slots[name].replica  # its port may have moved
             return health_status(now.host, now.port, health.timeout_s) == 200  # 503: loading
 
         ready = HealthCheck(
-            check, health.ready_interval_s, health.timeout_s, 1, health.ready_timeout_s
+            lambda: answers() and self._ours(name, live=False),
+            health.ready_interval_s,
+            health.timeout_s,
+            1,
+            health.ready_timeout_s,
         )
-        alive = HealthCheck(check, health.interval_s, health.timeout_s, health.failure_threshold)
+        alive = HealthCheck(
+            lambda: answers() and self._ours(name, live=True),
+            health.interval_s,
+            health.timeout_s,
+            health.failure_threshold,
+        )
         return WorkerSpec(
             name, argv, env, pass_fds=lease_fds, readiness=ready, liveness=alive,
             prepare=lambda attempt: self._prepare(name, attempt),
         )  # fmt: skip
 
+    def _ours(self, name: str, *, live: bool) -> bool:
+        """After ``/health`` answered: whether the answer came from the server started for
+        the replica. Else raises ``ConnectionError`` naming who holds the port (a failed
+        check); a fixed port held by another program fails the start at once, and a ready
+        replica is reported unhealthy at once, not after ``failure_threshold`` checks."""
+        slot = self._slots[name]
+        replica, pid = slot.replica, slot.pid
+        problem = slot.owner.problem(replica.host, replica.port, pid)
+        if problem is None:
+            return True
+        if live and slot.distrusted != pid:
+            slot.distrusted = pid
+            # Posted as the supervisor posts its own: the router stops sending it requests now.
+            self._event(Unhealthy(time.monotonic(), name, problem))
+        elif not live and replica.port_fixed and not slot.ready_once:
+            self._fail(
+                f"llama-server {name}: port {problem}; choose another --port, or leave "
+                "--port out for free ports"
+            )
+        raise ConnectionError(problem)
+
     def _prepare(self, name: str, attempt: int) -> WorkerSpec:
-        """Before each start: a replica that lost its port to another program moves on."""
+        """Before each start: a replica that lost its port to another program moves on (the
+        program may have taken it after a crash: then before its bind fails)."""
         slot = self._slots[name]
         last = slot.last_exit
         lost_port = last is not None and any(BIND_FAILURE in line for line in last.stderr_tail)
-        if attempt > 0 and lost_port and not slot.replica.port_fixed:
-            taken = {s.replica.port for s in self._slots.values()}
-            port = free_port(slot.replica.host, exclude=taken)
-            self._say(f"replica {name}: port {slot.replica.port} was taken; now on {port}")
+        holder = None if attempt == 0 else taken(slot.replica.host, slot.replica.port)
+        if attempt > 0 and (lost_port or holder) and not slot.replica.port_fixed:
+            used = {s.replica.port for s in self._slots.values()}
+            port = free_port(slot.replica.host, exclude=used)
+            by = f" by {holder}" if holder else ""
+            self._say(f"replica {name}: port {slot.replica.port} was taken{by}; now on {port}")
             slot.replica = replace(slot.replica, port=port)
         argv = with_port(slot.spec.argv, slot.replica.port)
         return replace(slot.spec, argv=argv, prepare=None)
 
     # -- events (on the supervisor's loop thread) ---------------------------------------
     def _event(self, event: Event) -> None:
-        if isinstance(event, Ready):
+        if isinstance(event, Started):
+            self._slots[event.name].pid = event.pid
+        elif isinstance(event, Ready):
             self._ready(event.name)
         elif isinstance(event, Exited):
             self._exited(event)
@@ -240,8 +285,10 @@ class LlamaServer:
         if any(BIND_FAILURE in line for line in tail):
             if not replica.port_fixed:
                 return  # _prepare moves it to another port for the next attempt
+            holder = taken(replica.host, replica.port)
+            by = f" by {holder}" if holder else ""
             self._fail(
-                f"port {replica.port} on {replica.host} is already in use (llama-server: "
+                f"port {replica.port} on {replica.host} is already in use{by} (llama-server: "
                 f"{BIND_FAILURE}); choose another --port, or leave --port out for free ports"
             )
             return

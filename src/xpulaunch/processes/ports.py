@@ -32,3 +32,85 @@ def free_port(host: str, *, option: str, hint: str, exclude: Collection[int] = (
         if port not in exclude:
             return port
     raise OSError(f"no free port on {address} outside {sorted(exclude)}")
+
+
+class PortOwner:
+    """Whether what listens on a port is the process we started for it, or a process of its
+    session (a wrapper script that forks the server): anything else that answers there (a
+    program that took the port after a crash, or between the choice of a free port and a late
+    bind) is not the server, however well it answers. The listening socket's inode
+    (``/proc/net/tcp``) must be among the process's descriptors; it needs no cooperation from
+    the server. One per server: a socket found to be ours is not looked up again."""
+
+    def __init__(self) -> None:
+        self._known: tuple[int, frozenset[int]] | None = None  # pid, the inodes found ours
+
+    def problem(self, host: str, port: int, pid: int | None) -> str | None:
+        """None when every socket listening on ``host:port`` belongs to ``pid`` (or a process
+        of its session), or when ``/proc`` cannot tell; else why not, naming the holder."""
+        from xpulaunch.processes import procfs
+
+        try:
+            listening = reaching(host, procfs.listening_sockets(port))
+        except OSError:
+            return None  # no /proc/net here: nothing to check against, as before
+        where = f"{host}:{port}"
+        if not listening:
+            return f"nothing listens on {where} now"
+        if pid is None:
+            return f"{where} is held by {holders(listening)}, and our server has not started"
+        if self._known == (pid, listening):
+            return None
+        ours = procfs.socket_inodes(pid)
+        if not listening <= ours:
+            ticks = procfs.start_ticks(pid) or 0
+            for member in procfs.session_members(pid, ticks):
+                ours |= procfs.socket_inodes(member)
+        foreign = listening - ours
+        if not foreign:
+            self._known = (pid, listening)
+            return None
+        return f"{where} is held by {holders(foreign)}, not by the server started (pid {pid})"
+
+
+def reaching(host: str, listening: dict[int, str]) -> frozenset[int]:
+    """The sockets among ``listening`` (inode -> address) that a connection to ``host`` may
+    reach: those bound to its address or to a wildcard (all of them for a name)."""
+    import ipaddress
+
+    try:
+        target = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return frozenset(listening)
+    found = set()
+    for inode, address in listening.items():
+        bound = ipaddress.ip_address(address)
+        if isinstance(bound, ipaddress.IPv6Address) and bound.ipv4_mapped is not None:
+            bound = bound.ipv4_mapped
+        # A wildcard of the same family, or IPv6's, which takes IPv4 too unless IPV6_V6ONLY.
+        wildcard = bound.is_unspecified and bound.version in (target.version, 6)
+        if wildcard or bound == target:
+            found.add(inode)
+    return frozenset(found)
+
+
+def holders(inodes: Collection[int]) -> str:
+    """``pid 123 (python3 -m http.server 8080)``: who holds these sockets, for a message."""
+    from xpulaunch.processes.procfs import command_line, socket_holders
+
+    found = socket_holders(inodes)
+    if not found:
+        return "a process this user cannot see (another user's)"
+    # A command line may hold newlines (python -c "..."): a message is one line.
+    return ", ".join(f"pid {pid} ({' '.join(command_line(pid).split())})" for pid in sorted(found))
+
+
+def taken(host: str, port: int) -> str | None:
+    """Who listens on ``host:port`` now (None: nobody, or ``/proc`` cannot tell)."""
+    from xpulaunch.processes.procfs import listening_sockets
+
+    try:
+        listening = reaching(host, listening_sockets(port))
+    except OSError:
+        return None
+    return holders(listening) if listening else None

@@ -275,3 +275,82 @@ def command_line(pid: int, width: int = 80) -> str:
         return "?"
     text = " ".join(a.decode(errors="replace") for a in argv if a)
     return (text[: width - 3] + "...") if len(text) > width else text or "?"
+
+
+# -- sockets -------------------------------------------------------------------------------------
+# /proc/net/tcp and tcp6 (proc(5)): "sl local_address rem_address st tx:rx tr:when retrnsmt uid
+# timeout inode ...", addresses in hex; state 0A is TCP_LISTEN (include/net/tcp_states.h).
+_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+_LISTEN = "0A"
+_SOCKET_LINK = "socket:["
+
+
+def listening_sockets(port: int) -> dict[int, str]:
+    """Inode -> address of every TCP socket listening on ``port`` in this process's network
+    namespace (IPv4 and IPv6). Raises ``OSError`` when neither table can be read."""
+    found: dict[int, str] = {}
+    tables = 0
+    for table in _TCP_TABLES:
+        try:
+            with open(table, encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:  # a kernel without IPv6 has no tcp6
+            continue
+        tables += 1
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _LISTEN:
+                continue
+            address, _, hex_port = fields[1].partition(":")
+            if int(hex_port, 16) == port:
+                found[int(fields[9])] = _address(address)
+    if not tables:
+        raise OSError(f"cannot read {' or '.join(_TCP_TABLES)}")
+    return found
+
+
+def _address(hex_address: str) -> str:
+    """``0100007F`` -> ``127.0.0.1``: the kernel prints each 32-bit word in host byte order."""
+    import socket
+    import sys
+
+    raw = bytes.fromhex(hex_address)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets ``pid`` has open (its ``socket:[N]`` descriptors); empty when
+    it is gone or not ours to read."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return set()
+    found = set()
+    for name in names:
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith(_SOCKET_LINK):
+            found.add(int(target[len(_SOCKET_LINK) : -1]))
+    return found
+
+
+def socket_holders(inodes: Collection[int]) -> dict[int, set[int]]:
+    """pid -> which of ``inodes`` it holds, among the processes whose descriptors we may read
+    (our own; every process as root)."""
+    wanted, found = set(inodes), {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            held = socket_inodes(int(entry.name)) & wanted
+            if held:
+                found[int(entry.name)] = held
+    return found
+
+
+def session_members(sid: int, since_ticks: int = 0) -> list[int]:
+    """Live processes of this user in session ``sid`` started at or after ``since_ticks``."""
+    return [p.pid for p in iter_processes(os.getuid(), since_ticks) if p.sid == sid]

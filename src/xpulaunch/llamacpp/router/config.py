@@ -99,7 +99,7 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
     where = f"{source}: [models.{name}]"
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}: expected a table of {', '.join(KEYS)}")
-    _check_id(name, where)
+    check_id(name, where)
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         close = difflib.get_close_matches(unknown[0], KEYS, n=1)
@@ -115,9 +115,17 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
     )  # fmt: skip
 
 
-def _check_id(name: str, where: str) -> None:
+def check_id(name: str, where: str) -> None:
+    """Refuse an id that cannot name a model and its log folder (one line, ``where`` first)."""
     if not name.strip() or any(c.isspace() or not c.isprintable() for c in name):
         raise UsageError(f"{where}: a model id must be non-empty printable text without spaces")
+    # The id names its servers' log folder under --log-dir: "org/name" (Hugging Face's
+    # spelling) nests in it, but "..", "/abs" or ".hidden" would leave it or hide in it.
+    if any(not part or part.startswith(".") for part in name.split("/")):
+        raise UsageError(
+            f"{where}: a model id must not start or end with '/', hold '//', or have a part "
+            "starting with '.' ('..' would lead out of --log-dir); e.g. org/model-7b"
+        )
 
 
 def _model_path(value: object, args: Sequence[str], where: str, base_dir: str | None) -> str | None:

@@ -20,7 +20,10 @@ Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": 
 ``{"op": "release", "model": ID}``, ``{"op": "count", "model": ID, "replica": NAME, "status":
 S, "seconds": T}``, ``{"op": "ready"}``. Router -> front: first ``{"config": ..., "private":
 URL, "max_body_bytes": N}``, then ``{"id": N, "name": ..., "host": ..., "port": ...}`` or
-``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}``.
+``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}``, and
+``{"op": "drain"}`` when the router stops: the front stops accepting, its answers under way go
+on, and when its pipe closes (the router's grace is over) it ends those that still run, as the
+router ends its own (:meth:`~xpulaunch.llamacpp.router.proxy.Forwarder.cut`).
 """
 
 from __future__ import annotations
@@ -227,6 +230,11 @@ class Fronts:
             return
         self._say(f"{said}; started again")
 
+    def drain(self) -> None:
+        """The router stops: every front stops accepting; its answers under way go on."""
+        for front in self._fronts:
+            self._reply(front, {"op": "drain"})
+
     async def close(self, grace_s: float) -> None:
         """Close every pipe (each front then stops), wait up to ``grace_s``, kill the rest."""
         self._closing = True
@@ -361,11 +369,23 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         # Ends at the pipe's end: the router stopped, or died (a reset, when it was killed).
         with contextlib.suppress(ConnectionError):
             while line := await reader.readline():
-                models.answered(json.loads(line))
+                message = json.loads(line)
+                if message.get("op") == "drain":
+                    forwarder.drain()
+                    await _stop(site)  # no new connections
+                else:
+                    models.answered(message)
     finally:
         models.stop_waiting()
-        await site.stop()
+        forwarder.cut("the router stopped, and ended this answer")
+        await _stop(site)
         await runner.cleanup()
+
+
+async def _stop(site: Any) -> None:
+    """Stop accepting on ``site``; once only (aiohttp refuses a stopped site's second stop)."""
+    with contextlib.suppress(RuntimeError):
+        await site.stop()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -6,9 +6,11 @@ starting and stopping servers, taking the lease lock) runs on worker threads and
 
 A load: prepare the model once (the build, ``--fit``, the estimate), then under the placement
 lock plan it with the devices leased by others excluded; when it does not fit, evict idle
-models of this router (:func:`~.policy.choose_evictions`) and plan again; lease the plan's
-devices like any launch; then start the servers under the Supervisor and wait for
-``/health``. Every request that arrives meanwhile waits for the same load.
+models of this router (:func:`~.policy.choose_evictions`) and plan again; when only models of
+this router that are busy (or loading) keep it out, wait a while (``Setup.room_wait_s``) for
+one of them to become idle; lease the plan's devices like any launch; then start the servers
+under the Supervisor and wait for ``/health``. Every request that arrives meanwhile waits for
+the same load.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class ModelManager:
         self._pool = ThreadPoolExecutor(max_workers=4 + 2 * len(self.slots),
                                         thread_name_prefix="xpulaunch-router")  # fmt: skip
         self._wake = asyncio.Event()
+        self._waiters: set[asyncio.Future[None]] = set()  # told when a model may have gone idle
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closing = False
 
@@ -124,6 +127,8 @@ class ModelManager:
         slot.in_flight -= 1
         slot.last_used_s = self.clock()
         self._wake.set()
+        if not slot.in_flight:
+            self._changed()
 
     # -- loading ---------------------------------------------------------------------------
     def start_load(self, slot: Slot) -> asyncio.Task[Any]:
@@ -179,6 +184,7 @@ class ModelManager:
         self._emit(ModelLoaded(self.clock(), slot.id, server.urls, took), None)
         self._say(f"model {slot.id} ready in {took:.1f} s at {', '.join(server.urls)}")
         self._wake.set()
+        self._changed()
 
     def _failed(self, slot: Slot, exc: XpulaunchError | NoRoom) -> RouteError:
         """Note a load that failed; the error for the requests that wait for it."""
@@ -187,6 +193,7 @@ class ModelManager:
         slot.last_error = error.message
         slot.counters.load_failures += 1
         slot.set_unloaded()
+        self._changed()
         self._emit(ModelLoadFailed(self.clock(), slot.id, slot.last_error), None)
         self._say(slot.last_error)
         return error
@@ -225,6 +232,46 @@ class ModelManager:
             self._spawn(prepare(slot))
 
     async def _place(
+        self, slot: Slot, prepared: Prepared
+    ) -> tuple[LlamaPlan, Lease, tuple[str, ...]]:
+        """Plan and lease (:meth:`_place_now`); when busy models of ours keep it out, try
+        again each time one of them may have become idle, for ``room_wait_s``: most requests
+        end within seconds, and a 503 at once sent the client away for nothing."""
+        deadline = self.clock() + self.setup.room_wait_s
+        while True:
+            changed = asyncio.get_running_loop().create_future()
+            self._waiters.add(changed)  # before the look: a change during it is not missed
+            try:
+                return await self._place_now(slot, prepared)
+            except NoRoom:
+                left = deadline - self.clock()
+                if self.closing:
+                    raise Unavailable("the router is stopping") from None
+                if left <= 0 or not self._may_make_room(slot):
+                    raise
+                await asyncio.wait([changed], timeout=left)
+            finally:
+                self._waiters.discard(changed)
+
+    def _may_make_room(self, slot: Slot) -> bool:
+        """Whether a model of ours that may not be evicted now may be later: one with
+        requests in flight, or loading or unloading (never a pinned one)."""
+        busy = (ModelState.LOADING, ModelState.UNLOADING)
+        return any(
+            other is not slot
+            and not other.config.pinned
+            and (other.state in busy or (other.state is ModelState.READY and other.in_flight))
+            for other in self.slots.values()
+        )
+
+    def _changed(self) -> None:
+        """A model became idle, loaded, failed or unloaded: loads waiting for room look again
+        (and a router that stops, for its last requests)."""
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _place_now(
         self, slot: Slot, prepared: Prepared
     ) -> tuple[LlamaPlan, Lease, tuple[str, ...]]:
         """Plan and lease, evicting idle models of ours when that makes room."""
@@ -361,6 +408,7 @@ class ModelManager:
         if lease is not None:
             lease.release()
         slot.set_unloaded()
+        self._changed()
         slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
         self._emit(ModelUnloaded(self.clock(), slot.id, reason, by), None)
         self._say(f"model {slot.id} unloaded ({reason}{f' for {by}' if by else ''})")
@@ -393,13 +441,33 @@ class ModelManager:
             with contextlib.suppress(asyncio.TimeoutError):  # a ttl is due: look again
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
-    async def close(self) -> None:
-        """Stop every server (loading ones too) and free every lease."""
+    async def refuse(self) -> None:
+        """Take no new request (each gets 503) and stop the loads under way (their requests
+        get the error); the models loaded go on answering what they have."""
         self.closing = True
         self._wake.set()
+        self._changed()  # loads waiting for room give up
         for slot in self.slots.values():
             if slot.state is ModelState.LOADING and slot.server is not None:
                 await self._blocking(slot.server.stop)  # its start() returns, failing
+
+    def in_flight(self) -> int:
+        """Requests being answered or waiting for a load, the front processes' too."""
+        return sum(s.in_flight for s in self.slots.values())
+
+    async def idle(self) -> None:
+        """Return once no request is in flight."""
+        while self.in_flight():
+            changed = asyncio.get_running_loop().create_future()
+            self._waiters.add(changed)
+            try:
+                await changed
+            finally:
+                self._waiters.discard(changed)
+
+    async def close(self) -> None:
+        """Stop every server (loading ones too) and free every lease."""
+        await self.refuse()
         pending = [t for t in self._tasks if not t.done()]
         await asyncio.gather(*pending, return_exceptions=True)
         ready = [s for s in self.slots.values() if s.state is ModelState.READY]

@@ -9,6 +9,11 @@ connection; llama-server notices the closed connection and stops generating.
 
 Every error is JSON in the shape llama-server and OpenAI use:
 ``{"error": {"message": ..., "type": ..., "code": STATUS}}``.
+
+When the router stops (:meth:`Forwarder.drain`, :meth:`Forwarder.cut`), the answers being
+relayed run on until the router's grace is over; a stream still running then gets an error
+event and its proper end (the last chunk), as does one whose server is killed meanwhile, so a
+client reads an error where it read a broken body.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
-from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError
+from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError, Unavailable
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.plan import Replica
@@ -47,6 +52,7 @@ NOT_FORWARDED = frozenset(
 # A request's body is read decoded (aiohttp undoes its Content-Encoding), and sent on so.
 NOT_FORWARDED_UP = NOT_FORWARDED | {"content-encoding"}
 _EVENT_STREAM = "text/event-stream"
+SHOWN_NAME_CHARS = 100  # of a name no model has, in its 404 (a 2 MB name got a 2 MB answer)
 _KINDS = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
           409: "conflict_error", 413: "invalid_request_error"}  # fmt: skip
 
@@ -142,6 +148,21 @@ class Forwarder:
         self._on_request = on_request
         self._max_body_bytes = max_body_bytes
         self.session: aiohttp.ClientSession | None = None
+        self._upstreams: set[aiohttp.ClientResponse] = set()  # answers being relayed now
+        self.stopping = False  # a stream cut from now on still gets its proper end
+
+    def drain(self) -> None:
+        """The router stops: answers being relayed go on; one that breaks from now on (its
+        server stopped) gets its proper end after the error event."""
+        self.stopping = True
+
+    def cut(self, why: str) -> int:
+        """End every answer being relayed now (its reads fail with ``why``, and a stream gets
+        an error event and its proper end); how many there were."""
+        self.stopping = True
+        for upstream in self._upstreams:
+            upstream.content.set_exception(_Cut(why))
+        return len(self._upstreams)
 
     def make_app(self, routes: Sequence[web.RouteDef] = ()) -> web.Application:
         """Forwarding on :data:`PROXIED`, and ``routes``; the client session lives as long."""
@@ -173,7 +194,8 @@ class Forwarder:
             )
         found = config.resolve(name)
         if found is None:
-            raise _NotServed(f"model {name!r} is not served here; models: " + ", ".join(config.ids))
+            shown = repr(name[:SHOWN_NAME_CHARS]) + ("…" if len(name) > SHOWN_NAME_CHARS else "")
+            raise _NotServed(f"model {shown} is not served here; models: " + ", ".join(config.ids))
         return self.models.slots[found.id]
 
     async def _body_model(self, request: web.Request) -> tuple[bytes, Slot, bool]:
@@ -229,16 +251,20 @@ class Forwarder:
         try:
             upstream = await self.session.request(request.method, url, data=body, headers=headers)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if self.stopping:  # its server was stopped before it began to answer
+                raise Unavailable("the router is stopping; retry on its next start") from None
             raise LoadFailed(
                 f"model {slot.id}: llama-server replica {replica.name} ({replica.url}) did not "
                 f"answer ({type(exc).__name__}: {exc}); it may be restarting, retry shortly"
             ) from None
         whole = False
+        self._upstreams.add(upstream)
         try:
             response = await self._relay(request, slot, replica, upstream)
             whole = True
             return response
         finally:
+            self._upstreams.discard(upstream)
             # A whole answer frees the connection for the next request (unless it was asked to
             # close); anything else (the client left, the server broke) must close it, which
             # ends llama-server's task.
@@ -266,7 +292,8 @@ class Forwarder:
             try:
                 chunk = await upstream.content.readany()
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                await _tell_stream(request, response, upstream, _broken(slot, replica, exc))
+                error = _broken(slot, replica, exc)
+                await _tell_stream(request, response, upstream, error, end=self.stopping)
                 return response
             if not chunk:
                 break
@@ -349,7 +376,13 @@ class _NotServed(RouteError):
     kind = "model_not_found"
 
 
+class _Cut(aiohttp.ClientError):
+    """What reading an answer raises once :meth:`Forwarder.cut` ended it."""
+
+
 def _broken(slot: Slot, replica: Replica, exc: BaseException) -> RouteError:
+    if isinstance(exc, _Cut):
+        return Unavailable(f"model {slot.id}: {exc}")
     return LoadFailed(
         f"model {slot.id}: llama-server replica {replica.name} closed the connection while "
         f"answering ({type(exc).__name__}); it crashed or was stopped"
@@ -361,13 +394,20 @@ async def _tell_stream(
     response: web.StreamResponse,
     upstream: aiohttp.ClientResponse,
     error: RouteError,
+    *,
+    end: bool,
 ) -> None:
     """The server broke mid-answer: the status is sent already, so an event stream gets an
-    error event, and the answer ends without its proper end (the connection is closed)."""
+    error event. With ``end`` (the router stops: the break is ours) an event stream then gets
+    its proper end, which a client reads as a complete answer that ends in an error; anything
+    else ends without it (the connection is closed), so a client sees the answer cut."""
     if upstream.content_type == _EVENT_STREAM:
         event = {"error": {"message": error.message, "type": error.kind, "code": error.status}}
         try:
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            if end:
+                await response.write_eof()
+                return
         except ConnectionResetError:
             return  # the client is gone too
     if request.transport is not None:

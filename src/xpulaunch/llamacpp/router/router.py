@@ -13,6 +13,11 @@ The router runs its own event loop on a thread of its own; the caller's thread o
 waits and stops it. Each loaded model is a :class:`~xpulaunch.llamacpp.server.LlamaServer`
 under its own Supervisor, whose guardian kills its servers (and so frees its devices) if
 this process dies, even by SIGKILL.
+
+A stop (:meth:`Router.stop`, SIGTERM or Ctrl-C in the CLI) drains: the port stops accepting,
+a request on a connection already open gets 503, and the answers under way have the grace
+(``grace_s``, ``--grace``) to finish; then what still runs is ended (a stream with an error
+event and its proper end), and the servers are stopped. A second signal ends it at once.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
     from xpulaunch.events import Event
     from xpulaunch.llamacpp.router.fronts import Fronts
     from xpulaunch.llamacpp.router.models import ModelManager
+    from xpulaunch.llamacpp.router.proxy import Proxy
     from xpulaunch.llamacpp.router.setup import Setup
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # a few images in a chat request, base64-encoded
@@ -74,6 +80,7 @@ class Router:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None  # a second signal: no more waiting
         self._bound = threading.Event()
         self._error: BaseException | None = None
         self._status: int | None = None
@@ -115,6 +122,7 @@ class Router:
         from xpulaunch.llamacpp.router.proxy import Proxy, server_logger
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._hurry = asyncio.Event()
         manager = ModelManager(self.config, self.setup, on_event=self._on_event,
                                on_message=self._on_message)  # fmt: skip
         self.manager = manager
@@ -140,13 +148,44 @@ class Router:
         manager.warm_up()
         watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
         await self._stop.wait()
-        await site.stop()  # no new connections; the ones open see their servers go
+        await site.stop()  # no new connections
+        await self._drain(proxy, fronts, manager)
         if fronts is not None:
-            await fronts.close(self.setup.grace_s)
+            await fronts.close(self.setup.grace_s)  # a front ends its own streams first
         await manager.close()
         watcher.cancel()
         await runner.cleanup()
         self._status = 128 + self._signum if self._signum is not None else 0
+
+    async def _drain(self, proxy: Proxy, fronts: Fronts | None, manager: ModelManager) -> None:
+        """Let the answers under way finish, for the grace at most (after a second signal:
+        not at all), taking no new request; then end those that still run."""
+        proxy.drain()
+        if fronts is not None:
+            fronts.drain()  # they stop accepting too
+        await manager.refuse()
+        grace_s, busy = self.setup.grace_s, manager.in_flight()
+        who = signal.Signals(self._signum).name if self._signum else "stopping"
+        if busy and grace_s > 0:
+            self._on_message(
+                f"{who}: taking no new requests; {busy} in flight get up to {grace_s:g} s "
+                "to finish (again to stop at once)"
+            )
+            await self._until_idle(manager, grace_s)
+        cut = proxy.cut(f"the router stopped, and ended this answer ({who}, grace {grace_s:g} s)")
+        if cut:
+            self._on_message(f"{who}: ended {cut} answer(s) still running")
+
+    async def _until_idle(self, manager: ModelManager, timeout_s: float) -> None:
+        """Until no request is in flight, ``timeout_s`` have passed, or a second signal."""
+        assert self._hurry is not None
+        waits = [
+            asyncio.ensure_future(manager.idle()),
+            asyncio.ensure_future(self._hurry.wait()),
+        ]
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
 
     async def _listen(self, runner: Any, manager: ModelManager) -> tuple[Any, Fronts | None]:
         """The public site, and the front processes beside it (with a private site of the
@@ -197,13 +236,14 @@ class Router:
         return wait_answering(joined, timeout)
 
     def stop(self) -> int:
-        """Stop every model's servers, free their devices, close the port."""
+        """Close the port, let the answers under way finish (for ``grace_s`` at most), then
+        stop every model's servers and free their devices."""
         self._post_stop()
         status = self.wait()
         return 0 if status is None else status
 
-    def _post_stop(self) -> None:
-        loop, stop = self._loop, self._stop
+    def _post_stop(self, event: asyncio.Event | None = None) -> None:
+        loop, stop = self._loop, event or self._stop
         if loop is not None and stop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop has just finished: nothing left
                 loop.call_soon_threadsafe(stop.set)
@@ -214,6 +254,8 @@ class Router:
         self._signals += 1
         self._signum = self._signum or signum
         self._post_stop()
+        if self._signals > 1:
+            self._post_stop(self._hurry)
         if self._signals > 1 and self.manager is not None:
             for server in self.manager.servers():
                 server.send_stop_signal(signal.SIGKILL)
@@ -273,10 +315,12 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfi
 
 def check_models(config: RouterConfig) -> None:
     """Every model file is there and readable: a typo is an error at start, not at the
-    first request."""
+    first request. The ids too, for a :class:`RouterConfig` made in Python."""
     from xpulaunch.llamacpp.prepare import check_model
+    from xpulaunch.llamacpp.router.config import check_id
 
     for model in config.models:
+        check_id(model.id, f"{config.source}: [models.{model.id}]")
         if model.model is not None:
             try:
                 check_model(model.model)

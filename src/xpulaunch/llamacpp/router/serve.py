@@ -63,10 +63,13 @@ def make_router(
     on_event: Callable[[Event, str | None], None] | None = None,
     on_message: Callable[[str], None] | None = None,
     reprobe: bool = False,
+    room_wait_s: float = 10.0,
 ) -> Router:
     """A router, checked but not started (see :func:`serve_models`). Without an
     ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
-    process; a given inventory is another machine's or a test's, and is kept as it is."""
+    process; a given inventory is another machine's or a test's, and is kept as it is.
+    ``room_wait_s``: how long a model's load waits for busy models of the router to become
+    idle (and evictable) when they hold the devices it needs (0: a 503 at once)."""
     require_aiohttp()
     checked = load_config(config)
     check_models(checked)
@@ -78,12 +81,15 @@ def make_router(
         inventory = probe_host(env=env)
     if max_body_bytes < 1:
         raise UsageError("must be at least 1 byte", option="max_body_bytes", value=max_body_bytes)
+    if not 0 <= room_wait_s < float("inf"):
+        raise UsageError("expected seconds >= 0", option="room_wait_s", value=room_wait_s)
     setup = Setup(
         inventory=inventory, parent_env=env, health=health, policy=policy,
         binary=binary or env.get(BINARY_VAR) or None,
         llama_backend=parse_llama_backend(llama_backend),
         backend=backend, lock_dir=os.fspath(lock_dir) if lock_dir else None, grace_s=grace_s,
         log_dir=os.fspath(log_dir) if log_dir else None, reprobe=reprobe,
+        room_wait_s=room_wait_s,
     )  # fmt: skip
     return Router(checked, setup, host=host, port=port, max_body_bytes=max_body_bytes,
                   front_processes=front_processes, on_event=on_event,

@@ -32,6 +32,9 @@ class Setup:
     grace_s: float = 10.0
     log_dir: str | None = None
     record_dir: str | None = None
+    # How long a load waits for a busy model of ours to become idle and make room, before
+    # its requests get 503.
+    room_wait_s: float = 10.0
     # Probe the host again before each placement (the inventory is this host's, not a file):
     # other programs come and go on the GPUs while a router runs for days.
     reprobe: bool = False
