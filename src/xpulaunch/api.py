@@ -95,7 +95,10 @@ def run(
     known = {each.name for each in fields(RunRequest)}
     unknown = sorted(options.keys() - known)
     if unknown:
-        raise UsageError(f"not an option of run; expected one of {', '.join(sorted(known))}",
-                         option=unknown[0], value=options[unknown[0]])  # fmt: skip
+        raise UsageError(
+            f"not an option of run; expected one of {', '.join(sorted(known))}",
+            option=unknown[0],
+            value=options[unknown[0]],
+        )
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     return run_request(RunRequest(program=tuple(program), **options), env, _Lines())

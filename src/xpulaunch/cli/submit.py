@@ -59,17 +59,25 @@ def _submit(
         raise UsageError("--events -: a queued job has no terminal; give a FILE")
     job = actions.Submission(
         spec=JobSpec(
-            args=tuple(run_args), env=env, cwd=cwd, python=sys.executable,
+            args=tuple(run_args),
+            env=env,
+            cwd=cwd,
+            python=sys.executable,
             profile=ctx.parent.params.get("profile") if ctx.parent else None,
-            events=os.path.abspath(events) if events else "", add_events=events is None,
-            log_dir=os.path.abspath(log_dir) if log_dir else "", add_log_dir=log_dir is None,
+            events=os.path.abspath(events) if events else "",
+            add_events=events is None,
+            log_dir=os.path.abspath(log_dir) if log_dir else "",
+            add_log_dir=log_dir is None,
         ),
-        command=tuple(program), gpus=str(options.get("gpus") or "auto"),
+        command=tuple(program),
+        gpus=str(options.get("gpus") or "auto"),
         wanted=tuple(unit.label() for unit in plan.devices),
         shares=plan.share is not None,
         grace_s=float(options.get("grace") or 10.0),
-        priority=priority, after=tuple(dict.fromkeys(after)), hold=hold,
-    )  # fmt: skip
+        priority=priority,
+        after=tuple(dict.fromkeys(after)),
+        hold=hold,
+    )
     store = Store.open(directory, env, create=True)
     if store is None:  # pragma: no cover - created
         raise UsageError(f"cannot create the queue in {directory.root}")
@@ -144,16 +152,23 @@ class JobId(ParamType):
 
 _submit_options = [
     click.Option(
-        ["--priority"], type=click.IntRange(-1000, 1000), default=0, show_default=True,
-        metavar="N", help="Higher goes first; equal priorities in submission order.",
+        ["--priority"],
+        type=click.IntRange(-1000, 1000),
+        default=0,
+        show_default=True,
+        metavar="N",
+        help="Higher goes first; equal priorities in submission order.",
     ),
     click.Option(
-        ["--after"], type=JobId(), multiple=True, metavar="ID",
+        ["--after"],
+        type=JobId(),
+        multiple=True,
+        metavar="ID",
         help="Start only once job ID has ended successfully (again for several; a failed "
         "or cancelled ID cancels this job).",
     ),
     click.Option(["--hold"], is_flag=True, help="Queue it held: it starts once released."),
-]  # fmt: skip
+]
 _run_params = [p for p in run_command.params if p.name not in _NOT_FOR_SUBMIT]
 
 submit = SubmitCommand(

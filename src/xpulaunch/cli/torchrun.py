@@ -62,15 +62,23 @@ TORCHRUN_ONLY = (
     _torchrun("--no-python", flag=True, help="SCRIPT is a program, not run under Python."),
     _torchrun("--run-path", flag=True, help="SCRIPT is run with python (runpy)."),
     _torchrun("--monitor-interval", type=float, help="Accepted; xpulaunch does not poll."),
-    _torchrun("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]),
-              help="Accepted; every worker is a fresh process."),
+    _torchrun(
+        "--start-method",
+        type=click.Choice(["spawn", "fork", "forkserver"]),
+        help="Accepted; every worker is a fresh process.",
+    ),
     _torchrun("--event-log-handler", help="Accepted; events are --events."),
-    _torchrun("--role", type=click.Choice(["default"]),
-              help="Only default (every worker has ROLE_NAME=default)."),
+    _torchrun(
+        "--role",
+        type=click.Choice(["default"]),
+        help="Only default (every worker has ROLE_NAME=default).",
+    ),
     _torchrun("-r", "--redirects", help="Accepted; the console and --log-dir keep both streams."),
     _torchrun("-t", "--tee", help="Accepted; the console and --log-dir keep both streams."),
-    _torchrun("--signals-to-handle",
-              help="Accepted: TERM, INT, HUP, QUIT stop the job; USR1, USR2 reach the workers."),
+    _torchrun(
+        "--signals-to-handle",
+        help="Accepted: TERM, INT, HUP, QUIT stop the job; USR1, USR2 reach the workers.",
+    ),
     _torchrun("--shutdown-timeout", type=Integer(0), help="--grace, in whole seconds."),
     _torchrun("--local-addr"),
     _torchrun("--logs-specs"),
@@ -78,7 +86,7 @@ TORCHRUN_ONLY = (
     _torchrun("--virtual-local-rank", flag=True),
     _torchrun("--duplicate-stdout-filters"),
     _torchrun("--duplicate-stderr-filters"),
-)  # fmt: skip
+)
 
 
 class TorchrunNproc(ParamType):

@@ -58,8 +58,10 @@ def event_name(event: Event) -> str:
 def event_record(event: Event, wall_s: float) -> dict[str, object]:
     """The JSON object of one event (``wall_s``: seconds since the epoch)."""
     record: dict[str, object] = {
-        "schema": SCHEMA, "event": event_name(event), "time": iso_utc(wall_s),
-    }  # fmt: skip
+        "schema": SCHEMA,
+        "event": event_name(event),
+        "time": iso_utc(wall_s),
+    }
     for field in dataclasses.fields(event):
         record[field.name] = _plain(getattr(event, field.name))
     return record

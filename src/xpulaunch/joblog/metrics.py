@@ -88,8 +88,11 @@ def device_families(devices: Sequence[Mapping[str, object]]) -> list[Family]:
     )
     families: list[Family] = []
     for name, key, help_text in fields:
-        samples = [(_device_labels(d), float(d[key])) for d in devices  # type: ignore[arg-type]
-                   if isinstance(d.get(key), int | float)]  # fmt: skip
+        samples = [
+            (_device_labels(d), float(value))
+            for d in devices
+            if isinstance(value := d.get(key), int | float)
+        ]
         families.append((name, "gauge", help_text, samples))
     return families
 
@@ -106,8 +109,9 @@ def probe_devices(env: Mapping[str, str] | None = None) -> list[dict[str, object
     """The host's devices, from ``xpulaunch devices --json`` run in a child process."""
     argv = [sys.executable, "-m", "xpulaunch", "devices", "--json"]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, env=env,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, env=env, check=False
+        )
         devices = json.loads(done.stdout).get("devices", [])
     except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
         return []
@@ -120,10 +124,11 @@ def planned(plan: Plan, devices: Sequence[dict[str, object]]) -> list[dict[str, 
 
     def used(d: Mapping[str, object]) -> bool:
         return any(
-            (pci and d.get("pci_bus_id") == pci) or (uuid and d.get("uuid") == uuid)
+            (pci and d.get("pci_bus_id") == pci)
+            or (uuid and d.get("uuid") == uuid)
             or (not pci and not uuid and d.get("index") == index)
             for pci, uuid, index in keys
-        )  # fmt: skip
+        )
 
     return [d for d in devices if used(d)]
 
@@ -157,11 +162,13 @@ class MetricsServer:
             ) from exc
         self.server.daemon_threads = True
         self.port: int = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, name="xpulaunch-metrics",
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self.server.serve_forever, name="xpulaunch-metrics", daemon=True
+        ).start()
         if plan.devices:
-            threading.Thread(target=self._reprobe, name="xpulaunch-metrics-probe",
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=self._reprobe, name="xpulaunch-metrics-probe", daemon=True
+            ).start()
 
     def on_event(self, event: Event) -> None:
         self.counters.on_event(event)

@@ -78,10 +78,16 @@ def relabel(text: str, extra: Labels) -> list[Relabelled]:
             kind = family.type if family.type in _TEXT_TYPES else "untyped"
             declared = family.name + "_total" if kind == "counter" else family.name
             samples = [
-                (s.name, (*extra, *((f"exported_{k}" if k in ours else k, v)
-                                    for k, v in s.labels.items())), float(s.value))
+                (
+                    s.name,
+                    (
+                        *extra,
+                        *((f"exported_{k}" if k in ours else k, v) for k, v in s.labels.items()),
+                    ),
+                    float(s.value),
+                )
                 for s in family.samples
-            ]  # fmt: skip
+            ]
             out.append((declared, kind, family.documentation, samples))
     except (IndexError, KeyError) as exc:  # the parser's own errors on odd lines
         raise ValueError(f"not the Prometheus text format: {exc!r}") from exc

@@ -41,9 +41,12 @@ class RunSummary:
 
     def __init__(self, job_id: str, command: Sequence[str], devices: Sequence[str]) -> None:
         self._head: dict[str, object] = {
-            "schema": SCHEMA, "job_id": job_id, "command": list(command),
-            "devices": list(devices), "started_at": iso_utc(time.time()),
-        }  # fmt: skip
+            "schema": SCHEMA,
+            "job_id": job_id,
+            "command": list(command),
+            "devices": list(devices),
+            "started_at": iso_utc(time.time()),
+        }
         self._runs: dict[tuple[str, int], dict[str, object]] = {}
         self._started_s: dict[tuple[str, int], float] = {}
         self._attempt: dict[str, int] = {}
@@ -55,8 +58,13 @@ class RunSummary:
             key = (event.name, event.attempt)
             self._attempt[event.name] = event.attempt
             self._started_s[key] = event.time_s
-            self._runs[key] = {"pid": event.pid, "exit_code": None, "signal": None,
-                               "duration_s": None, "root_cause": None}  # fmt: skip
+            self._runs[key] = {
+                "pid": event.pid,
+                "exit_code": None,
+                "signal": None,
+                "duration_s": None,
+                "root_cause": None,
+            }
         elif isinstance(event, Exited):
             self._exited(event)
         elif isinstance(event, Unhealthy | HangDetected):
@@ -70,13 +78,16 @@ class RunSummary:
         started_s = self._started_s.get(key)
         cause = event.root_cause.as_dict() if event.root_cause is not None else None
         duration_s = None if started_s is None else round(event.time_s - started_s, 3)
-        run.update(exit_code=event.exit_code, signal=event.signal, root_cause=cause,
-                   duration_s=duration_s)  # fmt: skip
+        run.update(
+            exit_code=event.exit_code, signal=event.signal, root_cause=cause, duration_s=duration_s
+        )
         if not event.expected and event.exit_code != 0:
             fallback: dict[str, object] = {
-                "type": None, "message": _how(event), "frames": list(event.stderr_tail[-10:]),
+                "type": None,
+                "message": _how(event),
+                "frames": list(event.stderr_tail[-10:]),
                 "source": "exit",
-            }  # fmt: skip
+            }
             self._failed(event.name, cause or fallback)
 
     def _failed(self, name: str, cause: dict[str, object]) -> None:

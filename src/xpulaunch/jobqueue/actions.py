@@ -94,10 +94,18 @@ def submit(directory: LockDirectory, store: Store, job: Submission) -> int:
                     f"--after {other}: no job {other} in the queue of {directory.root}"
                 )
         job_id = store.insert(
-            uid=uid, user=user_name(uid), state=JobState.HELD if job.hold else JobState.QUEUED,
-            priority=job.priority, after=job.after, command=job.command, gpus=job.gpus,
-            wanted=job.wanted, shares=job.shares, submitted_s=time.time(), grace_s=job.grace_s,
-        )  # fmt: skip
+            uid=uid,
+            user=user_name(uid),
+            state=JobState.HELD if job.hold else JobState.QUEUED,
+            priority=job.priority,
+            after=job.after,
+            command=job.command,
+            gpus=job.gpus,
+            wanted=job.wanted,
+            shares=job.shares,
+            submitted_s=time.time(),
+            grace_s=job.grace_s,
+        )
         folder = make_job_folder(directory, uid, job_id)
         spec = job.spec
         if spec.add_events:
@@ -250,7 +258,13 @@ def ensure_runner(directory: LockDirectory, env: Mapping[str, str]) -> int | Non
     with os.fdopen(fd, "ab") as log:
         # Its own session, no terminal, cwd "/": it outlives this command and any shell.
         runner = subprocess.Popen(
-            argv, env=dict(env), cwd="/", stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            argv,
+            env=dict(env),
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     return runner.pid

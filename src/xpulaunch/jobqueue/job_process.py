@@ -140,17 +140,27 @@ def start(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
     try:
         with open(output, "ab") as console:
             popen = subprocess.Popen(
-                argv, cwd=spec.cwd, env=dict(job_env(spec, job.id, directory)),
-                stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
-            )  # fmt: skip
+                argv,
+                cwd=spec.cwd,
+                env=dict(job_env(spec, job.id, directory)),
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
     except OSError as exc:
         where = exc.filename or argv[0]
         raise QueueError(f"cannot start the job ({where}: {exc.strerror})") from exc
     return JobProcess(
-        job.id, popen.pid, procfs.start_ticks(popen.pid), events, output,
-        popen=popen, pidfd=open_pidfd(popen.pid),
-    )  # fmt: skip
+        job.id,
+        popen.pid,
+        procfs.start_ticks(popen.pid),
+        events,
+        output,
+        popen=popen,
+        pidfd=open_pidfd(popen.pid),
+    )
 
 
 def adopt(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
@@ -158,10 +168,13 @@ def adopt(job: Job, spec: JobSpec, directory: LockDirectory) -> JobProcess:
     pid = job.pid or 0
     alive = pid > 0 and job.pid_ticks is not None and procfs.is_running(pid, job.pid_ticks)
     return JobProcess(
-        job.id, pid, job.pid_ticks if alive else None, _events(spec),
+        job.id,
+        pid,
+        job.pid_ticks if alive else None,
+        _events(spec),
         job_folder(directory, job.uid, job.id) / OUTPUT_NAME,
         pidfd=open_pidfd(pid) if alive else None,
-    )  # fmt: skip
+    )
 
 
 def _events(spec: JobSpec) -> EventsTail:

@@ -167,16 +167,27 @@ def table_rows(snapshot: Snapshot) -> list[tuple[tuple[str, ...], str]]:
     for job in snapshot.jobs:
         waited = job.waited_s if job.waited_s is not None else now_s - job.submitted_s
         cells = (
-            str(job.id), job.user, shown_state(job), _devices(job.devices),
-            format_duration(waited), format_duration(job.runtime_s(now_s)),
-            "" if job.exit_code is None else str(job.exit_code), command_text(job.command),
-        )  # fmt: skip
+            str(job.id),
+            job.user,
+            shown_state(job),
+            _devices(job.devices),
+            format_duration(waited),
+            format_duration(job.runtime_s(now_s)),
+            "" if job.exit_code is None else str(job.exit_code),
+            command_text(job.command),
+        )
         rows.append((cells, "" if job.state is JobState.DONE else view.why(job)))
     for waiter in snapshot.waiters:
         cells = (
-            f"w{waiter.pid}", waiter.user, "waiting", "-", format_duration(now_s - waiter.since_s),
-            "-", "", command_text(waiter.command),
-        )  # fmt: skip
+            f"w{waiter.pid}",
+            waiter.user,
+            "waiting",
+            "-",
+            format_duration(now_s - waiter.since_s),
+            "-",
+            "",
+            command_text(waiter.command),
+        )
         rows.append((cells, f"xpulaunch --wait: {waiter.reason or 'its turn'}"))
     return rows
 

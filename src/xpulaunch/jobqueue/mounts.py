@@ -15,11 +15,33 @@ from collections.abc import Mapping
 
 # Filesystems that are not one host's own: NFS, SMB, AFS and the cluster filesystems, and
 # FUSE mounts of remote stores, where locks do not reach the server or not reliably.
-NETWORK_FILESYSTEMS = frozenset({
-    "nfs", "nfs4", "cifs", "smb3", "smbfs", "afs", "ncpfs", "9p", "ceph", "lustre", "gpfs",
-    "beegfs", "glusterfs", "orangefs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs",
-    "fuse.gcsfuse", "fuse.rclone", "fuse.juicefs", "fuse.cephfs", "davfs", "fuse.davfs2",
-})  # fmt: skip
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "afs",
+        "ncpfs",
+        "9p",
+        "ceph",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "glusterfs",
+        "orangefs",
+        "fuse.glusterfs",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.rclone",
+        "fuse.juicefs",
+        "fuse.cephfs",
+        "davfs",
+        "fuse.davfs2",
+    }
+)
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
 

@@ -98,17 +98,22 @@ class Operations:
             from xpulaunch.joblog.metrics import MetricsServer
 
             self.metrics = MetricsServer(
-                supervisor, plan, host=request.metrics_host, port=request.metrics_port,
+                supervisor,
+                plan,
+                host=request.metrics_host,
+                port=request.metrics_port,
                 interval_s=request.metrics_interval_s,
-            )  # fmt: skip
+            )
             url = f"http://{request.metrics_host}:{self.metrics.port}/metrics"
             supervisor.message(f"metrics on {url}")
 
     @property
     def listeners(self) -> list[Callable[[Event], None]]:
-        found = [self.events.write if self.events else None,
-                 self.summary.on_event if self.summary else None,
-                 self.metrics.on_event if self.metrics else None]  # fmt: skip
+        found = [
+            self.events.write if self.events else None,
+            self.summary.on_event if self.summary else None,
+            self.metrics.on_event if self.metrics else None,
+        ]
         return [f for f in found if f is not None]
 
     def replay(self, event: Event) -> None:

@@ -89,11 +89,15 @@ def job_plan(
     from xpulaunch.nodes.elastic import agent_plan, local_ranks_filter
 
     return agent_plan(
-        plan, nodes.elastic, python=sys.executable, max_restarts=request.restart_limit,
-        join_timeout_s=request.join_timeout_s, rdzv_conf=request.rdzv_conf,
+        plan,
+        nodes.elastic,
+        python=sys.executable,
+        max_restarts=request.restart_limit,
+        join_timeout_s=request.join_timeout_s,
+        rdzv_conf=request.rdzv_conf,
         log_dir=request.log_dir if _agent_writes_logs(request) else None,
         local_ranks=local_ranks_filter(",".join(sorted(request.ranks))) if request.ranks else None,
-    )  # fmt: skip
+    )
 
 
 def _agent_writes_logs(request: RunRequest) -> bool:
@@ -171,10 +175,16 @@ def run(
         for warning in plan_warnings(plan):
             ui.say(warning)
         status = supervise(
-            plan, ours, env, lease_fds=lease.fds, job_id=lease.job_id, release_leases=True,
-            events=events, earlier_events=lease_events.got(plan, lease),
+            plan,
+            ours,
+            env,
+            lease_fds=lease.fds,
+            job_id=lease.job_id,
+            release_leases=True,
+            events=events,
+            earlier_events=lease_events.got(plan, lease),
             meeting=_meeting(plan, nodes, request.join_timeout_s),
-        )  # fmt: skip
+        )
     return status
 
 
@@ -204,10 +214,13 @@ def _allocate(
         inventory = planning.load_inventory(inventory)
     return LeaseManager(request.lock_dir, env=env).allocate(
         lambda unavailable: job_plan(request, nodes, inventory, env, unavailable),
-        shared=request.shared, wait=request.wait, wait_timeout_s=request.wait_timeout_s,
-        on_wait=lease_events.on_wait, command=["xpulaunch", *request.program],
+        shared=request.shared,
+        wait=request.wait,
+        wait_timeout_s=request.wait_timeout_s,
+        on_wait=lease_events.on_wait,
+        command=["xpulaunch", *request.program],
         share=request.share,
-    )  # fmt: skip
+    )
 
 
 def _meeting(plan: Plan, nodes: NodeSettings, timeout_s: float) -> Meeting | None:
@@ -220,8 +233,15 @@ def _meeting(plan: Plan, nodes: NodeSettings, timeout_s: float) -> Meeting | Non
 
     port = nodes.master_port
     assert port is not None  # several static nodes always name the master's port
-    return Meeting(plan.nodes.nnodes, plan.nodes.node_rank, nodes.master_addr, port, timeout_s,
-                   nproc=len(plan.workers), note=skipped_text(plan.notes))  # fmt: skip
+    return Meeting(
+        plan.nodes.nnodes,
+        plan.nodes.node_rank,
+        nodes.master_addr,
+        port,
+        timeout_s,
+        nproc=len(plan.workers),
+        note=skipped_text(plan.notes),
+    )
 
 
 def summary(plan: Plan) -> str:
@@ -283,14 +303,22 @@ def supervise(
         make_log_dir(request.log_dir), request.log_layout, request.log_run_id
     )
     settings = SupervisorSettings(
-        policy=policy, grace_s=request.grace_s,
-        logs=LogConfig(log_dir=log_dir, layout=request.log_layout, console_names=request.ranks,
-                       color=_colour(request.color, env)),
-        lease_fds=lease_fds, release_leases=release_leases,
-        record_dir=records.runtime_dir(env), job_id=job_id,
-        hang_timeout_s=request.hang_timeout_s, heartbeat=request.heartbeat,
+        policy=policy,
+        grace_s=request.grace_s,
+        logs=LogConfig(
+            log_dir=log_dir,
+            layout=request.log_layout,
+            console_names=request.ranks,
+            color=_colour(request.color, env),
+        ),
+        lease_fds=lease_fds,
+        release_leases=release_leases,
+        record_dir=records.runtime_dir(env),
+        job_id=job_id,
+        hang_timeout_s=request.hang_timeout_s,
+        heartbeat=request.heartbeat,
         max_runtime_s=request.max_runtime_s,
-    )  # fmt: skip
+    )
     reporter = Reporter()
     listeners: list[Callable[[Event], None]] = [reporter.on_event]
 

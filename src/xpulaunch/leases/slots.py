@@ -112,10 +112,13 @@ def lock(directory: LockDirectory, plan: Plan, holder: HolderInfo) -> tuple[int,
             slot, slot_fd = _free_slot(directory, key)
             undo.callback(os.close, slot_fd)
             record = {
-                "key": key, "slot": slot, "slots": share.slots,
-                "memory_bytes": share.memory_bytes, "total_bytes": unit.memory_total_bytes,
+                "key": key,
+                "slot": slot,
+                "slots": share.slots,
+                "memory_bytes": share.memory_bytes,
+                "total_bytes": unit.memory_total_bytes,
                 **holder.to_dict(),
-            }  # fmt: skip
+            }
             directory.write(_slot_name(key, slot) + _HOLDER, record)
             fds += [unit_fd, slot_fd]
         undo.pop_all()

@@ -41,9 +41,18 @@ OPTIONS: Mapping[str, Option] = {
 OFFLOAD_KEYS = ("device", "gpu_layers", "split_mode", "tensor_split", "fit", "fit_target")
 # Where else a model can come from: with these the server needs no -m (common/arg.cpp).
 REMOTE_MODEL_FLAGS = frozenset(
-    {"-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-dr", "--docker-repo",
-     "--models-dir", "--models-preset"}
-)  # fmt: skip
+    {
+        "-mu",
+        "--model-url",
+        "-hf",
+        "-hfr",
+        "--hf-repo",
+        "-dr",
+        "--docker-repo",
+        "--models-dir",
+        "--models-preset",
+    }
+)
 # Every layer on the GPUs. llama.cpp caps the number at the model's layer count; "999" is
 # accepted by every build, while "all" only by builds whose -ngl also takes auto/all.
 ALL_LAYERS = "999"

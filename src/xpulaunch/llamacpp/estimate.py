@@ -32,15 +32,43 @@ from xpulaunch.llamacpp.fit import (
 # The options of the user's that change the memory a model takes, and that llama-fit-params
 # (common arguments only) accepts: with a value, and flags.
 _MEMORY_OPTIONS = frozenset(
-    {"-c", "--ctx-size", "-b", "--batch-size", "-ub", "--ubatch-size", "-ctk", "--cache-type-k",
-     "-ctv", "--cache-type-v", "-fa", "--flash-attn", "-np", "--parallel", "-ot",
-     "--override-tensor", "-fitc", "--fit-ctx"}
-)  # fmt: skip
+    {
+        "-c",
+        "--ctx-size",
+        "-b",
+        "--batch-size",
+        "-ub",
+        "--ubatch-size",
+        "-ctk",
+        "--cache-type-k",
+        "-ctv",
+        "--cache-type-v",
+        "-fa",
+        "--flash-attn",
+        "-np",
+        "--parallel",
+        "-ot",
+        "--override-tensor",
+        "-fitc",
+        "--fit-ctx",
+    }
+)
 _MEMORY_FLAGS = frozenset({"-kvu", "--kv-unified", "-nkvo", "--no-kv-offload", "--swa-full"})
 
 # GGUF value types (ggml/include/gguf.h) as struct formats; 8 is a string, 9 an array.
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-            12: "d"}  # fmt: skip
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
 _STRING, _ARRAY = 8, 9
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_KEY_BYTES = 65535  # the GGUF spec's limit on a key's length
@@ -87,9 +115,14 @@ def estimate_model(
     tool = fit_params_binary(binary) if binary else None
     if tool is not None:
         query = _FitQuery(
-            tool, os.path.abspath(model), os.stat(model).st_mtime_ns, memory_args(passthrough),
-            context, device, tuple(sorted(parent_env.items())),
-        )  # fmt: skip
+            tool,
+            os.path.abspath(model),
+            os.stat(model).st_mtime_ns,
+            memory_args(passthrough),
+            context,
+            device,
+            tuple(sorted(parent_env.items())),
+        )
         measured, problem = _run_fit_params(query)
         if measured is not None:
             return measured, tuple(notes)
@@ -97,10 +130,12 @@ def estimate_model(
     if facts is None:
         return None, tuple(notes)
     estimate = estimate_from_gguf(
-        facts, context or facts.context_train or 4096,
-        cache_type_k=given("cache_type_k") or "f16", cache_type_v=given("cache_type_v") or "f16",
+        facts,
+        context or facts.context_train or 4096,
+        cache_type_k=given("cache_type_k") or "f16",
+        cache_type_v=given("cache_type_v") or "f16",
         ubatch=_int(given("ubatch_size")) or DEFAULT_UBATCH,
-    )  # fmt: skip
+    )
     return estimate, tuple(notes)
 
 
@@ -170,12 +205,15 @@ class _Header:
         tokens = values.get("tokenizer.ggml.tokens")
         return GgufFacts(
             tensor_bytes=tensor_bytes,
-            layers=number("block_count"), context_train=number("context_length"),
-            embedding=number("embedding_length"), heads=number("attention.head_count"),
-            kv_heads=number("attention.head_count_kv"), key_length=number("attention.key_length"),
+            layers=number("block_count"),
+            context_train=number("context_length"),
+            embedding=number("embedding_length"),
+            heads=number("attention.head_count"),
+            kv_heads=number("attention.head_count_kv"),
+            key_length=number("attention.key_length"),
             value_length=number("attention.value_length"),
             vocab=len(tokens) if isinstance(tokens, range) else None,
-        )  # fmt: skip
+        )
 
     def _key_value(self) -> tuple[str, object]:
         key = self._string(_MAX_KEY_BYTES)
@@ -281,9 +319,15 @@ class _FitQuery:
 def _run_fit_params(query: _FitQuery) -> tuple[Estimate | None, str]:
     try:
         done = subprocess.run(
-            query.argv, capture_output=True, text=True, errors="replace",
-            timeout=LIST_TIMEOUT_S, stdin=subprocess.DEVNULL, env=dict(query.env), check=False,
-        )  # fmt: skip
+            query.argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=LIST_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env=dict(query.env),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return None, f"llama-fit-params did not answer within {LIST_TIMEOUT_S:g} s"
     except OSError as exc:

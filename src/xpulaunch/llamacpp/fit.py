@@ -30,9 +30,16 @@ FIT_MIN_CONTEXT = 4096
 DEFAULT_UBATCH = 512
 # Bytes per KV cache element for each -ctk/-ctv type: ggml's block sizes (32 values a block).
 KV_TYPE_BYTES = {
-    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
-}  # fmt: skip
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+    "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32,
+    "q5_0": 22 / 32,
+    "q5_1": 24 / 32,
+}
 _FIT_ROW = re.compile(r"^(?P<name>\S+) (?P<model>\d+) (?P<context>\d+) (?P<compute>\d+)\s*$")
 _HELP_OPTION = re.compile(r"^\s*(?:-\w+,\s*)?(?P<long>--[\w-]+)")
 
@@ -90,8 +97,10 @@ def parse_fit_print(text: str) -> dict[str, tuple[int, int, int]]:
         match = _FIT_ROW.match(line.strip())
         if match is not None:
             rows[match["name"]] = (
-                int(match["model"]) * MIB, int(match["context"]) * MIB, int(match["compute"]) * MIB
-            )  # fmt: skip
+                int(match["model"]) * MIB,
+                int(match["context"]) * MIB,
+                int(match["compute"]) * MIB,
+            )
     if "Host" not in rows:
         raise ValueError("no 'Host' line in the output of llama-fit-params --fit-print on")
     return rows

@@ -58,9 +58,14 @@ def serving_metrics(
     if port is None:
         yield None
         return
-    metrics = MetricsServer(server.supervisor, plan.plan, host=host, port=port,
-                            extra=replica_metrics(server, os.path.basename(model)),
-                            counters=counters)  # fmt: skip
+    metrics = MetricsServer(
+        server.supervisor,
+        plan.plan,
+        host=host,
+        port=port,
+        extra=replica_metrics(server, os.path.basename(model)),
+        counters=counters,
+    )
     server.supervisor.message(f"metrics on http://{host}:{metrics.port}/metrics")
     try:
         yield metrics

@@ -101,16 +101,23 @@ def prepare_llama(
     if model is not None:
         other = not_this_build(binary, build, listing, parent_env) if found and dry_run else None
         estimate, estimate_notes = estimate_model(
-            binary if found and not other else None, model, request.passthrough, parent_env,
-            fit=bool(fit), device=_first_device(build, listing),
-        )  # fmt: skip
+            binary if found and not other else None,
+            model,
+            request.passthrough,
+            parent_env,
+            fit=bool(fit),
+            device=_first_device(build, listing),
+        )
         notes += [*estimate_notes, *([other] if other else [])]
     else:
         notes.append("the model is fetched by llama-server itself: no estimate of its size")
     return Prepared(
-        replace(request, binary=binary), build, listing, Sizing(fit, estimate),
+        replace(request, binary=binary),
+        build,
+        listing,
+        Sizing(fit, estimate),
         (*build_notes, *notes),
-    )  # fmt: skip
+    )
 
 
 def _first_device(build: LlamaBackend, listing: DeviceList | None) -> str | None:
@@ -133,10 +140,16 @@ def plan_prepared(
 ) -> LlamaPlan:
     """Ports and devices of every replica (quick: fit for the lease lock)."""
     return make_llama_plan(
-        prepared.request, inventory, parent_env, build=prepared.build, listing=prepared.listing,
-        ports=choose_ports(prepared.request), build_notes=prepared.notes,
-        unavailable=unavailable, sizing=prepared.sizing,
-    )  # fmt: skip
+        prepared.request,
+        inventory,
+        parent_env,
+        build=prepared.build,
+        listing=prepared.listing,
+        ports=choose_ports(prepared.request),
+        build_notes=prepared.notes,
+        unavailable=unavailable,
+        sizing=prepared.sizing,
+    )
 
 
 def cuda_settle(plan: LlamaPlan) -> Any | None:

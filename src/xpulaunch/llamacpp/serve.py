@@ -64,10 +64,16 @@ def serve_llama(
 
         inventory = probe_host(env=env)
     request = LlamaRequest(
-        model=model, replicas=replicas, host=host, port=port, binary=binary or "llama-server",
-        llama_backend=parse_llama_backend(llama_backend), passthrough=tuple(args), gpus=gpus,
+        model=model,
+        replicas=replicas,
+        host=host,
+        port=port,
+        binary=binary or "llama-server",
+        llama_backend=parse_llama_backend(llama_backend),
+        passthrough=tuple(args),
+        gpus=gpus,
         backend=backend,
-    )  # fmt: skip
+    )
     from xpulaunch.leases.manager import LeaseManager
     from xpulaunch.llamacpp.launch import lease_and_start
 

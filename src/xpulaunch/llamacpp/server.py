@@ -161,10 +161,17 @@ class LlamaServer:
             self._slots[replica.name] = _Slot(replica, spec)
         # Replicas are independent servers: never a gang, whatever the policy says.
         self.supervisor = Supervisor(
-            [s.spec for s in self._slots.values()], replace(policy, gang=False), grace_s=grace_s,
-            logs=logs, on_event=self._event, lease_fds=lease_fds, release_leases=release_leases,
-            settle=settle, record_dir=record_dir or records.runtime_dir(parent_env), job_id=job_id,
-        )  # fmt: skip
+            [s.spec for s in self._slots.values()],
+            replace(policy, gang=False),
+            grace_s=grace_s,
+            logs=logs,
+            on_event=self._event,
+            lease_fds=lease_fds,
+            release_leases=release_leases,
+            settle=settle,
+            record_dir=record_dir or records.runtime_dir(parent_env),
+            job_id=job_id,
+        )
 
     # -- specs -------------------------------------------------------------------------
     def _spec(
@@ -194,9 +201,14 @@ class LlamaServer:
             health.failure_threshold,
         )
         return WorkerSpec(
-            name, argv, env, pass_fds=lease_fds, readiness=ready, liveness=alive,
+            name,
+            argv,
+            env,
+            pass_fds=lease_fds,
+            readiness=ready,
+            liveness=alive,
             prepare=lambda attempt: self._prepare(name, attempt),
-        )  # fmt: skip
+        )
 
     def _ours(self, name: str, *, live: bool) -> bool:
         """After ``/health`` answered: whether the answer came from the server started for

@@ -21,11 +21,23 @@ from xpulaunch.nodes.settings import ElasticSpec
 
 AGENT_NAME = "agent"
 # What the agent writes into each worker, per round.
-AGENT_VARS = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", MAX_RESTARTS_VAR,
-    "TORCHELASTIC_RUN_ID",
-})  # fmt: skip
+AGENT_VARS = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_NAME",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        MAX_RESTARTS_VAR,
+        "TORCHELASTIC_RUN_ID",
+    }
+)
 # torch's switch (dynamic_rendezvous.py) from the agent's store to one per round.
 DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # torchrun's --max-restarts has no "unlimited"; this many is as good as none.
@@ -133,14 +145,22 @@ def agent_argv(
     program. ``join_timeout_s`` is rounded up to whole seconds, which torch reads."""
     restarts = UNLIMITED_RESTARTS if max_restarts is None else max_restarts
     options = [
-        python, "-m", AGENT_MODULE,
-        "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
-        "--nproc-per-node", str(nproc),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", spec.endpoint,
-        "--rdzv-id", spec.run_id,
-        "--max-restarts", str(restarts),
-    ]  # fmt: skip
+        python,
+        "-m",
+        AGENT_MODULE,
+        "--nnodes",
+        f"{spec.min_nodes}:{spec.max_nodes}",
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        spec.endpoint,
+        "--rdzv-id",
+        spec.run_id,
+        "--max-restarts",
+        str(restarts),
+    ]
     settings = [f"{key}={value}" for key, value in rdzv_conf if key != "join_timeout"]
     if join_timeout_s > 0:
         settings.insert(0, f"join_timeout={math.ceil(join_timeout_s)}")

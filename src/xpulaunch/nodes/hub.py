@@ -298,8 +298,10 @@ class Hub(NodeLink):
         if known is not None:
             self._receive(known)  # gone meanwhile? then its rank is free
             if rank in self._nodes:
-                self._refuse(stranger, f"--node-rank {rank} is taken by a node still "
-                                       f"connected from {known.address}")  # fmt: skip
+                self._refuse(
+                    stranger,
+                    f"--node-rank {rank} is taken by a node still connected from {known.address}",
+                )
                 return
         self._strangers.remove(stranger)
         stranger.hello, stranger.ready = hello, True  # it is at a meeting: it came to one

@@ -30,8 +30,14 @@ DEFAULT_PORT = 29500
 # The settings torch's c10d rendezvous reads from --rdzv-conf (dynamic_rendezvous.py:
 # create_handler, c10d_rendezvous_backend.py: create_backend), by what each value must be.
 # torch reads them with int() (RendezvousParameters.get_as_int): whole seconds only.
-_SECONDS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
-            "keep_alive_interval", "read_timeout")  # fmt: skip
+_SECONDS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "heartbeat_timeout",
+    "keep_alive_interval",
+    "read_timeout",
+)
 _COUNTS = ("keep_alive_max_attempt",)
 _BOOLEANS = ("is_host",)  # RendezvousParameters.get_as_bool's spellings
 _TRUE, _FALSE = ("1", "true", "t", "yes", "y"), ("0", "false", "f", "no", "n")
@@ -143,9 +149,15 @@ def _master_addr(addr: str) -> str:
 
 def elastic_spec(request: NodeRequest) -> ElasticSpec:
     """``--rdzv-backend c10d``: needs ``--rdzv-endpoint``; ``--nnodes`` N or MIN:MAX."""
-    given = [name for name, value in (("--node-rank", request.node_rank),
-             ("--master-addr", request.master_addr), ("--master-port", request.master_port))
-             if value is not None]  # fmt: skip
+    given = [
+        name
+        for name, value in (
+            ("--node-rank", request.node_rank),
+            ("--master-addr", request.master_addr),
+            ("--master-port", request.master_port),
+        )
+        if value is not None
+    ]
     if given:
         raise UsageError(
             f"{given[0]}: with --rdzv-backend c10d, torch's rendezvous assigns node ranks and "

@@ -40,9 +40,12 @@ def scontrol_hostnames(text: str, env: Mapping[str, str]) -> tuple[str, ...] | N
     try:
         done = subprocess.run(
             [scontrol, "show", "hostnames", text],
-            capture_output=True, text=True, timeout=_SCONTROL_TIMEOUT_S, check=False,
+            capture_output=True,
+            text=True,
+            timeout=_SCONTROL_TIMEOUT_S,
+            check=False,
             env=dict(env),
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None  # a broken or hung scontrol: our own expansion stands
     if done.returncode != 0:

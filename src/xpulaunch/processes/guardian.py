@@ -107,9 +107,15 @@ def start_guardian(
     try:
         # No pdeathsig and its own session: it must outlive us and ignore the terminal.
         proc = subprocess.Popen(
-            argv, stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={}, cwd="/", start_new_session=True, pass_fds=lease_fds,
-        )  # fmt: skip
+            argv,
+            stdin=read_fd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={},
+            cwd="/",
+            start_new_session=True,
+            pass_fds=lease_fds,
+        )
     except OSError:
         os.close(write_fd)
         return None

@@ -178,9 +178,13 @@ def _setpriv() -> str | None:
         return None
     try:
         done = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=_SETPRIV_TIMEOUT_S,
-            env={"LC_ALL": "C"}, check=False,
-        )  # fmt: skip
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=_SETPRIV_TIMEOUT_S,
+            env={"LC_ALL": "C"},
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     version = util_linux_version(done.stdout)

@@ -110,10 +110,18 @@ class Engine:
         self.record = record
         self.loop = Loop(clock)
         self.workers = [
-            Worker(spec, self, loop=self.loop, sink=sink, job_id=job_id,
-                   run_dir=run_dir, heartbeat=settings.heartbeat, cgroup=cgroup)
+            Worker(
+                spec,
+                self,
+                loop=self.loop,
+                sink=sink,
+                job_id=job_id,
+                run_dir=run_dir,
+                heartbeat=settings.heartbeat,
+                cgroup=cgroup,
+            )
             for spec in specs
-        ]  # fmt: skip
+        ]
         self.hangs: HangWatch | None = None
         if settings.hang_timeout_s is not None:  # the watch, and py-spy's lookup, only when asked
             from xpulaunch.supervisor.hang import HangWatch
@@ -140,9 +148,12 @@ class Engine:
         self._lease_fds = tuple(os.dup(fd) for fd in lease_fds)
         self._release = settings.release_leases
         self.guardian = GuardianKeeper(
-            guardian, restart_guardian, lease_fds=self._lease_fds, record=record,
+            guardian,
+            restart_guardian,
+            lease_fds=self._lease_fds,
+            record=record,
             say=self.sink.message,
-        )  # fmt: skip
+        )
 
     # -- called from any thread ----------------------------------------------------------
     def request_stop(self, signum: int, grace_s: float | None, *, by_signal: bool = True) -> None:

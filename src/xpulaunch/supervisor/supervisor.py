@@ -60,8 +60,9 @@ def _validate(workers: Sequence[WorkerSpec], settings: SupervisorSettings) -> No
     if not isinstance(workers, list | tuple) or not all(isinstance(w, WorkerSpec) for w in workers):
         raise UsageError(
             "expected a list of WorkerSpec (xpulaunch.worker_specs(plan) makes them from a plan)",
-            option="workers", value=workers,
-        )  # fmt: skip
+            option="workers",
+            value=workers,
+        )
     if not workers:
         raise UsageError("no workers to supervise: give at least one WorkerSpec")
     names = [w.name for w in workers]
@@ -87,22 +88,29 @@ def _check_command(spec: WorkerSpec) -> None:
     of Popen's TypeError or ValueError, and a string argv would run its first letter."""
     argv, env = spec.argv, spec.env
     if isinstance(argv, str | bytes) or not isinstance(argv, list | tuple):
-        raise UsageError(f"worker {spec.name}: expected argv as a list of strings", option="argv",
-                         value=argv)  # fmt: skip
+        raise UsageError(
+            f"worker {spec.name}: expected argv as a list of strings", option="argv", value=argv
+        )
     if not argv:
         raise UsageError(f"worker {spec.name}: argv is empty")
     if not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
-        raise UsageError(f"worker {spec.name}: expected strings without NUL in argv",
-                         option="argv", value=argv)  # fmt: skip
+        raise UsageError(
+            f"worker {spec.name}: expected strings without NUL in argv", option="argv", value=argv
+        )
     if not isinstance(env, Mapping):
-        raise UsageError(f"worker {spec.name}: expected env as a mapping of strings "
-                         "(dict(os.environ), say)", option="env", value=env)  # fmt: skip
+        raise UsageError(
+            f"worker {spec.name}: expected env as a mapping of strings (dict(os.environ), say)",
+            option="env",
+            value=env,
+        )
     for name, value in env.items():
         if not (isinstance(name, str) and isinstance(value, str)):
             raise UsageError(f"worker {spec.name}: env {name!r}={value!r}: expected strings")
         if "=" in name or "\0" in name or "\0" in value:  # (an empty name execs fine)
-            raise UsageError(f"worker {spec.name}: env {name!r}: expected a name without '=' "
-                             "and a value, neither with NUL")  # fmt: skip
+            raise UsageError(
+                f"worker {spec.name}: env {name!r}: expected a name without '=' "
+                "and a value, neither with NUL"
+            )
 
 
 def _seconds(value: object) -> bool:
@@ -207,11 +215,21 @@ class Supervisor:
         record = records.JobRecord(self._record_dir, self.job_id, header)
         log_dir = settings.logs.log_dir
         return Engine(
-            self._specs, settings, sink=self._sink, on_event=self._on_event, clock=self._clock,
-            job_id=self.job_id, since_ticks=since, settle=self._settle, guardian=watchdog,
-            record=record, run_dir=Path(log_dir or self._private_run_dir()),
-            remove_run_dir=log_dir is None, cgroup=cgroup, restart_guardian=new_guardian,
-        )  # fmt: skip
+            self._specs,
+            settings,
+            sink=self._sink,
+            on_event=self._on_event,
+            clock=self._clock,
+            job_id=self.job_id,
+            since_ticks=since,
+            settle=self._settle,
+            guardian=watchdog,
+            record=record,
+            run_dir=Path(log_dir or self._private_run_dir()),
+            remove_run_dir=log_dir is None,
+            cgroup=cgroup,
+            restart_guardian=new_guardian,
+        )
 
     def _private_run_dir(self) -> str:
         """Where the workers' error files go without ``--log-dir``: beside the job's record

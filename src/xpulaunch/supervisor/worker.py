@@ -181,9 +181,13 @@ class Worker:
             with contextlib.suppress(OSError):  # then only its start counts as a beat
                 self.heartbeat_file.touch()  # a fresh mtime: the run has just begun
         env = start_env(
-            spec.env, job_id=self._job_id, worker=self.name, attempt=attempt,
-            error_file=str(error_file or ""), heartbeat_file=str(self.heartbeat_file or ""),
-        )  # fmt: skip
+            spec.env,
+            job_id=self._job_id,
+            worker=self.name,
+            attempt=attempt,
+            error_file=str(error_file or ""),
+            heartbeat_file=str(self.heartbeat_file or ""),
+        )
         self._sink.open_attempt(self.name, attempt)
         self._first_line = self._sink.mark(self.name)
         cgroup_fd = self._cgroup_fd()
@@ -353,8 +357,16 @@ class Worker:
         tail = self._sink.tail(self.name, 20, stderr_only=True, since=self._first_line)
         failed = returncode != 0 and not self.expected
         cause = self.root_cause(tail) if failed else None
-        event = Exited(self._loop.clock(), self.name, self.proc.pid, self.exit_code, sig,
-                       self.expected, tuple(tail), cause)  # fmt: skip
+        event = Exited(
+            self._loop.clock(),
+            self.name,
+            self.proc.pid,
+            self.exit_code,
+            sig,
+            self.expected,
+            tuple(tail),
+            cause,
+        )
         self._owner.emit(event)
         self._owner.on_exit(self, returncode)
 

@@ -50,10 +50,15 @@ class ModelConfig:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "id": self.id, "model": self.model, "gpus": self.gpus, "replicas": self.replicas,
-            "ttl": self.ttl_s, "pinned": self.pinned, "aliases": list(self.aliases),
+            "id": self.id,
+            "model": self.model,
+            "gpus": self.gpus,
+            "replicas": self.replicas,
+            "ttl": self.ttl_s,
+            "pinned": self.pinned,
+            "aliases": list(self.aliases),
             "args": list(self.args),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +113,15 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
     args = _strings(table.get("args", []), f"{where} args")
     model = _model_path(table.get("model"), args, where, base_dir)
     return ModelConfig(
-        id=name, model=model, gpus=_gpus(table.get("gpus", "auto"), where),
-        replicas=_replicas(table.get("replicas", 1), where), ttl_s=_ttl(table.get("ttl", 0), where),
+        id=name,
+        model=model,
+        gpus=_gpus(table.get("gpus", "auto"), where),
+        replicas=_replicas(table.get("replicas", 1), where),
+        ttl_s=_ttl(table.get("ttl", 0), where),
         pinned=_bool(table.get("pinned", False), f"{where} pinned"),
-        aliases=_strings(table.get("aliases", []), f"{where} aliases"), args=args,
-    )  # fmt: skip
+        aliases=_strings(table.get("aliases", []), f"{where} aliases"),
+        args=args,
+    )
 
 
 def check_id(name: str, where: str) -> None:

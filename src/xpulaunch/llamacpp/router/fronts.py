@@ -68,8 +68,9 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
             raise UsageError(
                 f"{host} is {len(addresses)} addresses ({', '.join(addresses)}); with "
                 "front processes the router listens on one: give it as --host",
-                option="host", value=host,
-            )  # fmt: skip
+                option="host",
+                value=host,
+            )
         family, _, _, _, address = found[0]
         sockets = [_listen(family, address)]
         address = (address[0], sockets[0].getsockname()[1], *address[2:])
@@ -77,8 +78,9 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     except OSError as exc:
         raise UsageError(
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port",
-            option="port", value=port,
-        ) from None  # fmt: skip
+            option="port",
+            value=port,
+        ) from None
     return sockets
 
 
@@ -130,9 +132,15 @@ class Fronts:
         """One front per socket (each socket is closed here once its front has it); returns
         when every front listens."""
         config = self._manager.config
-        hello = {"config": {"models": [m.as_dict() for m in config.models],
-                            "names": dict(config.names), "source": config.source},
-                 "private": private_url, "max_body_bytes": max_body_bytes}  # fmt: skip
+        hello = {
+            "config": {
+                "models": [m.as_dict() for m in config.models],
+                "names": dict(config.names),
+                "source": config.source,
+            },
+            "private": private_url,
+            "max_body_bytes": max_body_bytes,
+        }
         self._hello = json.dumps(hello).encode() + b"\n"
         if sockets:
             self._address = (sockets[0].family, sockets[0].getsockname())
@@ -149,10 +157,17 @@ class Fronts:
         ours, theirs = socket.socketpair()
         with sock, theirs:
             process = subprocess.Popen(
-                [sys.executable, "-m", "xpulaunch.llamacpp.router.fronts",
-                 str(sock.fileno()), str(theirs.fileno()), str(number)],
-                pass_fds=(sock.fileno(), theirs.fileno()), stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "xpulaunch.llamacpp.router.fronts",
+                    str(sock.fileno()),
+                    str(theirs.fileno()),
+                    str(number),
+                ],
+                pass_fds=(sock.fileno(), theirs.fileno()),
+                stdin=subprocess.DEVNULL,
+            )
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_LINE_LIMIT)
         front = _Front(number, process, writer, asyncio.get_running_loop().create_future())
         writer.write(self._hello)
@@ -176,8 +191,12 @@ class Fronts:
                     front.held[message["model"]] -= 1
                     self._manager.release(slots[message["model"]])
                 elif op == "count":
-                    self._on_request(slots[message["model"]], message["replica"],
-                                     message["status"], message["seconds"])  # fmt: skip
+                    self._on_request(
+                        slots[message["model"]],
+                        message["replica"],
+                        message["status"],
+                        message["seconds"],
+                    )
                 elif op == "ready" and not front.ready.done():
                     front.ready.set_result(None)
         except (ConnectionError, ValueError, KeyError) as exc:
@@ -189,16 +208,21 @@ class Fronts:
         try:
             replica = await self._manager.acquire(slot)
         except RouteError as exc:
-            error = {"status": exc.status, "message": exc.message, "kind": exc.kind,
-                     "retry_after_s": exc.retry_after_s}  # fmt: skip
+            error = {
+                "status": exc.status,
+                "message": exc.message,
+                "kind": exc.kind,
+                "retry_after_s": exc.retry_after_s,
+            }
             self._reply(front, {"id": ident, "error": error})
             return
         if front.closed:  # the front went while the request waited for the load
             self._manager.release(slot)
             return
         front.held[slot.id] += 1
-        self._reply(front, {"id": ident, "name": replica.name, "host": replica.host,
-                            "port": replica.port})  # fmt: skip
+        self._reply(
+            front, {"id": ident, "name": replica.name, "host": replica.host, "port": replica.port}
+        )
 
     def _reply(self, front: _Front, message: Mapping[str, Any]) -> None:
         if not front.closed:
@@ -220,8 +244,10 @@ class Fronts:
         status = await asyncio.get_running_loop().run_in_executor(None, front.process.wait)
         said = f"router front {front.number} ended (exit status {status})"
         if time.monotonic() - front.started_s < RESPAWN_AFTER_S or self._address is None:
-            self._say(f"{said} within {RESPAWN_AFTER_S:g} s of its start; not started again: "
-                      "the router and the other fronts go on serving the port")  # fmt: skip
+            self._say(
+                f"{said} within {RESPAWN_AFTER_S:g} s of its start; not started again: "
+                "the router and the other fronts go on serving the port"
+            )
             return
         try:
             await self._spawn(front.number, _listen(*self._address))
@@ -296,8 +322,15 @@ class RemoteModels:
         self._send({"op": "release", "model": slot.id})
 
     def count(self, slot: Slot, replica: str, status: int, seconds: float) -> None:
-        self._send({"op": "count", "model": slot.id, "replica": replica, "status": status,
-                    "seconds": seconds})  # fmt: skip
+        self._send(
+            {
+                "op": "count",
+                "model": slot.id,
+                "replica": replica,
+                "status": status,
+                "seconds": seconds,
+            }
+        )
 
     def stop_waiting(self) -> None:
         for answer, _ in self._pending.values():
@@ -359,8 +392,13 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
         sys.stderr.write(f"xpulaunch: router front {number}: {text}\n")
         sys.stderr.flush()
 
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           logger=server_logger(say), shutdown_timeout=1.0)  # fmt: skip
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        logger=server_logger(say),
+        shutdown_timeout=1.0,
+    )
     await runner.setup()
     site = web.SockSite(runner, socket.socket(fileno=listen_fd))
     await site.start()

@@ -53,31 +53,57 @@ def model_families(slots: Iterable[Slot]) -> list[Family]:
         if counters.last_load_s is not None:
             load_s.append((model, counters.last_load_s))
         unloads += [((*model, ("reason", r)), float(n)) for r, n in counters.unloads.items()]
-        requests += [((*model, ("replica", replica), ("code", str(code))), float(n))
-                     for (replica, code), n in sorted(counters.requests.items())]  # fmt: skip
+        requests += [
+            ((*model, ("replica", replica), ("code", str(code))), float(n))
+            for (replica, code), n in sorted(counters.requests.items())
+        ]
         seconds.append((model, counters.request_seconds))
-        up += [((*model, ("replica", r.name)), 1.0 if slot.up.get(r.name) else 0.0)
-               for r in slot.replicas]  # fmt: skip
+        up += [
+            ((*model, ("replica", r.name)), 1.0 if slot.up.get(r.name) else 0.0)
+            for r in slot.replicas
+        ]
         if slot.server is not None:
-            restarts += [((*model, ("replica", s.name)), float(s.restarts))
-                         for s in slot.server.supervisor.status()]  # fmt: skip
+            restarts += [
+                ((*model, ("replica", s.name)), float(s.restarts))
+                for s in slot.server.supervisor.status()
+            ]
     return [
         ("xpulaunch_model_loaded", "gauge", "1 while the model's servers are loaded", loaded),
-        ("xpulaunch_model_requests_in_flight", "gauge",
-         "Requests being answered or waiting for the model's load", in_flight),
+        (
+            "xpulaunch_model_requests_in_flight",
+            "gauge",
+            "Requests being answered or waiting for the model's load",
+            in_flight,
+        ),
         ("xpulaunch_model_loads_total", "counter", "Loads of the model that succeeded", loads),
-        ("xpulaunch_model_load_failures_total", "counter",
-         "Loads of the model that failed or found no room", failures),
+        (
+            "xpulaunch_model_load_failures_total",
+            "counter",
+            "Loads of the model that failed or found no room",
+            failures,
+        ),
         ("xpulaunch_model_load_seconds", "gauge", "How long the last load took", load_s),
-        ("xpulaunch_model_unloads_total", "counter",
-         "Unloads of the model by reason (ttl, evicted, request, failed, stop)", unloads),
-        ("xpulaunch_requests_total", "counter",
-         "Requests by model, replica and HTTP status (499: the client left)", requests),
-        ("xpulaunch_request_seconds_total", "counter",
-         "Seconds spent answering the model's requests, loads included", seconds),
+        (
+            "xpulaunch_model_unloads_total",
+            "counter",
+            "Unloads of the model by reason (ttl, evicted, request, failed, stop)",
+            unloads,
+        ),
+        (
+            "xpulaunch_requests_total",
+            "counter",
+            "Requests by model, replica and HTTP status (499: the client left)",
+            requests,
+        ),
+        (
+            "xpulaunch_request_seconds_total",
+            "counter",
+            "Seconds spent answering the model's requests, loads included",
+            seconds,
+        ),
         ("xpulaunch_replica_up", "gauge", "1 while the replica answers", up),
         ("xpulaunch_replica_restarts_total", "counter", "Restarts of the replica", restarts),
-    ]  # fmt: skip
+    ]
 
 
 async def scrape(session: aiohttp.ClientSession, slots: Iterable[Slot]) -> str:
@@ -90,8 +116,15 @@ async def scrape(session: aiohttp.ClientSession, slots: Iterable[Slot]) -> str:
         for (slot, replica), families in zip(targets, results, strict=True)
     ]
     sources = [families for families in results if families is not None]
-    ours = [*model_families(slots), ("xpulaunch_replica_scrape_ok", "gauge",
-            "1 when the replica's own /metrics answered this scrape", ok)]  # fmt: skip
+    ours = [
+        *model_families(slots),
+        (
+            "xpulaunch_replica_scrape_ok",
+            "gauge",
+            "1 when the replica's own /metrics answered this scrape",
+            ok,
+        ),
+    ]
     return render(ours) + render_relabelled(sources)
 
 

@@ -77,8 +77,9 @@ class ModelManager:
         self._leases = LeaseManager(setup.lock_dir)
         self._inventory = setup.inventory
         self._place_lock = asyncio.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=4 + 2 * len(self.slots),
-                                        thread_name_prefix="xpulaunch-router")  # fmt: skip
+        self._pool = ThreadPoolExecutor(
+            max_workers=4 + 2 * len(self.slots), thread_name_prefix="xpulaunch-router"
+        )
         self._wake = asyncio.Event()
         self._waiters: set[asyncio.Future[None]] = set()  # told when a model may have gone idle
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -157,8 +158,10 @@ class ModelManager:
         labels = tuple(u.label() for u in plan.plan.devices)
         self._emit(ModelLoading(self.clock(), slot.id, labels, evicted), None)
         where = ", ".join(labels) or "the CPU"
-        self._say(f"loading model {slot.id} on {where}" + (
-            f" (evicted {', '.join(evicted)})" if evicted else ""))  # fmt: skip
+        self._say(
+            f"loading model {slot.id} on {where}"
+            + (f" (evicted {', '.join(evicted)})" if evicted else "")
+        )
         server = self._server(slot, plan, lease)
         try:
             await self._blocking(server.start)
@@ -284,8 +287,9 @@ class ModelManager:
                 if evict:
                     for victim in evict:
                         self.slots[victim].state = ModelState.UNLOADING
-                    await asyncio.gather(*(self._unload(self.slots[v], "evicted", by=slot.id)
-                                           for v in evict))  # fmt: skip
+                    await asyncio.gather(
+                        *(self._unload(self.slots[v], "evicted", by=slot.id) for v in evict)
+                    )
                     evicted += evict
                     continue
                 try:

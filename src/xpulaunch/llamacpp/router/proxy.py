@@ -39,22 +39,53 @@ if TYPE_CHECKING:
 
 # POST routes of llama-server (tools/server/README.md) whose JSON body names the model.
 PROXIED = (
-    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank", "/v1/messages",
-    "/v1/messages/count_tokens", "/v1/responses", "/completion", "/completions", "/embedding",
-    "/embeddings", "/rerank", "/reranking", "/infill", "/tokenize", "/detokenize",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/rerank",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
+    "/completion",
+    "/completions",
+    "/embedding",
+    "/embeddings",
+    "/rerank",
+    "/reranking",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
     "/apply-template",
-)  # fmt: skip
+)
 # RFC 9110 7.6.1 hop-by-hop fields, and those aiohttp sets itself.
 NOT_FORWARDED = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
-     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "server", "date"}
-)  # fmt: skip
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "server",
+        "date",
+    }
+)
 # A request's body is read decoded (aiohttp undoes its Content-Encoding), and sent on so.
 NOT_FORWARDED_UP = NOT_FORWARDED | {"content-encoding"}
 _EVENT_STREAM = "text/event-stream"
 SHOWN_NAME_CHARS = 100  # of a name no model has, in its 404 (a 2 MB name got a 2 MB answer)
-_KINDS = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-          409: "conflict_error", 413: "invalid_request_error"}  # fmt: skip
+_KINDS = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -62,8 +93,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def error_response(
     status: int, message: str, kind: str | None = None, *, retry_after_s: float | None = None
 ) -> web.Response:
-    body = {"error": {"message": message, "type": kind or _KINDS.get(status, "server_error"),
-                      "code": status}}  # fmt: skip
+    body = {
+        "error": {
+            "message": message,
+            "type": kind or _KINDS.get(status, "server_error"),
+            "code": status,
+        }
+    }
     headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s else None
     return web.json_response(body, status=status, headers=headers)
 
@@ -179,9 +215,11 @@ class Forwarder:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=2.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
         self.session = aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=False,
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-        )  # fmt: skip
+        )
         yield
         await self.session.close()
 
@@ -219,8 +257,9 @@ class Forwarder:
             replica = await self.models.acquire(slot)
         except RouteError as exc:
             self._on_request(slot, "", exc.status, time.monotonic() - began)
-            return error_response(exc.status, exc.message, exc.kind,
-                                  retry_after_s=exc.retry_after_s)  # fmt: skip
+            return error_response(
+                exc.status, exc.message, exc.kind, retry_after_s=exc.retry_after_s
+            )
         except asyncio.CancelledError:  # the client left while the model loaded
             self._on_request(slot, "", 499, time.monotonic() - began)
             raise
@@ -319,12 +358,17 @@ class Proxy(Forwarder):
         self.started_s = int(time.time())
 
     def app(self) -> web.Application:
-        return self.make_app([
-            web.get("/health", self.health), web.get("/v1/models", self.models_list),
-            web.get("/v1/models/{model:.+}", self.one_model), web.get("/metrics", self.metrics),
-            web.get("/models/status", self.status), web.post("/models/load", self.load),
-            web.post("/models/unload", self.unload),
-        ])  # fmt: skip
+        return self.make_app(
+            [
+                web.get("/health", self.health),
+                web.get("/v1/models", self.models_list),
+                web.get("/v1/models/{model:.+}", self.one_model),
+                web.get("/metrics", self.metrics),
+                web.get("/models/status", self.status),
+                web.post("/models/load", self.load),
+                web.post("/models/unload", self.unload),
+            ]
+        )
 
     # -- the router's own routes -------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -332,9 +376,13 @@ class Proxy(Forwarder):
 
     def _model_object(self, slot: Slot) -> dict[str, Any]:
         return {
-            "id": slot.id, "object": "model", "created": self.started_s, "owned_by": "xpulaunch",
-            "aliases": list(slot.config.aliases), "status": {"value": slot.state.value},
-        }  # fmt: skip
+            "id": slot.id,
+            "object": "model",
+            "created": self.started_s,
+            "owned_by": "xpulaunch",
+            "aliases": list(slot.config.aliases),
+            "status": {"value": slot.state.value},
+        }
 
     async def models_list(self, request: web.Request) -> web.Response:
         data = [self._model_object(s) for s in self.manager.slots.values()]
@@ -345,8 +393,12 @@ class Proxy(Forwarder):
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = await self._metrics()
-        return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})  # fmt: skip
+        return web.Response(
+            text=text,
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     async def status(self, request: web.Request) -> web.Response:
         now = self.manager.clock()
@@ -363,9 +415,11 @@ class Proxy(Forwarder):
         _, slot, _ = await self._body_model(request)
         if not await self.manager.unload(slot):
             return error_response(
-                409, f"model {slot.id} has {slot.in_flight} request(s) in flight; unload it "
-                "once they are answered", "conflict_error",
-            )  # fmt: skip
+                409,
+                f"model {slot.id} has {slot.in_flight} request(s) in flight; unload it "
+                "once they are answered",
+                "conflict_error",
+            )
         return web.json_response({"id": slot.id, "state": slot.state.value})
 
 

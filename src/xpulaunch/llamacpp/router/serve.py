@@ -84,16 +84,29 @@ def make_router(
     if not 0 <= room_wait_s < float("inf"):
         raise UsageError("expected seconds >= 0", option="room_wait_s", value=room_wait_s)
     setup = Setup(
-        inventory=inventory, parent_env=env, health=health, policy=policy,
+        inventory=inventory,
+        parent_env=env,
+        health=health,
+        policy=policy,
         binary=binary or env.get(BINARY_VAR) or None,
         llama_backend=parse_llama_backend(llama_backend),
-        backend=backend, lock_dir=os.fspath(lock_dir) if lock_dir else None, grace_s=grace_s,
-        log_dir=os.fspath(log_dir) if log_dir else None, reprobe=reprobe,
+        backend=backend,
+        lock_dir=os.fspath(lock_dir) if lock_dir else None,
+        grace_s=grace_s,
+        log_dir=os.fspath(log_dir) if log_dir else None,
+        reprobe=reprobe,
         room_wait_s=room_wait_s,
-    )  # fmt: skip
-    return Router(checked, setup, host=host, port=port, max_body_bytes=max_body_bytes,
-                  front_processes=front_processes, on_event=on_event,
-                  on_message=on_message)  # fmt: skip
+    )
+    return Router(
+        checked,
+        setup,
+        host=host,
+        port=port,
+        max_body_bytes=max_body_bytes,
+        front_processes=front_processes,
+        on_event=on_event,
+        on_message=on_message,
+    )
 
 
 def serve_models(

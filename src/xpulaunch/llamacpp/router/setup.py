@@ -43,10 +43,14 @@ class Setup:
 def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
     """What ``xpulaunch llama`` would be asked for this model (free ports, 127.0.0.1)."""
     return LlamaRequest(
-        model=model.model, replicas=model.replicas, binary=setup.binary or "llama-server",
-        llama_backend=setup.llama_backend, passthrough=_server_args(model), gpus=model.gpus,
+        model=model.model,
+        replicas=model.replicas,
+        binary=setup.binary or "llama-server",
+        llama_backend=setup.llama_backend,
+        passthrough=_server_args(model),
+        gpus=model.gpus,
         backend=setup.backend,
-    )  # fmt: skip
+    )
 
 
 def _server_args(model: ModelConfig) -> tuple[str, ...]:

@@ -160,15 +160,25 @@ class Slot:
         if self.state is ModelState.READY and not self.in_flight:
             idle = now_s - self.last_used_s
         return {
-            "id": self.id, "state": self.state.value, "aliases": list(self.config.aliases),
-            "pinned": self.config.pinned, "ttl": self.config.ttl_s, "in_flight": self.in_flight,
-            "idle_s": None if idle is None else round(idle, 1), "devices": devices,
+            "id": self.id,
+            "state": self.state.value,
+            "aliases": list(self.config.aliases),
+            "pinned": self.config.pinned,
+            "ttl": self.config.ttl_s,
+            "in_flight": self.in_flight,
+            "idle_s": None if idle is None else round(idle, 1),
+            "devices": devices,
             "replicas": [
-                {"name": r.name, "url": r.url, "up": self.up.get(r.name, False),
-                 "reason": self.down_reason.get(r.name)}
+                {
+                    "name": r.name,
+                    "url": r.url,
+                    "up": self.up.get(r.name, False),
+                    "reason": self.down_reason.get(r.name),
+                }
                 for r in self.replicas
             ],
             "estimate_bytes": (plan.estimate.on_devices(1) if plan and plan.estimate else None),
-            "loads": self.counters.loads, "last_load_s": self.counters.last_load_s,
+            "loads": self.counters.loads,
+            "last_load_s": self.counters.last_load_s,
             "last_error": self.last_error,
-        }  # fmt: skip
+        }
