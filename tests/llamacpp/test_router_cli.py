@@ -156,6 +156,10 @@ def test_the_dry_run_plans_each_model_with_its_estimate(
     )
     assert any("the fewest free devices that hold the model: 1" in n
                for n in plans["small"]["notes"])  # fmt: skip
+    # gpus auto: packed beside other models, a share of the GPU by its estimate; gpus "2"
+    # asks for devices, whole.
+    assert plans["small"]["share"]["gpu_memory_bytes"] > 2**30
+    assert plans["pair"]["share"] is None
 
 
 @pytest.mark.llama

@@ -50,16 +50,34 @@ def one_gpu(tmp_path: Path) -> Path:
 
 
 def leased(tmp_path: Path) -> dict[str, str]:
-    """Device -> the holder's command, from ``xpulaunch status``'s own source."""
+    """Device -> the holder's command (the commands of the models sharing it, by slot), from
+    ``xpulaunch status``'s own source."""
     report = LeaseManager(tmp_path / "locks").status()
-    return {r.key: " ".join(r.holder.argv) if r.holder else "?" for r in report.leases}
+    found = {r.key: " ".join(r.holder.argv) if r.holder else "?" for r in report.leases}
+    for record in report.slots:
+        who = " ".join(record.holder.argv) if record.holder else "?"
+        found[record.key] = f"{found[record.key]}; {who}" if record.key in found else who
+    return found
+
+
+def shared_by(tmp_path: Path) -> dict[str, list[str]]:
+    """Device -> the commands of the jobs holding a slot of it, by slot."""
+    report = LeaseManager(tmp_path / "locks").status()
+    found: dict[str, list[str]] = {}
+    for record in report.slots:
+        found.setdefault(record.key, []).append(
+            " ".join(record.holder.argv) if record.holder else "?"
+        )
+    return found
 
 
 def test_the_least_recently_used_model_makes_room(
     shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
 ) -> None:
     binary, env = shim
-    config = models_in(tmp_path, tiny_model, a={}, b={}, c={})
+    # Each model's share is most of a GPU: two never fit on one, as with whole GPUs.
+    big = {"memory": "100GiB"}
+    config = models_in(tmp_path, tiny_model, a=big, b=big, c=big)
     two = load_inventory("2x-h200.json")
     with router(config, binary, tmp_path, inventory=two, env=env) as (served, seen):
         for model in ("a", "b", "a"):  # a and b on one GPU each; a used last
@@ -96,7 +114,8 @@ def test_a_training_jobs_lease_is_never_taken(
     )  # fmt: skip
     try:
         wait_for(lambda: GPU[1]["pci_bus_id"] in leased(tmp_path), "the training job's lease")
-        args = {"args": ["-c", "65536", "-t", "1"]}
+        # Most of a GPU each: the two never fit on one (small models would be packed).
+        args = {"args": ["-c", "65536", "-t", "1"], "memory": "100GiB"}
         config = models_in(tmp_path, long_model, a=args, b=args)
         two = load_inventory("2x-h200.json")
         # room_wait_s: b waits that long for a to go idle, then gets its 503.
@@ -134,7 +153,8 @@ def test_a_model_waits_for_a_busy_model_to_make_room(
     """One GPU, which a holds while it streams: b's request waits for room instead of a 503
     at once, and when a's request ends, a is evicted and b answers."""
     binary, env = shim
-    args = {"args": ["-c", "65536", "-t", "1"]}
+    # Most of a GPU each: the two never fit on one (small models would be packed).
+    args = {"args": ["-c", "65536", "-t", "1"], "memory": "100GiB"}
     config = models_in(tmp_path, long_model, a=args, b=args)
     inventory = load_inventory_file(one_gpu(tmp_path))
     with router(config, binary, tmp_path, inventory=inventory, env=env, room_wait_s=60) as (
@@ -168,7 +188,8 @@ def test_a_pinned_model_is_never_evicted(
     shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
 ) -> None:
     binary, env = shim
-    config = models_in(tmp_path, tiny_model, keep={"pinned": True}, other={})
+    big = {"memory": "100GiB"}  # two do not fit on one GPU
+    config = models_in(tmp_path, tiny_model, keep={"pinned": True, **big}, other=big)
     inventory = load_inventory_file(one_gpu(tmp_path))
     with router(config, binary, tmp_path, inventory=inventory, env=env) as (served, seen):
         assert call(served.url, "/v1/chat/completions", chat("keep"))[0] == 200
@@ -178,6 +199,90 @@ def test_a_pinned_model_is_never_evicted(
         status, body, _ = call(served.url, "/models/status")
         other = next(m for m in body["models"] if m["id"] == "other")
         assert other["state"] == "unloaded" and "cannot be placed" in other["last_error"]
+
+
+def test_small_models_are_packed_on_one_gpu_and_alternate_without_a_swap(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    """Two small models with gpus auto on a one-GPU host are loaded at once, each with the
+    GPU's mask and a slot of it sized by its estimate; alternating requests evict nothing."""
+    binary, env = shim
+    gpu = GPU[0]["pci_bus_id"]
+    config = models_in(tmp_path, tiny_model, a={}, b={})
+    inventory = load_inventory_file(one_gpu(tmp_path))
+    with router(config, binary, tmp_path, inventory=inventory, env=env) as (served, seen):
+        for model in ("a", "b", "a", "b", "a"):
+            assert call(served.url, "/v1/chat/completions", chat(model))[0] == 200
+        assert seen.of(ModelUnloaded) == []
+        assert sorted(shared_by(tmp_path)[gpu]) == [
+            "xpulaunch llama serve a",
+            "xpulaunch llama serve b",
+        ]
+        masks = [mask for mask, _ in shim_records(tmp_path / "records")]
+        assert masks == [GPU[0]["uuid"]] * 2  # two servers started, both on the GPU
+        status = call(served.url, "/models/status")[1]["models"]
+        assert {m["id"]: m["state"] for m in status} == {"a": "ready", "b": "ready"}
+    assert leased(tmp_path) == {}
+
+
+def test_a_model_that_does_not_fit_beside_the_others_evicts_only_what_it_must(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    """Shares of 20 + 20 GiB on a 140 GiB GPU leave no room for 110 GiB more: the least
+    recently used model goes, and only it (the other's share fits beside the new one)."""
+    binary, env = shim
+    gpu = GPU[0]["pci_bus_id"]
+    small, big = {"memory": "20GiB"}, {"memory": "110GiB"}
+    config = models_in(tmp_path, tiny_model, a=small, b=small, big=big)
+    inventory = load_inventory_file(one_gpu(tmp_path))
+    with router(config, binary, tmp_path, inventory=inventory, env=env) as (served, seen):
+        for model in ("b", "a", "big"):  # b is the least recently used when big comes
+            assert call(served.url, "/v1/chat/completions", chat(model))[0] == 200
+        assert [(e.model, e.reason, e.by) for e in seen.of(ModelUnloaded)] == [
+            ("b", "evicted", "big")
+        ]
+        assert sorted(shared_by(tmp_path)[gpu]) == [
+            "xpulaunch llama serve a",
+            "xpulaunch llama serve big",
+        ]
+    assert leased(tmp_path) == {}
+
+
+def test_a_model_never_joins_a_gpu_a_job_holds_whole_and_a_job_waits_for_a_shared_one(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    """A model's slot of a GPU keeps a job that wants the whole GPU out (it is refused, naming
+    the model), and a GPU a job holds whole is no room for a model."""
+    binary, env = shim
+    gpu = GPU[0]["pci_bus_id"]
+    config = models_in(tmp_path, tiny_model, a={})
+    inventory = one_gpu(tmp_path)
+    with router(config, binary, tmp_path, inventory=load_inventory_file(inventory), env=env) as (
+        served,
+        _,
+    ):
+        assert call(served.url, "/v1/chat/completions", chat("a"))[0] == 200
+        job = subprocess.run(
+            [XPULAUNCH, "run", "--inventory", str(inventory), "--gpus", "1",
+             "--lock-dir", str(tmp_path / "locks"), "--", "true"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert job.returncode != 0 and "xpulaunch llama serve a" in job.stderr, job.stderr
+    assert leased(tmp_path) == {}
+    training = subprocess.Popen(
+        [XPULAUNCH, "run", "--inventory", str(inventory), "--gpus", "1",
+         "--lock-dir", str(tmp_path / "locks"), "--", "sleep", "600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: gpu in leased(tmp_path), "the training job's lease")
+        with router(config, binary, tmp_path, inventory=load_inventory_file(inventory), env=env,
+                    room_wait_s=0.2) as (served, _):  # fmt: skip
+            status, body, _ = call(served.url, "/v1/chat/completions", chat("a"))
+            assert status == 503 and f"leased by pid {training.pid}" in str(body), body
+    finally:
+        training.send_signal(signal.SIGINT)
+        training.wait(timeout=30)
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -205,7 +310,10 @@ def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     url = line.split(" at ")[1].split("/v1")[0]
     for model in ("a", "b"):
         assert call(url, "/v1/chat/completions", chat(model))[0] == 200
-    assert len(leased(tmp_path)) == 2
+    assert sorted(who for models in shared_by(tmp_path).values() for who in models) == [
+        "xpulaunch llama serve a",
+        "xpulaunch llama serve b",
+    ]  # packed on one GPU, a slot each
     servers = [p for p in processes_marked((f"{tmp_path}/",)) if "llama-server" in p.name()]
     assert len(servers) == 2
     port = url.rsplit(":")[-1]

@@ -37,7 +37,7 @@ import errno
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -171,6 +171,16 @@ class LeaseManager:
     @property
     def lock_dir(self) -> Path:
         return self.directory.path
+
+    def view(self) -> LeaseView:
+        """Who holds what now, read once (reserves nothing): for a caller that plans for
+        several shares, or as if some of its own jobs had gone (the model router)."""
+        if not self.directory.ensure(create=False):
+            return LeaseView({}, {})
+        with self.directory.allocation_lock():
+            held = self._held()
+            sharers = slots.sharers_by_key(self.directory, held)
+        return LeaseView(held, {key: tuple(found) for key, found in sharers.items()})
 
     def unavailable(self, share: DeviceShare | None = None) -> dict[str, str]:
         """Unit key -> who holds it, now, for a job asking for ``share`` (None: devices
@@ -354,6 +364,31 @@ class LeaseManager:
             key = key_of_lock_file(name) or str((record or {}).get("key", name))
             held[key] = HolderInfo.from_dict(record)
         return held
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """The leases of a lock directory as :meth:`LeaseManager.view` read them: whole-device
+    holders by unit key, and the slot holders of the units small jobs share."""
+
+    held: Mapping[str, HolderInfo | None]
+    sharers: Mapping[str, tuple[slots.SlotRecord, ...]]
+
+    def unavailable(
+        self, share: DeviceShare | None = None, *, ignoring: Collection[str] = ()
+    ) -> dict[str, str]:
+        """The planner's ``unavailable`` for a job asking for ``share``, as if the jobs
+        ``ignoring`` names (by job id) had released their leases."""
+
+        def ignored(info: HolderInfo | None) -> bool:
+            return info is not None and info.job_id in ignoring
+
+        whole = {k: i for k, i in self.held.items() if k in self.sharers or not ignored(i)}
+        sharers = {
+            key: tuple(s for s in found if not ignored(s.holder))
+            for key, found in self.sharers.items()
+        }
+        return slots.left_for(share, _describe(whole), sharers)
 
 
 def _describe(held: Mapping[str, HolderInfo | None]) -> dict[str, str]:

@@ -20,7 +20,7 @@ is the truth, as for whole-device leases). Whether one more job fits is decided 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -67,17 +67,31 @@ def unavailable(
     ``described`` maps every leased unit key to its holder, as whole-device leases describe
     it; a unit shared by slot jobs is described by them instead, and left out when the job
     may join them. Under the allocation lock."""
+    return left_for(share, described, sharers_by_key(directory, described))
+
+
+def sharers_by_key(directory: LockDirectory, keys: Iterable[str]) -> dict[str, list[SlotRecord]]:
+    """The slot holders of each of the leased ``keys`` that slot jobs share (those held
+    whole by one job are left out). Under the allocation lock."""
+    found = ((key, _sharers_if_shared(directory, key)) for key in keys)
+    return {key: sharers for key, sharers in found if sharers is not None}
+
+
+def left_for(
+    share: DeviceShare | None,
+    described: Mapping[str, str],
+    sharers: Mapping[str, Sequence[SlotRecord]],
+) -> dict[str, str]:
+    """``described``, with each shared unit said by its sharers instead, or left out when a
+    job asking for ``share`` fits beside them (none left: free). Pure."""
     result = dict(described)
-    for key in described:
-        sharers = _sharers_if_shared(directory, key)
-        if sharers is None:
-            continue  # leased whole by one job
+    for key, holders in sharers.items():
         from xpulaunch.core.slots import room_for  # here: most hosts have no slot job
 
-        total = next((s.total_bytes for s in sharers if s.total_bytes is not None), None)
-        why = room_for(share, [s.as_holder() for s in sharers], total)
+        total = next((s.total_bytes for s in holders if s.total_bytes is not None), None)
+        why = room_for(share, [s.as_holder() for s in holders], total)
         if why is None:
-            del result[key]
+            result.pop(key, None)
         else:
             result[key] = why
     return result

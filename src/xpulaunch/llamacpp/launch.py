@@ -79,6 +79,7 @@ def lease_plan(
         wait_timeout_s=options.wait_timeout_s,
         on_wait=on_wait,
         command=command,
+        share=prepared.request.share,
     )
 
 
@@ -93,6 +94,7 @@ def preview(
     ``wait``, the plan it would wait for."""
     return leases.preview(
         lambda unavailable: plan_prepared(prepared, inventory, parent_env, unavailable=unavailable),
+        prepared.request.share,
         plan_of=_plan_of,
         noted=_noted,
         shared=options.shared,

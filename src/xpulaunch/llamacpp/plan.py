@@ -21,7 +21,7 @@ from xpulaunch.llamacpp import args as llama_args, vulkan
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend, LlamaDevice, device_names
 from xpulaunch.llamacpp.fit import FIT_TARGET_MIB, Estimate, fit_target_bytes
 from xpulaunch.llamacpp.placement import plan_replicas, sizing_notes
-from xpulaunch.model import Backend, Inventory, Plan, Unit, WorkerPlan
+from xpulaunch.model import Backend, DeviceShare, Inventory, Plan, Unit, WorkerPlan
 
 SYSMAN_VAR = "ZES_ENABLE_SYSMAN"
 _DEVICE_MAP_VARS = frozenset({"XPULAUNCH_DEVICE_MAP", "XPULAUNCH_MAX_MEMORY"})
@@ -43,6 +43,9 @@ class LlamaRequest:
     backend: str | None = None
     min_free_memory_bytes: int | None = None
     max_utilization_percent: float | None = None
+    # A share of each device beside other jobs and models (the router packs models so),
+    # instead of whole devices.
+    share: DeviceShare | None = None
 
     def __post_init__(self) -> None:
         for each in fields(self):
@@ -253,6 +256,7 @@ def _launch_request(
         # sizes its own CPU threads with -t/-tb; the OpenMP default would cap them).
         min_free_memory_bytes=request.min_free_memory_bytes,
         max_utilization_percent=request.max_utilization_percent, distributed=False,
+        share=request.share if build is not LlamaBackend.CPU else None,
     )  # fmt: skip
 
 

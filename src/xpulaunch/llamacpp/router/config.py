@@ -11,6 +11,7 @@ the id clients send. Pure: :func:`parse_config` takes the parsed TOML document.
     pinned = false         # never evicted
     aliases = ["qwen"]
     args = ["-c", "8192"]  # llama-server's own options, as after `--`
+    memory = "6GiB"        # its share of a GPU (default: its estimate plus --fit-target)
 
 Every error names the file, the table and the key, and says what would be valid.
 """
@@ -28,7 +29,7 @@ from xpulaunch.core.selection import parse_gpus
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
 
-KEYS = ("model", "gpus", "replicas", "ttl", "pinned", "aliases", "args")
+KEYS = ("model", "gpus", "replicas", "ttl", "pinned", "aliases", "args", "memory")
 # The router chooses where each server listens and what it serves: these would break routing.
 _RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
 MAX_REPLICAS = 64
@@ -47,6 +48,8 @@ class ModelConfig:
     pinned: bool = False
     aliases: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    # Its share of each GPU it is packed on beside other models (None: its estimate).
+    memory_bytes: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -58,6 +61,7 @@ class ModelConfig:
             "pinned": self.pinned,
             "aliases": list(self.aliases),
             "args": list(self.args),
+            "memory_bytes": self.memory_bytes,
         }
 
 
@@ -121,7 +125,23 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
         pinned=_bool(table.get("pinned", False), f"{where} pinned"),
         aliases=_strings(table.get("aliases", []), f"{where} aliases"),
         args=args,
+        memory_bytes=_memory(table.get("memory"), where),
     )
+
+
+def _memory(value: object, where: str) -> int | None:
+    """A size (``"6GiB"``, or bytes as a number) > 0; None when not given."""
+    if value is None:
+        return None
+    from xpulaunch.core.units import parse_size
+
+    try:
+        size = parse_size(str(value)) if not isinstance(value, bool) else -1
+    except UsageError:
+        size = -1
+    if not isinstance(value, str | int) or isinstance(value, bool) or size <= 0:
+        raise UsageError(f'{where} memory: expected a size such as "6GiB", got {value!r}')
+    return size
 
 
 def check_id(name: str, where: str) -> None:

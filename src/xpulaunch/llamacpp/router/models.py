@@ -20,6 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xpulaunch.errors import DeviceBusyError, SelectionError, XpulaunchError
@@ -40,17 +41,18 @@ from xpulaunch.llamacpp.router.policy import (
     no_room,
     with_readings,
 )
-from xpulaunch.llamacpp.router.setup import Setup, model_request
+from xpulaunch.llamacpp.router.setup import Setup, model_request, packed
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from xpulaunch.leases.manager import Lease
+    from xpulaunch.leases.manager import Lease, LeaseView
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
     from xpulaunch.llamacpp.prepare import Prepared
     from xpulaunch.llamacpp.router.config import RouterConfig
     from xpulaunch.llamacpp.server import LlamaServer
+    from xpulaunch.model import Device
 
 T = TypeVar("T")
 PLACE_TRIES = 8  # other jobs may take a device between our look and our lock
@@ -282,8 +284,9 @@ class ModelManager:
         async with self._place_lock:
             for _ in range(PLACE_TRIES):
                 await self._look()
-                unavailable = await self._blocking(self._leases.unavailable)
-                evict = self._evictions(slot, prepared, unavailable)
+                wanted = packed(slot.config, prepared, self._inventory, self.setup.parent_env)
+                leases = await self._blocking(self._leases.view)
+                evict = self._evictions(slot, wanted, leases)
                 if evict:
                     for victim in evict:
                         self.slots[victim].state = ModelState.UNLOADING
@@ -293,22 +296,24 @@ class ModelManager:
                     evicted += evict
                     continue
                 try:
-                    plan, lease = await self._blocking(lambda: self._lease(slot, prepared))
+                    plan, lease = await self._blocking(partial(self._lease, slot, wanted))
                 except (SelectionError, DeviceBusyError):
                     continue  # another job took a device meanwhile: look again
                 return plan, lease, tuple(evicted)
         raise NoRoom(f"model {slot.id}: devices kept being taken by other jobs; try again")
 
-    def _evictions(
-        self, slot: Slot, prepared: Prepared, unavailable: Mapping[str, str]
-    ) -> tuple[str, ...]:
+    def _evictions(self, slot: Slot, prepared: Prepared, leases: LeaseView) -> tuple[str, ...]:
         """Which of our idle models to evict now (on the loop: no request changes them while
-        this runs); raises :class:`NoRoom` with the reason when none makes room."""
-        ours = {key: s.id for s in self.slots.values() for key in s.lease_keys}
+        this runs); raises :class:`NoRoom` with the reason when none makes room. A model
+        packed beside others needs only its share of a device: none is evicted while the
+        device's memory holds it too."""
+        job_of = {s.id: s.lease.job_id for s in self.slots.values() if s.lease is not None}
+        share = prepared.request.share
         errors: list[str] = []
 
         def attempt(evicted: frozenset[str]) -> Outcome:
-            left = {k: v for k, v in unavailable.items() if ours.get(k) not in evicted}
+            gone = {job_of[model] for model in evicted if model in job_of}
+            left = leases.unavailable(share, ignoring=gone)
             try:
                 planned = self._plan(prepared, left)
             except (SelectionError, DeviceBusyError) as exc:
@@ -344,7 +349,14 @@ class ModelManager:
             except InventoryError as exc:
                 self._say(f"probing the devices again failed, planning with the last look: {exc}")
                 fresh = self._inventory
-        readings = {k: d for s in self.slots.values() for k, d in s.readings.items()}
+        # A device several of our models share: as it was before the first of them loaded
+        # (the most memory free); their shares are counted by their leases.
+        readings: dict[str, Device] = {}
+        for s in self.slots.values():
+            for key, device in s.readings.items():
+                seen = readings.get(key)
+                if seen is None or (device.memory_free_bytes or 0) > (seen.memory_free_bytes or 0):
+                    readings[key] = device
         self._inventory = with_readings(fresh, readings)
 
     def _lease(self, slot: Slot, prepared: Prepared) -> tuple[LlamaPlan, Lease]:

@@ -131,16 +131,19 @@ def serve_models(
 
 def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
     """Each model's plan as if it were loaded now, alone: with the leases of other jobs on
-    this host (``this_host``; none for another machine's inventory), its estimate and the
-    devices it would get."""
-    from xpulaunch.leases.manager import LeaseManager
+    this host (``this_host``; none for another machine's inventory), its estimate, its share
+    of a GPU when it is packed beside others, and the devices it would get."""
+    from xpulaunch.leases.manager import LeaseManager, LeaseView
     from xpulaunch.llamacpp.prepare import plan_prepared, prepare_llama
+    from xpulaunch.llamacpp.router.setup import packed
 
     setup = router.setup
-    held = LeaseManager(setup.lock_dir).unavailable() if this_host else {}
+    leases = LeaseManager(setup.lock_dir).view() if this_host else LeaseView({}, {})
     plans: dict[str, LlamaPlan] = {}
     for model in router.config.models:
         prepared = prepare_llama(model_request(model, setup), setup.parent_env, dry_run=True)
+        prepared = packed(model, prepared, setup.inventory, setup.parent_env)
+        held = leases.unavailable(prepared.request.share)
         plans[model.id] = plan_prepared(
             prepared, setup.inventory, setup.parent_env, unavailable=held
         )

@@ -4,16 +4,18 @@ request each model is (:func:`model_request`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from xpulaunch.core.selection import GpuMode, parse_gpus
 from xpulaunch.llamacpp.plan import LlamaRequest
 from xpulaunch.llamacpp.server import HealthOptions
-from xpulaunch.model import Inventory
+from xpulaunch.model import DeviceShare, Inventory
 from xpulaunch.supervisor.restart import RestartPolicy
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.devices import LlamaBackend
+    from xpulaunch.llamacpp.prepare import Prepared
     from xpulaunch.llamacpp.router.config import ModelConfig
 
 
@@ -51,6 +53,36 @@ def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
         gpus=model.gpus,
         backend=setup.backend,
     )
+
+
+def packed(
+    model: ModelConfig, prepared: Prepared, inventory: Inventory, parent_env: Mapping[str, str]
+) -> Prepared:
+    """``prepared``, asking for a share of one GPU per replica instead of whole GPUs when the
+    model fits in one (its ``memory``, else its estimate plus llama.cpp's ``--fit-target``
+    margin): models are packed beside each other and beside other small jobs, as the queue's
+    ``--gpu-memory`` jobs are, and a model is evicted only when memory runs out. A model
+    larger than any GPU, one with no estimate and no ``memory``, and a CPU build keep whole
+    devices."""
+    from xpulaunch.llamacpp import args as llama_args
+    from xpulaunch.llamacpp.devices import LlamaBackend
+    from xpulaunch.llamacpp.fit import fit_target_bytes
+
+    request = prepared.request
+    if prepared.build is LlamaBackend.CPU or parse_gpus(model.gpus).mode is not GpuMode.AUTO:
+        return prepared
+    need = model.memory_bytes
+    estimate = prepared.sizing.estimate
+    if need is None and estimate is not None:
+        margin = fit_target_bytes(
+            llama_args.passthrough_value(request.passthrough, "fit_target")
+            or parent_env.get("LLAMA_ARG_FIT_TARGET")
+        )
+        need = estimate.on_devices(1) + margin
+    largest = max((d.memory_total_bytes or 0 for d in inventory.devices), default=0)
+    if need is None or need > largest:
+        return prepared
+    return replace(prepared, request=replace(request, share=DeviceShare(memory_bytes=need)))
 
 
 def _server_args(model: ModelConfig) -> tuple[str, ...]:

@@ -100,10 +100,6 @@ class Slot:
     def replicas(self) -> tuple[Replica, ...]:
         return self.server.replicas if self.server is not None else ()
 
-    @property
-    def lease_keys(self) -> tuple[str, ...]:
-        return self.lease.keys if self.lease is not None else ()
-
     def pick(self) -> Replica:
         """The next replica that is up, round robin; :class:`Unavailable` when none is."""
         replicas = self.replicas
