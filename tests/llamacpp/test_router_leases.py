@@ -285,6 +285,57 @@ def test_a_model_never_joins_a_gpu_a_job_holds_whole_and_a_job_waits_for_a_share
         training.wait(timeout=30)
 
 
+def job_waiting_for_the_gpu(inventory: Path, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    """``xpulaunch run --gpus 1 --wait`` of a job that says it ran (a training job in line)."""
+    return subprocess.Popen(
+        [XPULAUNCH, "run", "--inventory", str(inventory), "--gpus", "1", "--wait", *extra,
+         "--lock-dir", str(tmp_path / "locks"), "--", sys.executable, "-c", "print('trained')"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_serving_yields_the_gpu_to_a_job_waiting_in_line(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    """An idle model on the only GPU is unloaded for a job that waits for the whole GPU; the
+    job runs; the model's next request loads it again."""
+    binary, env = shim
+    config = models_in(tmp_path, tiny_model, a={})
+    inventory = one_gpu(tmp_path)
+    with router(config, binary, tmp_path, inventory=load_inventory_file(inventory), env=env) as (
+        served,
+        seen,
+    ):
+        assert call(served.url, "/v1/chat/completions", chat("a"))[0] == 200
+        job = job_waiting_for_the_gpu(inventory, tmp_path)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 0 and "trained" in out, err
+        [unloaded] = seen.of(ModelUnloaded)
+        assert (unloaded.model, unloaded.reason) == ("a", "yielded")
+        assert f"pid {job.pid}" in (unloaded.by or "")
+        assert call(served.url, "/v1/chat/completions", chat("a"))[0] == 200  # loaded again
+        assert len(seen.of(ModelLoading)) == 2
+    assert leased(tmp_path) == {}
+
+
+def test_a_busy_model_or_yield_off_keeps_the_gpu(
+    shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path
+) -> None:
+    """With yield_to_jobs off, the waiting job gives up at its --wait-timeout while the model
+    stays loaded."""
+    binary, env = shim
+    config = models_in(tmp_path, tiny_model, a={})
+    inventory = one_gpu(tmp_path)
+    with router(config, binary, tmp_path, inventory=load_inventory_file(inventory), env=env,
+                yield_to_jobs=False) as (served, seen):  # fmt: skip
+        assert call(served.url, "/v1/chat/completions", chat("a"))[0] == 200
+        job = job_waiting_for_the_gpu(inventory, tmp_path, "--wait-timeout", "3")
+        out, err = job.communicate(timeout=60)
+        assert job.returncode != 0 and "gave up after waiting" in err and "trained" not in out
+        assert seen.of(ModelUnloaded) == []
+    assert leased(tmp_path) == {}
+
+
 # -- the command -----------------------------------------------------------------------------
 def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     shim: tuple[str, dict[str, str]], tiny_model: Path, tmp_path: Path,

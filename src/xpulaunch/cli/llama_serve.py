@@ -55,6 +55,14 @@ STATUS_TIMEOUT_S = 10.0
     help="How long a model waits for busy models to become idle and make room "
     "before its request gets 503 (0: at once).",
 )
+@click.option(
+    "--yield-to-jobs/--no-yield-to-jobs",
+    default=True,
+    show_default=True,
+    envvar="XPULAUNCH_YIELD_TO_JOBS",
+    help="Unload idle, unpinned models from the GPUs a launch or queued job waits for "
+    "(--wait), and place no model there meanwhile.",
+)
 @click.option("--max-request-size", type=Size(), default="32MiB", show_default=True, metavar="SIZE",
               help="Larger request bodies get 413.")  # fmt: skip
 @click.option("--front-processes", type=click.IntRange(min=0), default=0, show_default=True,
@@ -110,7 +118,7 @@ def _router(config_path: str, inventory: Inventory, env: dict[str, str], options
         health=health, grace_s=options["grace"], log_dir=options["log_dir"],
         max_body_bytes=options["max_request_size"] or 1,
         front_processes=options["front_processes"], reprobe=not options["inventory"],
-        room_wait_s=options["room_wait"], **extra,
+        room_wait_s=options["room_wait"], yield_to_jobs=options["yield_to_jobs"], **extra,
     )  # fmt: skip
 
 

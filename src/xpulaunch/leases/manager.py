@@ -175,12 +175,16 @@ class LeaseManager:
     def view(self) -> LeaseView:
         """Who holds what now, read once (reserves nothing): for a caller that plans for
         several shares, or as if some of its own jobs had gone (the model router)."""
+        from xpulaunch.leases.wait_queue import WaitQueue
+
         if not self.directory.ensure(create=False):
             return LeaseView({}, {})
         with self.directory.allocation_lock():
             held = self._held()
             sharers = slots.sharers_by_key(self.directory, held)
-        return LeaseView(held, {key: tuple(found) for key, found in sharers.items()})
+            waiting = WaitQueue(self.directory).live()
+        wanted = tuple(w for w in waiting if w.wants and not w.stopped and w.ignored is None)
+        return LeaseView(held, {k: tuple(found) for k, found in sharers.items()}, wanted)
 
     def unavailable(self, share: DeviceShare | None = None) -> dict[str, str]:
         """Unit key -> who holds it, now, for a job asking for ``share`` (None: devices
@@ -224,14 +228,15 @@ class LeaseManager:
             with self.directory.allocation_lock():
                 return self._allocate_now(plan_fn, plan_of, holder, shared=shared, share=share)
 
-        def attempt() -> tuple[T, Lease] | str:
+        from xpulaunch.leases.wait_queue import Blocked, wait_in_line
+
+        def attempt() -> tuple[T, Lease] | Blocked:
             try:
                 return self._allocate_now(plan_fn, plan_of, holder, shared=shared, share=share)
             except (SelectionError, DeviceBusyError) as exc:
                 # shown by `xpulaunch status` and the wait line: not the advice to wait
-                return exc.cli_message().removesuffix(HELD_ADVICE)
-
-        from xpulaunch.leases.wait_queue import wait_in_line
+                why = exc.cli_message().removesuffix(HELD_ADVICE)
+                return Blocked(why, _wanted(plan_fn, plan_of))
 
         return wait_in_line(
             self.directory,
@@ -366,6 +371,17 @@ class LeaseManager:
         return held
 
 
+def _wanted(
+    plan_fn: Callable[[Mapping[str, str]], T], plan_of: Callable[[T], Plan]
+) -> tuple[str, ...]:
+    """The units a waiting launch would take were nothing leased (none when even that plan
+    fails: it waits for something else)."""
+    try:
+        return plan_of(plan_fn({})).lease_keys
+    except (SelectionError, DeviceBusyError):
+        return ()
+
+
 @dataclass(frozen=True)
 class LeaseView:
     """The leases of a lock directory as :meth:`LeaseManager.view` read them: whole-device
@@ -373,6 +389,23 @@ class LeaseView:
 
     held: Mapping[str, HolderInfo | None]
     sharers: Mapping[str, tuple[slots.SlotRecord, ...]]
+    waiting: tuple[WaiterRecord, ...] = ()  # launches in line that said which units they want
+
+    def holders_of(self, key: str) -> set[str]:
+        """The job ids holding ``key`` (its slot holders, or its one holder)."""
+        if key in self.sharers:
+            return {s.holder.job_id for s in self.sharers[key] if s.holder is not None}
+        info = self.held.get(key)
+        return {info.job_id} if info is not None else set()
+
+    def wanted(self) -> dict[str, str]:
+        """Unit key -> the launch waiting in line for it (the first that wants it)."""
+        found: dict[str, str] = {}
+        for waiter in self.waiting:
+            who = waiter.holder.describe() if waiter.holder else waiter.owner
+            for key in waiter.wants:
+                found.setdefault(key, f"a launch waiting in line for it ({who})")
+        return found
 
     def unavailable(
         self, share: DeviceShare | None = None, *, ignoring: Collection[str] = ()

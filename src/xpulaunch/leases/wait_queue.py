@@ -66,6 +66,17 @@ class WaiterRecord:
     stopped: bool = False  # stopped (Ctrl-Z, SIGSTOP): it does not hold the line meanwhile
     owner: str = ""  # the ticket file's owner (``user bob``)
     ignored: str | None = None  # why this locked ticket holds nobody back (see _not_a_waiter)
+    wants: tuple[str, ...] = ()  # the unit keys its plan would take, were nothing leased
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """What an ``attempt`` of :func:`wait_in_line` returns when it cannot succeed yet: why,
+    and the unit keys it would take were nothing leased (a model router frees those when only
+    its idle models hold them)."""
+
+    reason: str
+    wants: tuple[str, ...] = ()
 
 
 class Ticket:
@@ -77,11 +88,13 @@ class Ticket:
         self._fd: int | None = fd
         self._record = dict(record)
 
-    def update(self, waiting_for: str) -> None:
-        """Say what this launch waits for (shown by ``xpulaunch status``). Under the lock."""
-        if self._fd is not None and self._record.get("waiting_for") != waiting_for:
-            self._record["waiting_for"] = waiting_for
-            write_record(self._fd, self._record)
+    def update(self, waiting_for: str, wants: Sequence[str] = ()) -> None:
+        """Say what this launch waits for (shown by ``xpulaunch status``), and which units it
+        would take. Under the lock."""
+        record = {**self._record, "waiting_for": waiting_for, "wants": list(wants)}
+        if self._fd is not None and record != self._record:
+            self._record = record
+            write_record(self._fd, record)
 
     def close(self) -> None:
         if self._fd is None:
@@ -147,8 +160,12 @@ class WaitQueue:
                 if ignored is None and holder is not None and holder.alive():
                     stopped = is_stopped(holder.pid)
                 owner = "user " + user_name(owner_uid)
+                wants = record.get("wants")
+                keys = (
+                    tuple(k for k in wants if isinstance(k, str)) if isinstance(wants, list) else ()
+                )
                 found.append(
-                    WaiterRecord(len(found) + 1, holder, waiting_for, stopped, owner, ignored)
+                    WaiterRecord(len(found) + 1, holder, waiting_for, stopped, owner, ignored, keys)
                 )
         return found
 
@@ -201,7 +218,7 @@ def _not_a_waiter(holder: HolderInfo | None, owner_uid: int) -> str | None:
 def wait_in_line(
     directory: LockDirectory,
     record: Mapping[str, object],
-    attempt: Callable[[], T | str],
+    attempt: Callable[[], T | str | Blocked],
     *,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
@@ -211,7 +228,8 @@ def wait_in_line(
 ) -> T:
     """Queue, and call ``attempt()`` under the allocation lock whenever we are first in line.
 
-    ``attempt`` returns its result, or a string saying why it cannot succeed yet. Wake-ups
+    ``attempt`` returns its result, or why it cannot succeed yet (a string, or
+    :class:`Blocked` with the units it wants). Wake-ups
     are polls every ``poll_interval_s``: no daemon, nothing to notify.
     """
     start_s = clock()
@@ -240,7 +258,7 @@ def wait_in_line(
 
 
 def _take_turn(
-    directory: LockDirectory, ticket: Ticket, attempt: Callable[[], T | str]
+    directory: LockDirectory, ticket: Ticket, attempt: Callable[[], T | str | Blocked]
 ) -> tuple[T | str, int]:
     """One look at the queue and, when first in line, one attempt; with our position."""
     with directory.allocation_lock():
@@ -251,6 +269,9 @@ def _take_turn(
         if first:
             return f"{len(first)} earlier launch(es) go first ({_who(first)})", len(first) + 1
         outcome = attempt()
+        if isinstance(outcome, Blocked):
+            ticket.update(outcome.reason, outcome.wants)
+            return outcome.reason, 1
         if isinstance(outcome, str):
             ticket.update(outcome)
         else:

@@ -68,11 +68,16 @@ def lease_plan(
     command: list[str],
     options: LeaseOptions = LeaseOptions(),
     on_wait: Callable[[WaitStatus], None] | None = None,
+    avoid: Mapping[str, str] | None = None,
 ) -> tuple[LlamaPlan, Lease]:
-    """Plan every replica with the devices others lease excluded, and lease the plan's
-    devices, atomically (waiting in line when asked to)."""
+    """Plan every replica with the devices others lease excluded (and those ``avoid`` names,
+    unit key -> why), and lease the plan's devices, atomically (waiting in line when asked
+    to)."""
+    avoided = dict(avoid or {})
     return leases.allocate(
-        lambda unavailable: plan_prepared(prepared, inventory, parent_env, unavailable=unavailable),
+        lambda unavailable: plan_prepared(
+            prepared, inventory, parent_env, unavailable={**unavailable, **avoided}
+        ),
         plan_of=_plan_of,
         shared=options.shared,
         wait=options.wait or options.wait_timeout_s is not None,

@@ -45,7 +45,7 @@ from xpulaunch.llamacpp.router.setup import Setup, model_request, packed
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from xpulaunch.leases.manager import Lease, LeaseView
     from xpulaunch.llamacpp.plan import LlamaPlan, Replica
@@ -296,7 +296,8 @@ class ModelManager:
                     evicted += evict
                     continue
                 try:
-                    plan, lease = await self._blocking(partial(self._lease, slot, wanted))
+                    lease_it = partial(self._lease, slot, wanted, self._wanted(leases))
+                    plan, lease = await self._blocking(lease_it)
                 except (SelectionError, DeviceBusyError):
                     continue  # another job took a device meanwhile: look again
                 return plan, lease, tuple(evicted)
@@ -311,9 +312,11 @@ class ModelManager:
         share = prepared.request.share
         errors: list[str] = []
 
+        avoid = self._wanted(leases)
+
         def attempt(evicted: frozenset[str]) -> Outcome:
             gone = {job_of[model] for model in evicted if model in job_of}
-            left = leases.unavailable(share, ignoring=gone)
+            left = {**leases.unavailable(share, ignoring=gone), **avoid}
             try:
                 planned = self._plan(prepared, left)
             except (SelectionError, DeviceBusyError) as exc:
@@ -359,12 +362,33 @@ class ModelManager:
                     readings[key] = device
         self._inventory = with_readings(fresh, readings)
 
-    def _lease(self, slot: Slot, prepared: Prepared) -> tuple[LlamaPlan, Lease]:
+    def _lease(
+        self, slot: Slot, prepared: Prepared, avoid: Mapping[str, str]
+    ) -> tuple[LlamaPlan, Lease]:
         from xpulaunch.llamacpp.launch import lease_plan
 
         command = ["xpulaunch", "llama", "serve", slot.id]
         env = self.setup.parent_env
-        return lease_plan(prepared, self._inventory, env, self._leases, command=command)
+        return lease_plan(
+            prepared, self._inventory, env, self._leases, command=command, avoid=avoid
+        )
+
+    def _wanted(self, leases: LeaseView) -> dict[str, str]:
+        """The units launches waiting in line want: no model goes there meanwhile."""
+        return leases.wanted() if self.setup.yield_to_jobs else {}
+
+    async def watch_jobs(self) -> None:
+        """Serving yields to training: every ``yield_interval_s``, unload the idle, unpinned
+        models that alone keep a launch waiting in line from the GPUs it wants (it starts at
+        its next look; the models load elsewhere, or later, at their next request)."""
+        if not self.setup.yield_to_jobs:
+            return
+        while not self.closing:
+            leases = await self._blocking(self._leases.view)
+            for slot, waiter in yielding(self.slots.values(), leases):
+                slot.state = ModelState.UNLOADING
+                self._spawn(self._unload(slot, "yielded", by=waiter))
+            await asyncio.sleep(self.setup.yield_interval_s)
 
     def _server(self, slot: Slot, plan: LlamaPlan, lease: Lease) -> LlamaServer:
         from xpulaunch.joblog.logs import LogConfig
@@ -495,3 +519,26 @@ class ModelManager:
     def servers(self) -> tuple[LlamaServer, ...]:
         """The servers running now (for a signal handler: a snapshot, no lock)."""
         return tuple(s.server for s in list(self.slots.values()) if s.server is not None)
+
+
+def yielding(slots: Iterable[Slot], leases: LeaseView) -> list[tuple[Slot, str]]:
+    """The loaded models to unload for launches waiting in line, with who each goes for: a
+    waiter's GPUs must be held by idle, unpinned models of ours alone (a busy model, a
+    pinned one or another job on any of them, and unloading helps it nothing yet)."""
+    idle = {
+        s.lease.job_id: s
+        for s in slots
+        if s.lease is not None
+        and s.state is ModelState.READY
+        and not s.in_flight
+        and not s.config.pinned
+    }
+    chosen: dict[str, tuple[Slot, str]] = {}
+    for waiter in leases.waiting:
+        holders = [leases.holders_of(key) for key in waiter.wants]
+        if not any(holders) or not all(h <= idle.keys() for h in holders):
+            continue
+        who = waiter.holder.describe() if waiter.holder else waiter.owner
+        for job_id in set().union(*holders):
+            chosen.setdefault(job_id, (idle[job_id], who))
+    return list(chosen.values())

@@ -147,7 +147,9 @@ class Router:
         self._bound.set()
         manager.warm_up()
         watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
+        yielding = asyncio.get_running_loop().create_task(manager.watch_jobs())
         await self._stop.wait()
+        yielding.cancel()
         await site.stop()  # no new connections
         await self._drain(proxy, fronts, manager)
         if fronts is not None:

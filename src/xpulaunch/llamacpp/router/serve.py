@@ -64,12 +64,14 @@ def make_router(
     on_message: Callable[[str], None] | None = None,
     reprobe: bool = False,
     room_wait_s: float = 10.0,
+    yield_to_jobs: bool = True,
 ) -> Router:
     """A router, checked but not started (see :func:`serve_models`). Without an
     ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
     process; a given inventory is another machine's or a test's, and is kept as it is.
     ``room_wait_s``: how long a model's load waits for busy models of the router to become
-    idle (and evictable) when they hold the devices it needs (0: a 503 at once)."""
+    idle (and evictable) when they hold the devices it needs (0: a 503 at once).
+    ``yield_to_jobs``: unload idle models from the GPUs a launch waiting in line wants."""
     require_aiohttp()
     checked = load_config(config)
     check_models(checked)
@@ -96,6 +98,7 @@ def make_router(
         log_dir=os.fspath(log_dir) if log_dir else None,
         reprobe=reprobe,
         room_wait_s=room_wait_s,
+        yield_to_jobs=bool(yield_to_jobs),
     )
     return Router(
         checked,

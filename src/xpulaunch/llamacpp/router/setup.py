@@ -37,6 +37,10 @@ class Setup:
     # How long a load waits for a busy model of ours to become idle and make room, before
     # its requests get 503.
     room_wait_s: float = 10.0
+    # Unload idle, unpinned models from the GPUs a launch waiting in line wants (and place
+    # none there meanwhile), every yield_interval_s: serving yields to training.
+    yield_to_jobs: bool = True
+    yield_interval_s: float = 1.0
     # Probe the host again before each placement (the inventory is this host's, not a file):
     # other programs come and go on the GPUs while a router runs for days.
     reprobe: bool = False
