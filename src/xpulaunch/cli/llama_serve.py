@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -41,6 +42,12 @@ STATUS_TIMEOUT_S = 10.0
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run or --status: JSON.")
 @click.option("--status", is_flag=True,
               help="Show the models of the router running at --host/--port, and exit.")  # fmt: skip
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Make the router running at --host/--port read its config file again (as SIGHUP "
+    "does), say what changed, and exit.",
+)
 @click.option("--ready-timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True,
               metavar="SECONDS", help="How long one model may take to answer /health.")  # fmt: skip
 @click.option("--grace", type=SECONDS, default=10.0, show_default=True, metavar="SECONDS",
@@ -72,7 +79,9 @@ STATUS_TIMEOUT_S = 10.0
               help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.")  # fmt: skip
 @click.option("--events", metavar="FILE|-", envvar="XPULAUNCH_EVENTS",
               help="Append every model and server event to FILE as JSON lines.")  # fmt: skip
-def serve(config_path: str | None, status: bool, as_json: bool, **options: Any) -> int:
+def serve(
+    config_path: str | None, status: bool, reload: bool, as_json: bool, **options: Any
+) -> int:
     """Serve several llama.cpp models behind one OpenAI-compatible port. A model is loaded
     at its first request onto devices chosen and leased like any launch; when it cannot be
     placed, idle models are unloaded (ttl first, then least recently used; never pinned).
@@ -90,6 +99,8 @@ def serve(config_path: str | None, status: bool, as_json: bool, **options: Any) 
     """
     if status:
         return _status(options["host"], options["port"], as_json)
+    if reload:
+        return _reload(options["host"], options["port"], as_json)
     if config_path is None:
         raise UsageError("--config FILE is needed (or --status to look at a running router)")
     from xpulaunch.llamacpp.router.router import check_models, load_config
@@ -144,12 +155,16 @@ def _serve(
     config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any]
 ) -> int:
     from xpulaunch.launch.operations import open_events
-    from xpulaunch.processes.signals import forwarding
+    from xpulaunch.processes.signals import FORWARDED, forwarding
 
     stream = open_events(options["events"])
     router = _router(config_path, inventory, env, options, on_event=_writer(stream))
+    stopping = tuple(s for s in FORWARDED if s != signal.SIGHUP)  # SIGHUP: read the config again
     try:
-        with forwarding(router.send_stop_signal):
+        with (
+            forwarding(router.send_stop_signal, stopping),
+            forwarding(router.send_reload_signal, (signal.SIGHUP,)),
+        ):
             url = router.start()
             ids = ", ".join(router.config.ids)
             click.echo(f"xpulaunch: serving {ids} at {url}/v1 (models load on first use)")
@@ -168,6 +183,40 @@ def _writer(stream: EventStream | None) -> Any:
         stream.write(event, {"model": model} if model is not None else None)
 
     return write
+
+
+def _reload(host: str, port: int, as_json: bool) -> int:
+    """Ask the router at host:port to read its config again (standard library only)."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    from xpulaunch.llamacpp.plan import url_host
+
+    url = f"http://{url_host(host)}:{port}/models/reload"
+    request = urllib.request.Request(url, data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=STATUS_TIMEOUT_S) as answer:
+            document = json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        message = _error_message(exc.read())
+        raise UsageError(f"the router at {url} kept its config: {message}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UsageError(f"no model router answers at {url} ({reason})") from None
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+    else:
+        for line in document.get("changes", []) if isinstance(document, dict) else []:
+            click.echo(f"xpulaunch: reload: {line}")
+    return 0
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        return str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return body.decode(errors="replace")[:200]
 
 
 def _status(host: str, port: int, as_json: bool) -> int:

@@ -21,6 +21,7 @@ Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": 
 S, "seconds": T}``, ``{"op": "ready"}``. Router -> front: first ``{"config": ..., "private":
 URL, "max_body_bytes": N}``, then ``{"id": N, "name": ..., "host": ..., "port": ...}`` or
 ``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}``, and
+``{"op": "config", "config": ...}`` after a reload, and
 ``{"op": "drain"}`` when the router stops: the front stops accepting, its answers under way go
 on, and when its pipe closes (the router's grace is over) it ends those that still run, as the
 router ends its own (:meth:`~xpulaunch.llamacpp.router.proxy.Forwarder.cut`).
@@ -124,6 +125,7 @@ class Fronts:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self._hello = b""
+        self._private, self._max_body_bytes = "", 0
         self._address: tuple[int, tuple[Any, ...]] | None = None  # family, address
 
     async def start(
@@ -131,17 +133,8 @@ class Fronts:
     ) -> None:
         """One front per socket (each socket is closed here once its front has it); returns
         when every front listens."""
-        config = self._manager.config
-        hello = {
-            "config": {
-                "models": [m.as_dict() for m in config.models],
-                "names": dict(config.names),
-                "source": config.source,
-            },
-            "private": private_url,
-            "max_body_bytes": max_body_bytes,
-        }
-        self._hello = json.dumps(hello).encode() + b"\n"
+        self._private, self._max_body_bytes = private_url, max_body_bytes
+        self._hello = self._hello_for(self._manager.config)
         if sockets:
             self._address = (sockets[0].family, sockets[0].getsockname())
         for number, sock in enumerate(sockets, start=1):
@@ -256,6 +249,21 @@ class Fronts:
             return
         self._say(f"{said}; started again")
 
+    def _hello_for(self, config: RouterConfig) -> bytes:
+        hello = {
+            "config": _config_document(config),
+            "private": self._private,
+            "max_body_bytes": self._max_body_bytes,
+        }
+        return json.dumps(hello).encode() + b"\n"
+
+    def reconfigure(self, config: RouterConfig) -> None:
+        """A reload: every front resolves names with the new config (and one started again
+        later hears it first)."""
+        self._hello = self._hello_for(config)
+        for front in self._fronts:
+            self._reply(front, {"op": "config", "config": _config_document(config)})
+
     def drain(self) -> None:
         """The router stops: every front stops accepting; its answers under way go on."""
         for front in self._fronts:
@@ -289,6 +297,15 @@ class RemoteModels:
         self._writer = writer
         self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], str]] = {}
         self._next = 0
+
+    def reconfigure(self, config: RouterConfig) -> None:
+        """Names resolve with ``config`` from now on (requests under way keep their slot)."""
+        self.config = config
+        for model in config.models:
+            if model.id in self.slots:
+                self.slots[model.id].config = model
+            else:
+                self.slots[model.id] = Slot(model)
 
     def _send(self, message: Mapping[str, Any]) -> None:
         if not self._writer.is_closing():
@@ -337,6 +354,14 @@ class RemoteModels:
             if not answer.done():
                 answer.set_exception(Unavailable("the router is stopping"))
         self._pending.clear()
+
+
+def _config_document(config: RouterConfig) -> dict[str, Any]:
+    return {
+        "models": [m.as_dict() for m in config.models],
+        "names": dict(config.names),
+        "source": config.source,
+    }
 
 
 def _config(document: Mapping[str, Any]) -> RouterConfig:
@@ -411,6 +436,8 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
                 if message.get("op") == "drain":
                     forwarder.drain()
                     await _stop(site)  # no new connections
+                elif message.get("op") == "config":  # the router reloaded its config
+                    models.reconfigure(_config(message["config"]))
                 else:
                     models.answered(message)
     finally:

@@ -129,6 +129,7 @@ class ModelManager:
     def release(self, slot: Slot) -> None:
         slot.in_flight -= 1
         slot.last_used_s = self.clock()
+        self._retire_if_idle(slot)
         self._wake.set()
         if not slot.in_flight:
             self._changed()
@@ -182,6 +183,7 @@ class ModelManager:
             await self._unload(slot, "stop")
             raise Unavailable("the router is stopping")
         slot.set_loaded(server)
+        self._retire_if_idle(slot)  # a reload while it loaded
         took = self.clock() - began
         slot.counters.loads += 1
         slot.counters.last_load_s = took
@@ -466,6 +468,55 @@ class ModelManager:
         slot.state = ModelState.UNLOADING
         await self._unload(slot, reason)
         return True
+
+    # -- a new config (reload) ---------------------------------------------------------------
+    def reconfigure(self, config: RouterConfig) -> list[str]:
+        """Take a new config (on the loop), and say what changes, one line each. New models
+        can be asked for at once; a removed one is unloaded once idle, and a changed one too,
+        to load with its new settings at its next request; an unchanged loaded model keeps
+        its servers."""
+        said: list[str] = []
+        self.config = config
+        for model in config.models:
+            slot = self.slots.get(model.id)
+            if slot is None:
+                self.slots[model.id] = Slot(model)
+                said.append(f"model {model.id} added")
+            elif slot.config != model:
+                slot.next_config, slot.removed = model, False
+                said.append(f"model {model.id} changed: it reloads once idle")
+            else:
+                slot.next_config, slot.removed = None, False  # as it was: nothing pending
+        for model_id in sorted(set(self.slots) - set(config.ids)):
+            self.slots[model_id].removed = True
+            said.append(f"model {model_id} removed: unloaded once idle")
+        for slot in list(self.slots.values()):
+            self._retire_if_idle(slot)
+        self._wake.set()
+        return said
+
+    def _retire_if_idle(self, slot: Slot) -> None:
+        """Apply a reload's news to a model that nothing uses now."""
+        if not (slot.removed or slot.next_config is not None) or slot.in_flight:
+            return
+        if slot.state is ModelState.READY:
+            slot.state = ModelState.UNLOADING
+            self._spawn(self._retire(slot))
+        elif slot.state is ModelState.UNLOADED:
+            self._renew(slot)
+
+    async def _retire(self, slot: Slot) -> None:
+        await self._unload(slot, "removed" if slot.removed else "reloaded")
+        self._renew(slot)
+
+    def _renew(self, slot: Slot) -> None:
+        if slot.removed:
+            if self.slots.get(slot.id) is slot:
+                del self.slots[slot.id]
+            return
+        if slot.next_config is not None:
+            slot.config, slot.next_config = slot.next_config, None
+            slot.prepared = slot.preparing = None  # asked again with the new settings
 
     async def watch_ttl(self) -> None:
         """Unload idle models whose ttl has run out, waking when the next one is due."""

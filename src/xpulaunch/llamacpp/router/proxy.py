@@ -29,6 +29,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
+from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError, Unavailable
 
 if TYPE_CHECKING:
@@ -351,10 +352,12 @@ class Proxy(Forwarder):
         max_body_bytes: int,
         metrics: Callable[[], Awaitable[str]],
         on_request: Callable[[Slot, str, int, float], None],
+        reload: Callable[[], Awaitable[list[str]]] | None = None,
     ) -> None:
         super().__init__(manager, max_body_bytes=max_body_bytes, on_request=on_request)
         self.manager = manager
         self._metrics = metrics
+        self._reload = reload
         self.started_s = int(time.time())
 
     def app(self) -> web.Application:
@@ -367,6 +370,7 @@ class Proxy(Forwarder):
                 web.get("/models/status", self.status),
                 web.post("/models/load", self.load),
                 web.post("/models/unload", self.unload),
+                web.post("/models/reload", self.reload),
             ]
         )
 
@@ -421,6 +425,17 @@ class Proxy(Forwarder):
                 "conflict_error",
             )
         return web.json_response({"id": slot.id, "state": slot.state.value})
+
+
+    async def reload(self, request: web.Request) -> web.Response:
+        """Read the config file again (as SIGHUP does): what changed, or why it did not."""
+        if self._reload is None:
+            return error_response(404, "this router cannot reload its config")
+        try:
+            said = await self._reload()
+        except UsageError as exc:
+            return error_response(400, exc.cli_message(), "invalid_request_error")
+        return web.json_response({"changes": said})
 
 
 class _NotServed(RouteError):

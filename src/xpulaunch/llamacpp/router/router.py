@@ -87,6 +87,7 @@ class Router:
         self._signals = 0
         self._signum: int | None = None
         self.manager: ModelManager | None = None
+        self._fronts: Fronts | None = None
 
     @property
     def url(self) -> str:
@@ -132,7 +133,7 @@ class Router:
             return await scrape(proxy.session, manager.slots.values())
 
         proxy = Proxy(manager, max_body_bytes=self._max_body_bytes, metrics=metrics,
-                      on_request=_count)  # fmt: skip
+                      on_request=_count, reload=self.reload_now)  # fmt: skip
         # handler_cancellation: a client that disconnects cancels its handler, which closes
         # the upstream request (aiohttp >= 3.9 leaves handlers running unless asked).
         runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None,
@@ -141,6 +142,7 @@ class Router:
         await runner.setup()
         try:
             site, fronts = await self._listen(runner, manager)
+            self._fronts = fronts
         except BaseException:
             await runner.cleanup()
             raise
@@ -263,6 +265,37 @@ class Router:
                 server.send_stop_signal(signal.SIGKILL)
                 server.send_stop_signal(signal.SIGKILL)
 
+    def send_reload_signal(self, signum: int = signal.SIGHUP) -> None:
+        """For a signal handler (SIGHUP): read the config file again; only posts."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.reload_now()))
+
+    async def reload_now(self) -> list[str]:
+        """Read the config file again (on the loop) and take it: what changed, one line
+        each, also said in the router's output. A config that does not load is one line, and
+        the one before keeps serving."""
+        manager = self.manager
+        source = self.config.source
+        if manager is None:
+            raise UsageError("the router is not running")
+        if not os.path.isfile(source):
+            raise UsageError(f"the router's config is not a file ({source}): nothing to read again")
+        try:
+            loop = asyncio.get_running_loop()
+            config = await loop.run_in_executor(None, _checked_config, source)
+        except UsageError as exc:
+            self._on_message(f"reload: {exc.cli_message()}; serving the config before it")
+            raise
+        said = manager.reconfigure(config) or ["no change"]
+        self.config = config
+        if self._fronts is not None:
+            self._fronts.reconfigure(config)
+        for line in said:
+            self._on_message(f"reload: {line}")
+        return said
+
     # -- while it runs -------------------------------------------------------------------------
     def status(self) -> list[dict[str, object]]:
         """Every model's state (what ``GET /models/status`` answers)."""
@@ -313,6 +346,12 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfi
             option="config", value=config,
         )  # fmt: skip
     return read_config(config)
+
+
+def _checked_config(path: str) -> RouterConfig:
+    config = read_config(path)
+    check_models(config)
+    return config
 
 
 def check_models(config: RouterConfig) -> None:

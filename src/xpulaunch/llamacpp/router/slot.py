@@ -67,6 +67,9 @@ class Slot:
 
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
+        # A reload's news, applied once the model is idle: its new table, or its removal.
+        self.next_config: ModelConfig | None = None
+        self.removed = False
         self.state = ModelState.UNLOADED
         self.in_flight = 0  # answered now, or waiting for the load
         self.last_used_s = 0.0
