@@ -426,7 +426,6 @@ class Proxy(Forwarder):
             )
         return web.json_response({"id": slot.id, "state": slot.state.value})
 
-
     async def reload(self, request: web.Request) -> web.Response:
         """Read the config file again (as SIGHUP does): what changed, or why it did not."""
         if self._reload is None:
