@@ -5,6 +5,7 @@ that forwarded it, so the tests see that the fronts really serve."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -137,6 +138,38 @@ def test_a_front_that_dies_is_started_again_or_leaves_the_port_served(
         answers = [via(served.url, "/v1/chat/completions", chat("a")) for _ in range(40)]
         assert {status for status, _ in answers} == {200}
         assert {name for _, name in answers} == names
+
+
+def test_a_stopped_front_is_killed_and_started_again(
+    llama_server: str, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A front that stops answering (SIGSTOP: it keeps its socket, and the kernel goes on
+    giving it new connections) is killed once silent too long and started again; every
+    request is answered afterwards."""
+    monkeypatch.setattr(fronts, "PING_EVERY_S", 0.1, raising=False)
+    monkeypatch.setattr(fronts, "STALLED_AFTER_S", 1.0, raising=False)
+    monkeypatch.setattr(fronts, "RESPAWN_AFTER_S", 0.0)
+    config = models_in(tmp_path, tiny_model, a={})
+    with router(config, llama_server, tmp_path, front_processes=2) as (served, seen):
+        stopped, kept = fronts_of(os.getpid())
+        number = stopped.cmdline()[-1]
+        stopped.send_signal(signal.SIGSTOP)
+        try:
+            said = wait_for(
+                lambda: [m for m in seen.messages if f"router front {number} said nothing" in m],
+                "the router to see its front stuck",
+            )
+            assert "killing it" in said[0]
+            wait_for(
+                lambda: [m for m in seen.messages if f"front {number} ended" in m and "again" in m],
+                "the front to be started again",
+            )
+        finally:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                stopped.send_signal(signal.SIGCONT)
+        answers = [via(served.url, "/v1/chat/completions", chat("a")) for _ in range(30)]
+        assert {status for status, _ in answers} == {200}
+        assert kept.is_running()
 
 
 def test_kill_9_of_the_router_ends_its_fronts_servers_and_lease(

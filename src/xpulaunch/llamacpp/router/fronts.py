@@ -18,10 +18,13 @@ is released at once.
 
 Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": ID}``,
 ``{"op": "release", "model": ID}``, ``{"op": "count", "model": ID, "replica": NAME, "status":
-S, "seconds": T}``, ``{"op": "ready"}``. Router -> front: first ``{"config": ..., "private":
-URL, "max_body_bytes": N}``, then ``{"id": N, "name": ..., "host": ..., "port": ...}`` or
+S, "seconds": T}``, ``{"op": "ready"}``, ``{"op": "pong"}``. Router -> front: first
+``{"config": ..., "private": URL, "max_body_bytes": N}``, then ``{"id": N, "name": ..., "host":
+..., "port": ...}`` or
 ``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}``, and
-``{"op": "config", "config": ...}`` after a reload, and
+``{"op": "config", "config": ...}`` after a reload, ``{"op": "ping"}`` every
+:data:`PING_EVERY_S` (a front silent for :data:`STALLED_AFTER_S` is killed and started again),
+and
 ``{"op": "drain"}`` when the router stops: the front stops accepting, its answers under way go
 on, and when its pipe closes (the router's grace is over) it ends those that still run, as the
 router ends its own (:meth:`~xpulaunch.llamacpp.router.proxy.Forwarder.cut`).
@@ -54,6 +57,11 @@ READY_TIMEOUT_S = 30.0
 # A front that ends after this long is started again; one that ends sooner is not (a front
 # that cannot run would otherwise be started over and over).
 RESPAWN_AFTER_S = 5.0
+# The router asks every front for a sign of life this often, and kills (and starts again) one
+# that said nothing for STALLED_AFTER_S: a stopped or wedged front keeps its listening socket,
+# and the kernel would go on handing it a share of the port's new connections, unanswered.
+PING_EVERY_S = 1.0
+STALLED_AFTER_S = 10.0
 _BACKLOG = 1024
 _LINE_LIMIT = 1 << 20  # the first message carries the config
 
@@ -108,6 +116,7 @@ class _Front:
     held: Counter[str] = field(default_factory=Counter)  # model -> requests acquired
     closed: bool = False
     started_s: float = field(default_factory=time.monotonic)
+    heard_s: float = field(default_factory=time.monotonic)  # its last message
 
 
 class Fronts:
@@ -166,29 +175,47 @@ class Fronts:
         writer.write(self._hello)
         self._fronts.append(front)
         self._keep(self._serve(front, reader))
+        self._keep(self._watch(front))
 
     def _keep(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _watch(self, front: _Front) -> None:
+        """Ping the front; kill one that stopped answering (it is then started again)."""
+        while not front.closed and not self._closing:
+            await asyncio.sleep(PING_EVERY_S)
+            silent_s = time.monotonic() - front.heard_s
+            if front.ready.done() and silent_s > STALLED_AFTER_S and not front.closed:
+                self._say(
+                    f"router front {front.number} said nothing for {silent_s:.0f} s (stopped "
+                    "or stuck); killing it"
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    front.process.kill()
+                return
+            self._reply(front, {"op": "ping"})
+
     async def _serve(self, front: _Front, reader: asyncio.StreamReader) -> None:
         slots = self._manager.slots
         try:
             while line := await reader.readline():
+                front.heard_s = time.monotonic()
                 message = json.loads(line)
                 op = message["op"]
-                if op == "acquire":
-                    self._keep(self._acquire(front, message["id"], slots[message["model"]]))
-                elif op == "release":
+                slot = slots.get(message.get("model", ""))  # None: a model a reload removed
+                if op == "acquire" and slot is None:
+                    missing = {"status": 404, "message": "no such model", "kind": "not_found"}
+                    self._reply(front, {"id": message["id"], "error": missing})
+                elif op == "acquire" and slot is not None:
+                    self._keep(self._acquire(front, message["id"], slot))
+                elif op == "release" and slot is not None:
                     front.held[message["model"]] -= 1
-                    self._manager.release(slots[message["model"]])
-                elif op == "count":
+                    self._manager.release(slot)
+                elif op == "count" and slot is not None:
                     self._on_request(
-                        slots[message["model"]],
-                        message["replica"],
-                        message["status"],
-                        message["seconds"],
+                        slot, message["replica"], message["status"], message["seconds"]
                     )
                 elif op == "ready" and not front.ready.done():
                     front.ready.set_result(None)
@@ -227,7 +254,8 @@ class Fronts:
         front.closed = True
         slots = self._manager.slots
         for model in front.held.elements():
-            self._manager.release(slots[model])
+            if model in slots:
+                self._manager.release(slots[model])
         front.held.clear()
         front.writer.close()
         if not front.ready.done():
@@ -438,6 +466,8 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
                     await _stop(site)  # no new connections
                 elif message.get("op") == "config":  # the router reloaded its config
                     models.reconfigure(_config(message["config"]))
+                elif message.get("op") == "ping":  # the router checks that we answer
+                    writer.write(b'{"op": "pong"}\n')
                 else:
                     models.answered(message)
     finally:
