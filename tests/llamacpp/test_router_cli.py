@@ -182,3 +182,22 @@ def test_llama_still_takes_its_own_arguments_and_names_serve() -> None:
     assert done.returncode == 0 and "xpulaunch llama serve --config models.toml" in done.stdout
     done = xpulaunch("llama", "serve", "--help")
     assert done.returncode == 0 and "Usage: xpulaunch llama serve [OPTIONS]" in done.stdout
+
+
+@pytest.mark.llama
+def test_a_memory_that_fits_nowhere_is_one_line(
+    model: Path, tmp_path: Path, llama_server: str
+) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.huge]\nmodel = "{model}"\nmemory = "500GiB"\n')
+    binary = cuda_shim(tmp_path / "bin", llama_server)
+    inventory = str(inventory_path("2x-h200.json"))
+    done = subprocess.run(
+        [XPULAUNCH, "llama", "serve", "--config", str(config), "--binary", binary,
+         "--inventory", inventory, "--port", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "FAKE_LLAMA_INVENTORY": inventory},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = one_line_error(done.stderr)
+    assert "[models.huge] memory 500.0 GiB: more than every GPU here together" in line, line

@@ -81,6 +81,7 @@ def make_router(
         from xpulaunch.probing.host import probe_host
 
         inventory = probe_host(env=env)
+    check_memory(checked, inventory)
     if max_body_bytes < 1:
         raise UsageError("must be at least 1 byte", option="max_body_bytes", value=max_body_bytes)
     if not 0 <= room_wait_s < float("inf"):
@@ -151,3 +152,21 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
             prepared, setup.inventory, setup.parent_env, unavailable=held
         )
     return plans
+
+
+def check_memory(config: RouterConfig, inventory: Inventory) -> None:
+    """A model's ``memory`` must fit somewhere: on one GPU (it is packed there) or on all of
+    them together (spread, whole); else one line at start, not a failed load later."""
+    from xpulaunch.core.units import format_bytes
+
+    totals = [d.memory_total_bytes for d in inventory.devices if d.memory_total_bytes]
+    if not totals:
+        return  # no GPU, or their memory is unknown: nothing to hold it against
+    for model in config.models:
+        need = model.memory_bytes
+        if need is not None and need > sum(totals):
+            raise UsageError(
+                f"{config.source}: [models.{model.id}] memory {format_bytes(need)}: more than "
+                f"every GPU here together ({format_bytes(sum(totals))}; the largest has "
+                f"{format_bytes(max(totals))})"
+            )
