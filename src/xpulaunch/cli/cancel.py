@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
 from xpulaunch.cli.hold import each_job
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import QueueError, UsageError
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("ids", nargs=-1, metavar="ID...")
+@click.argument("ids", nargs=-1, metavar="ID...", shell_complete=completer("complete_cancellable"))
 @click.option("--all", "everything", is_flag=True, help="Every job of yours that has not ended.")
 @lock_dir_option
 def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:

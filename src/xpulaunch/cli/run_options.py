@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from xpulaunch.cli.commands import completer
 from xpulaunch.cli.params import (
     ANY_PORT,
     HOST,
@@ -215,6 +216,7 @@ def plan_parameters() -> list[click.Parameter]:
     return [
         click.Option(
             ["--gpus"], default="auto", show_default=True, metavar="SPEC",
+            shell_complete=completer("complete_gpus"),
             help="auto | all | N | device=ID[,ID...] | 0,2 | none. Ids are physical indices, "
             "UUIDs, PCI addresses, CARD.TILE for one Intel tile, MIG-UUID, or vendor:ID "
             "(nvidia:0) on hosts with several vendors.",
