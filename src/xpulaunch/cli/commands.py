@@ -63,13 +63,13 @@ def load_command(name: str) -> click.Command:
 
 
 def completer(name: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
-    """The ``shell_complete`` callback ``name`` of :mod:`xpulaunch.cli.completion`, imported
-    only when the shell asks (a plain run never loads it)."""
+    """The ``shell_complete`` callback ``name`` of :mod:`xpulaunch.cli.completion_values`,
+    imported only when the shell asks (a plain run never loads it)."""
 
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        from xpulaunch.cli import completion
+        from xpulaunch.cli import completion_values
 
-        values: list[Any] = getattr(completion, name)(ctx, param, incomplete)
+        values: list[Any] = getattr(completion_values, name)(ctx, param, incomplete)
         return values
 
     return complete
