@@ -153,7 +153,8 @@ class Sampler:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-        if self._process.stdout is not None:
+        self._reader.join(timeout=5)  # it has read to the end: the child is gone
+        if self._process.stdout is not None and not self._reader.is_alive():
             self._process.stdout.close()
 
     def __enter__(self) -> Sampler:
