@@ -129,3 +129,31 @@ def test_keys_process_rows_and_history(box: QueueBox, tmux: Tmux, columns: int, 
     tmux.keys("q")
     wait_for(lambda: not tmux.alive(), "q to quit")
     box.cli("cancel", "--lock-dir", box.lock_dir, str(running))
+
+
+def test_once_json_for_scripts(box: QueueBox) -> None:
+    m = FakeMachine(box.root / "host")
+    mi300x_host(m)
+    _process(m, 4343, {3: AMDGPU_OLD}, {})
+    folder = m.sys / "bus" / "pci" / "devices" / "0000:0c:00.0" / "hwmon" / "hwmon1"
+    folder.mkdir(parents=True)
+    (folder / "temp1_input").write_text("41000\n")
+    held = box.submit("--hold", "--", "true")
+    host = {"XPULAUNCH_SYSFS_ROOT": str(m.sys), "XPULAUNCH_PROCFS_ROOT": str(m.proc)}
+    out = box.cli("top", "--once", "--json", "--lock-dir", box.lock_dir, **host).stdout
+    document = json.loads(out)
+    assert document["schema"] == "xpulaunch.top/1"
+    first, second = document["devices"]
+    assert (first["device"], first["temperature_celsius"], first["power_watts"]) == (
+        "amd 0",
+        41.0,
+        None,
+    )
+    assert [(p["pid"], p["user"], p["owner"]) for p in first["processes"]] == [(4343, "root", "-")]
+    assert second["processes"] == [] and second["temperature_celsius"] is None
+    assert [(j["ID"], j["STATE"]) for j in document["queue"]] == [(str(held), "held")]
+    done = box.cli("top", "--json", "--lock-dir", box.lock_dir, check=False)
+    assert done.returncode == 2
+    assert (
+        done.stderr == "xpulaunch: error: --json goes with --once (the live view is for people)\n"
+    )
