@@ -60,3 +60,19 @@ def test_the_child_leaves_when_the_view_is_killed(tmp_path: Path) -> None:
         if view.poll() is None:
             view.kill()
         view.communicate(timeout=30)
+
+
+def test_a_view_whose_sampler_died_says_so(tmp_path: Path) -> None:
+    from xpulaunch.cli.top import LiveView
+    from xpulaunch.leases.lock_directory import LockDirectory
+
+    _, env = _host(tmp_path)
+    with Sampler(env, 0.1) as sampler:
+        live = LiveView(
+            LockDirectory(str(tmp_path / "locks"), shared=False), env, None, sampler, ()
+        )
+        assert [d.label for d in live.frame().devices] == ["amd 0", "amd 1"]
+        os.kill(sampler.pid, signal.SIGKILL)
+        wait_for(lambda: sampler.ended() is not None, "the sampler's end")
+        notes = live.frame().notes
+        assert "devices: the sampler ended (exit status -9); restart top" in notes

@@ -335,6 +335,9 @@ class LiveView:
 
     def frame(self, *, record: bool = True) -> Frame:
         sample = None if self.sampler is None else self.sampler.latest(wait_s=10.0)
+        notes = self.notes
+        if self.sampler is not None and (status := self.sampler.ended()) is not None:
+            notes = (*notes, f"devices: the sampler ended (exit status {status}); restart top")
         frame = gather(
             self.directory,
             self.env,
@@ -344,7 +347,7 @@ class LiveView:
             view=self.view,
             history=self.history if record else None,
         )
-        return _noted(frame, self.notes)
+        return _noted(frame, notes)
 
     def key(self, key: str) -> bool:
         """Act on a key; False to quit."""

@@ -127,6 +127,10 @@ class Sampler:
     def pid(self) -> int:
         return self._process.pid
 
+    def ended(self) -> int | None:
+        """The child's exit status once it has ended (it should not, while we run)."""
+        return self._process.poll()
+
     def latest(self, wait_s: float = 0.0) -> Sample | None:
         """The newest sample; waits up to ``wait_s`` for the first one."""
         self._arrived.wait(wait_s)
