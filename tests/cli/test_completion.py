@@ -48,6 +48,8 @@ def test_commands_options_and_a_script_to_run(tmp_path: Path) -> None:
     assert complete(tmp_path, "xpulaunch trai") == ["file,trai"]
     assert complete(tmp_path, "xpulaunch train.py --gp") == ["plain,--gpus", "plain,--gpu-memory"]
     assert "plain,--port" in complete(tmp_path, "xpulaunch llama serve --po")
+    assert complete(tmp_path, "xpulaunch run --inventory inv") == ["file,inv"]
+    assert complete(tmp_path, "xpulaunch top --inventory inv") == ["file,inv"]
 
 
 def test_gpus_from_the_inventory_file(tmp_path: Path) -> None:

@@ -133,6 +133,13 @@ def _write(path: str, text: str) -> None:
         return  # a full disk: the next Tab press probes again
 
 
+def complete_file(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """A file name: the shell's own completion (``--inventory FILE``)."""
+    return [CompletionItem(incomplete, type="file")]
+
+
 # Job ids
 
 

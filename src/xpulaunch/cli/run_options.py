@@ -229,6 +229,7 @@ def plan_parameters() -> list[click.Parameter]:
         click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: the plan as JSON."),
         click.Option(
             ["--inventory"], envvar="XPULAUNCH_INVENTORY", metavar="FILE", show_envvar=True,
+            shell_complete=completer("complete_file"),
             help="Use this inventory document instead of probing this host.",
         ),
         click.Option(

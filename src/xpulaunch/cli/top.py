@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
 from xpulaunch.cli.terminal import output_width
 from xpulaunch.cli.top_keys import HELP, View, keeps, on_key
 from xpulaunch.cli.top_view import DeviceRow, Frame, History, ProcessRow, render, sorted_processes
@@ -55,6 +55,7 @@ KEY_POLL_MS = 100  # how often a key press is looked for between refreshes
     "--inventory",
     envvar="XPULAUNCH_INVENTORY",
     metavar="FILE",
+    shell_complete=completer("complete_file"),
     help="Show this inventory document's devices instead of probing [env: XPULAUNCH_INVENTORY].",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --once: the frame as JSON.")
