@@ -223,3 +223,31 @@ def test_tab_in_bash(bash: Bash, tmp_path: Path) -> None:
     bash.type("--gpus device=0,", "Tab")
     wait_for(lambda: bash.last_line() == "$ xpulaunch train_me.py --gpus device=0,1", "a device id")
     bash("send-keys", "-t", "sh", "C-u")
+
+
+def test_tab_in_zsh(tmp_path: Path) -> None:
+    """zsh's own completion system (compinit) with the script of ``completion zsh``."""
+    if shutil.which("tmux") is None or shutil.which("zsh") is None:
+        pytest.skip("tmux or zsh is not installed")
+    (tmp_path / "train_me.py").write_text("print('hi')\n")
+    shell = Bash(tmp_path / "tmux.sock")
+    env = _env(tmp_path, HOME=str(tmp_path), XPULAUNCH_INVENTORY=TWO, TERM="screen")
+    env["PATH"] = f"{XPULAUNCH.parent}{os.pathsep}{env.get('PATH', '')}"
+    command = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), "zsh", "-f"]
+    shell("new-session", "-d", "-s", "sh", "-x", "120", "-y", "30", "--", *command)
+    try:
+        setup = (
+            'PS1="$ "; autoload -Uz compinit && compinit -u && eval "$(xpulaunch completion zsh)"'
+        )
+        shell.type(f"cd {tmp_path} && {setup}", "Enter")
+        wait_for(lambda: shell.last_line().strip() == "$", "the prompt after sourcing")
+        shell.type("xpulaunch train_m", "Tab")
+        wait_for(lambda: shell.last_line().startswith("$ xpulaunch train_me.py"), "a script")
+        shell.type("--gpus device=0,", "Tab")
+        wait_for(
+            lambda: shell.last_line() == "$ xpulaunch train_me.py --gpus device=0,1", "a device id"
+        )
+    finally:
+        subprocess.run(
+            ["tmux", "-S", shell.socket, "kill-server"], capture_output=True, check=False
+        )
