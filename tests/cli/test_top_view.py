@@ -111,3 +111,59 @@ def test_frames_are_not_cut_without_a_width() -> None:
     assert lines[-1].endswith("x" * 60) or lines[-2].endswith("x" * 60)
     cut_lines = [line.text for line in render(frame(3), 60)]
     assert cut_lines[0].endswith("…") and all(len(line) <= 60 for line in cut_lines)
+
+
+def test_sparkline_history_and_process_rows() -> None:
+    from xpulaunch.cli.top_view import History, ProcessRow, sorted_processes, sparkline
+
+    assert sparkline([0.0, 50.0, 100.0, None, 250.0], 100.0) == "▁▅█ █"
+    history = History(samples=3)
+    for util in (10.0, 20.0, 30.0, 40.0):
+        history.record("k", util, 1, 4)
+    assert history.of("k") == ((20.0, 30.0, 40.0), (0.25, 0.25, 0.25))
+    rows = (ProcessRow(9, "bob", "-", 1 * GIB, "a"), ProcessRow(3, "al", "job 2", 5 * GIB, "b"))
+    assert [r.pid for r in sorted_processes(rows, "memory")] == [3, 9]
+    assert [r.pid for r in sorted_processes(rows, "pid")] == [3, 9]
+    assert [r.user for r in sorted_processes(rows, "user")] == ["al", "bob"]
+    device = DeviceRow(
+        "amd 0",
+        None,
+        0,
+        64 * GIB,
+        5.0,
+        processes=rows,
+        temperature_celsius=41.0,
+        power_watts=153.4,
+        utilization_history=(0.0, 100.0),
+        memory_history=(0.0, 0.5),
+    )
+    lines = [line.text for line in render(Frame("t", devices=(device,), legend="keys"), 80, 10)]
+    assert lines[3].split() == ["util", "▁█", "mem", "▁▅", "41°C", "153", "W"]
+    assert lines[4].split() == ["└", "9", "bob", "-", "1.0", "GiB", "a"]
+    assert lines[-1] == "keys"
+
+
+def test_keys() -> None:
+    from xpulaunch.cli.top_keys import Action, View, keeps, on_key
+
+    def press(view: View, keys: str) -> tuple[View, Action | None]:
+        action = None
+        for key in keys:
+            view, action = on_key(view, key)
+        return view, action
+
+    assert press(View(), "q") == (View(), Action("quit"))
+    assert press(View(), "ss")[0].sort == "user"
+    view, _ = press(View(), "fmine\n")
+    assert (
+        view.filter == "mine" and keeps(view, "al", "-", "al") and not keeps(view, "bo", "-", "al")
+    )
+    view, _ = press(View(), "f17\n")
+    assert view.filter == "job 17" and keeps(view, "x", "job 17", "al")
+    assert press(View(), "f17\x1b")[0] == View()  # Esc leaves the prompt
+    assert press(View(), "fq")[0].typed == "q"  # q is typed into a prompt, not quitting
+    assert press(View(), "c12\ny") == (View(), Action("cancel", 12))
+    assert press(View(), "c12\nn")[0].message == "job 12 not cancelled"
+    assert press(View(), "cx\n")[0].message == "x: not a job id"
+    assert press(View(), "\t")[0].queue is False and press(View(), "?x")[0] == View()
+    assert press(View(), "c12\n")[0].legend() == "cancel job 12? y/n"

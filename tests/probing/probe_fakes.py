@@ -408,6 +408,7 @@ class FakeNvml:
     NVML_ERROR_DRIVER_NOT_LOADED = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
+    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
 
     def __init__(
         self, gpus: list[dict[str, Any]], *, init_error: int | None = None, v2: bool = True
@@ -460,6 +461,18 @@ class FakeNvml:
         if h.get("util_error") is not None:
             raise pynvml.NVMLError(h["util_error"])
         return _Struct(gpu=h.get("util", 0), memory=0)
+
+    def nvmlDeviceGetTemperature(self, h: dict[str, Any], sensor: int) -> int:
+        """``temp`` (°C) of the GPU dict; "Not Supported" without one, as some boards say."""
+        if sensor != pynvml.NVML_TEMPERATURE_GPU or "temp" not in h:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(h["temp"])
+
+    def nvmlDeviceGetPowerUsage(self, h: dict[str, Any]) -> int:
+        """``power_mw`` of the GPU dict (NVML's milliwatts)."""
+        if "power_mw" not in h:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(h["power_mw"])
 
     def nvmlDeviceGetMigMode(self, h: dict[str, Any]) -> list[int]:
         if h.get("mig") is None:

@@ -40,9 +40,11 @@ def test_top_links_devices_to_holders_and_other_processes(tmp_path: Path) -> Non
     assert "python3 train.py" not in rows["intel 0"]  # the lease's worker is the holder's
     amd = out.stdout.splitlines().index(rows["amd 0"])
     assert rows["amd 0"].endswith("  -")
-    assert [line.strip() for line in out.stdout.splitlines()[amd + 1 : amd + 3]] == [
-        "other: pid 4343  root  python3 train.py (0.0 GiB)",
-        "other: pid 4444  root  python3 train.py (0.0 GiB)",
+    # every process on the device gets a row: pid, user, its job (an xpulaunch launch's
+    # variable that names no queue job: "xpulaunch"), memory, command
+    assert [line.split() for line in out.stdout.splitlines()[amd + 1 : amd + 3]] == [
+        ["└", "4343", "root", "-", "0.0", "GiB", "python3", "train.py"],
+        ["└", "4444", "root", "xpulaunch", "0.0", "GiB", "python3", "train.py"],
     ]
     assert "not listed" not in out.stdout
     lease.release()

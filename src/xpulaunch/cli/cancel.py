@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
 from xpulaunch.cli.hold import each_job
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import QueueError, UsageError
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("ids", nargs=-1, metavar="ID...")
+@click.argument("ids", nargs=-1, metavar="ID...", shell_complete=completer("complete_cancellable"))
 @click.option("--all", "everything", is_flag=True, help="Every job of yours that has not ended.")
 @lock_dir_option
 def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
@@ -35,15 +35,23 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
     store = Store.open(directory, env, create=False)
     if store is None:
         if everything:
-            return 0
+            return _nothing_to_cancel(directory)
         numbers = [i for i in wanted if isinstance(i, int)]
         if numbers:
             raise QueueError(f"no job {numbers[0]}: {directory.root} has no queue")
     with store or contextlib.nullcontext():
         if everything and store is not None:
             wanted = [j.id for j in store.jobs() if j.uid == os.getuid()]
+            if not wanted:
+                return _nothing_to_cancel(directory)
         failed = each_job(wanted, lambda job_id: _cancel(directory, store, job_id, everything))
     return 1 if failed else 0
+
+
+def _nothing_to_cancel(directory: LockDirectory) -> int:
+    """``cancel --all`` that found no job: said, so that silence never reads as done."""
+    click.echo(f"no job of yours to cancel in {directory.root}")
+    return 0
 
 
 def _cancel(

@@ -27,7 +27,30 @@ COMMANDS = {
     "release": "xpulaunch.cli.hold:release",
     "runner": "xpulaunch.cli.runner:runner",
     "top": "xpulaunch.cli.top:top",
+    "completion": "xpulaunch.cli.completion:completion",
 }
+
+# What shell completion says of each command (zsh and fish show it beside the name), here so
+# that completing a command name imports no command module.
+SUMMARIES = {
+    "run": "launch PROGRAM on chosen devices and supervise it",
+    "devices": "list accelerators",
+    "llama": "a llama-server pinned to chosen devices ('llama serve': the router)",
+    "status": "device leases and launches waiting for devices",
+    "config": "the config files and what they set",
+    "logs": "a queued job's or a run's log files",
+    "torchrun": "torchrun's options, then xpulaunch's supervision",
+    "submit": "queue PROGRAM to run when its devices are free",
+    "queue": "the queued, running and ended jobs",
+    "cancel": "cancel jobs of yours",
+    "hold": "keep queued jobs of yours from starting",
+    "release": "let held jobs of yours start",
+    "runner": "the runner that starts your queued jobs",
+    "top": "live view of devices, their jobs and the queue",
+    "completion": "print the shell completion script",
+}
+
+COMPLETE_VAR = "_XPULAUNCH_COMPLETE"  # click's protocol: _{PROG_NAME}_COMPLETE
 
 
 def load_command(name: str) -> click.Command:
@@ -37,6 +60,19 @@ def load_command(name: str) -> click.Command:
     if not isinstance(command, click.Command):
         raise TypeError(f"{COMMANDS[name]} is not a click command")
     return command
+
+
+def completer(name: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
+    """The ``shell_complete`` callback ``name`` of :mod:`xpulaunch.cli.completion_values`,
+    imported only when the shell asks (a plain run never loads it)."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from xpulaunch.cli import completion_values
+
+        values: list[Any] = getattr(completion_values, name)(ctx, param, incomplete)
+        return values
+
+    return complete
 
 
 F = TypeVar("F", bound=Callable[..., Any])

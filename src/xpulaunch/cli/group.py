@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from xpulaunch import __version__
-from xpulaunch.cli.commands import COMMANDS, CONTEXT_SETTINGS, load_command
+from xpulaunch.cli.commands import COMMANDS, CONTEXT_SETTINGS, SUMMARIES, load_command
 from xpulaunch.errors import UsageError
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 DEFAULT_COMMAND = "run"
 
@@ -31,6 +35,18 @@ class DefaultRunGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return load_command(cmd_name) if cmd_name in COMMANDS else None
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Command names from :data:`COMMANDS` (importing none of them); the group's options
+        for ``-...``; else a file: ``xpulaunch tra<TAB>`` is a script to run."""
+        from click.shell_completion import CompletionItem
+
+        if incomplete.startswith("-"):
+            return super().shell_complete(ctx, incomplete)
+        names = [n for n in sorted(COMMANDS) if n.startswith(incomplete)]
+        if names:
+            return [CompletionItem(n, help=SUMMARIES.get(n)) for n in names]
+        return [CompletionItem(incomplete, type="file")]
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -43,12 +59,14 @@ class DefaultRunGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args:  # the whole help, as `--help` shows it, rather than a usage error
+        if not args and not ctx.resilient_parsing:  # (resilient: completing the first word)
+            # the whole help, as `--help` shows it, rather than a usage error
             click.echo(ctx.get_help())
             ctx.exit(0)
         first = after_profile(args)  # `xpulaunch -p big train.py` runs train.py too
         if first < len(args) and args[first] not in {*COMMANDS, *self._option_names(ctx)}:
-            refuse_mistyped_command(args[first])
+            if not ctx.resilient_parsing:  # completion: a word being typed is no mistake yet
+                refuse_mistyped_command(args[first])
             args = [*args[:first], DEFAULT_COMMAND, *args[first:]]
         return super().parse_args(ctx, args)
 

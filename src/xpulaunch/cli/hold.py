@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import click
 
-from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import QueueError, UsageError
 from xpulaunch.jobqueue import actions
@@ -57,7 +57,9 @@ def each_job(ids: Sequence[_Id], act: Callable[[_Id], str]) -> int:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@click.argument(
+    "ids", nargs=-1, required=True, metavar="ID...", shell_complete=completer("complete_holdable")
+)
 @lock_dir_option
 def hold(ids: tuple[str, ...], lock_dir: str | None) -> int:
     """Keep queued jobs of yours from starting (they keep their place)."""
@@ -65,7 +67,9 @@ def hold(ids: tuple[str, ...], lock_dir: str | None) -> int:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@click.argument(
+    "ids", nargs=-1, required=True, metavar="ID...", shell_complete=completer("complete_held")
+)
 @lock_dir_option
 def release(ids: tuple[str, ...], lock_dir: str | None) -> int:
     """Let held jobs of yours start again."""

@@ -155,6 +155,7 @@ def _serve(
     config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any]
 ) -> int:
     from xpulaunch.launch.operations import open_events
+    from xpulaunch.processes import sd_notify
     from xpulaunch.processes.signals import FORWARDED, forwarding
 
     stream = open_events(options["events"])
@@ -168,6 +169,7 @@ def _serve(
             url = router.start()
             ids = ", ".join(router.config.ids)
             click.echo(f"xpulaunch: serving {ids} at {url}/v1 (models load on first use)")
+            sd_notify.ready(f"serving {ids} at {url}/v1", env)  # Type=notify: port bound
             status = router.wait()
     finally:
         if stream is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from xpulaunch.cli.commands import CONTEXT_SETTINGS
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
 from xpulaunch.cli.job_logs import is_job_id, job_log_dir
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import UsageError
@@ -31,7 +31,13 @@ FOLLOW_INTERVAL_S = 0.5  # how often -f looks for new lines (tail -f looks every
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("run_dir", metavar="[RUN]", required=False, envvar="XPULAUNCH_LOG_DIR")
+@click.argument(
+    "run_dir",
+    metavar="[RUN]",
+    required=False,
+    envvar="XPULAUNCH_LOG_DIR",
+    shell_complete=completer("complete_run"),
+)
 @click.option("--rank", "ranks", metavar="LIST", help="Only these workers, e.g. 0 or 0,2.")
 @click.option("--attempt", type=click.IntRange(min=0), help="Which attempt (default: the last).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run ends.")

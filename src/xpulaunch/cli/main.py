@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from xpulaunch.cli.commands import COMPLETE_VAR
 from xpulaunch.cli.group import cli
 from xpulaunch.errors import XpulaunchError
 
@@ -53,7 +54,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _invoke(args: list[str]) -> object:
     """Parse and run one command line. Not ``cli.main``: that turns a closed pipe into exit
-    status 1, and prints errors in click's own several-line form."""
+    status 1, and prints errors in click's own several-line form. Its completion hook is
+    honoured here instead (``_XPULAUNCH_COMPLETE``, as ``cli.main`` would)."""
+    instruction = os.environ.get(COMPLETE_VAR)
+    if instruction:  # the shell's completion script calling back (click's own protocol)
+        from xpulaunch.cli.completion import complete
+
+        return complete(instruction)
     with cli.make_context("xpulaunch", args) as ctx:
         return cli.invoke(ctx)
 

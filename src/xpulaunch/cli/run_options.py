@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from xpulaunch.cli.commands import completer
 from xpulaunch.cli.params import (
     ANY_PORT,
     HOST,
@@ -216,6 +217,7 @@ def plan_parameters() -> list[click.Parameter]:
     return [
         click.Option(
             ["--gpus"], default="auto", show_default=True, metavar="SPEC",
+            shell_complete=completer("complete_gpus"),
             help="auto | all | N | device=ID[,ID...] | 0,2 | none. Ids are physical indices, "
             "UUIDs, PCI addresses, CARD.TILE for one Intel tile, MIG-UUID, or vendor:ID "
             "(nvidia:0) on hosts with several vendors.",
@@ -228,6 +230,7 @@ def plan_parameters() -> list[click.Parameter]:
         click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: the plan as JSON."),
         click.Option(
             ["--inventory"], envvar="XPULAUNCH_INVENTORY", metavar="FILE", show_envvar=True,
+            shell_complete=completer("complete_file"),
             help="Use this inventory document instead of probing this host.",
         ),
         click.Option(

@@ -1,8 +1,8 @@
 """``xpulaunch runner [--foreground] [--idle-exit S]``: start this user's queue runner.
 
 ``submit`` starts one on demand (it leaves after five idle minutes); under systemd run it in
-the foreground (``Type=simple``; it stops on SIGTERM, and the jobs it started keep running
-for the next runner to adopt).
+the foreground (``Type=notify``: it says READY=1 once it serves; examples/systemd/). It stops
+on SIGTERM, and the jobs it started keep running for the next runner to adopt.
 """
 
 from __future__ import annotations

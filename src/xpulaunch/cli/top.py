@@ -12,26 +12,31 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.terminal import cut, output_width
-from xpulaunch.cli.top_view import DeviceRow, Frame, render
+from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
+from xpulaunch.cli.terminal import output_width
+from xpulaunch.cli.top_keys import HELP, View, keeps, on_key
+from xpulaunch.cli.top_view import DeviceRow, Frame, History, ProcessRow, render, sorted_processes
 from xpulaunch.cli.waiting import lock_dir_option
-from xpulaunch.errors import XpulaunchError
+from xpulaunch.errors import UsageError, XpulaunchError
 from xpulaunch.jobqueue import actions, listing
 from xpulaunch.jobqueue.policy import Job, JobState, short_devices
 from xpulaunch.leases.lock_directory import LockDirectory
 from xpulaunch.leases.lock_files import HolderInfo
 from xpulaunch.leases.manager import StatusReport
 from xpulaunch.model import Device, Inventory
+
+if TYPE_CHECKING:
+    from xpulaunch.probing.sampler import Sample, Sampler
 
 KEY_POLL_MS = 100  # how often a key press is looked for between refreshes
 
@@ -50,20 +55,31 @@ KEY_POLL_MS = 100  # how often a key press is looked for between refreshes
     "--inventory",
     envvar="XPULAUNCH_INVENTORY",
     metavar="FILE",
+    shell_complete=completer("complete_file"),
     help="Show this inventory document's devices instead of probing [env: XPULAUNCH_INVENTORY].",
 )
+@click.option("--json", "as_json", is_flag=True, help="With --once: the frame as JSON.")
 @lock_dir_option
-def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None) -> int:
-    """Live view of devices, the jobs holding them, and the queue (q quits)."""
+def top(
+    once: bool, interval: float, inventory: str | None, as_json: bool, lock_dir: str | None
+) -> int:
+    """Live view of devices, their processes and jobs, and the queue (? lists the keys)."""
     env = dict(os.environ)
     directory = actions.queue_directory(lock_dir, env)
-    loaded = None  # the file's devices, read once; else the host is probed at each refresh
+    if as_json and not once:
+        raise UsageError("--json goes with --once (the live view is for people)")
+    loaded = None  # the file's devices, read once; else the host is sampled at each refresh
     if inventory is not None:
         from xpulaunch.api import load_inventory
 
         loaded = load_inventory(inventory)
     if once:
-        lines = render(gather(directory, env, loaded), output_width())
+        taken = _probe_once(env) if loaded is None else None
+        frame = gather(directory, env, loaded, sample=taken)
+        if as_json:
+            click.echo(json.dumps(frame_document(frame), indent=2))
+            return 0
+        lines = render(frame, output_width())
         click.echo("\n".join(line.text for line in lines))
         return 0
     if not sys.stdout.isatty():
@@ -76,8 +92,15 @@ def top(once: bool, interval: float, inventory: str | None, lock_dir: str | None
         )
     drawn_as = drawable_term(term)
     notes = () if drawn_as == term else (f"TERM={term}: no terminfo here; drawn as {drawn_as}",)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
-        _live(lambda: _noted(gather(directory, env, loaded, live=True), notes), interval, drawn_as)
+    with contextlib.ExitStack() as stack:
+        sampler = None
+        if loaded is None:  # one sampler for the whole view (probing/sampler.py says why)
+            from xpulaunch.probing.sampler import Sampler
+
+            sampler = stack.enter_context(Sampler(env, interval))
+        live = LiveView(directory, env, loaded, sampler, notes)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C quits as q does
+            _live(live, interval, drawn_as)
     return 0
 
 
@@ -109,40 +132,81 @@ def _noted(frame: Frame, notes: tuple[str, ...]) -> Frame:
 
 
 def gather(
-    directory: LockDirectory, env: Mapping[str, str], loaded: Inventory | None, live: bool = False
+    directory: LockDirectory,
+    env: Mapping[str, str],
+    loaded: Inventory | None,
+    live: bool = False,
+    *,
+    sample: Sample | None = None,
+    view: View | None = None,
+    history: History | None = None,
 ) -> Frame:
-    """One frame: the devices (``loaded``, else probed now), the leases and the queue as they
-    are now. A ``live`` one's title says first that q quits (the end of a title may be cut)."""
+    """One frame: the devices (``loaded``, else the ``sample``'s), the leases and the queue
+    as they are now; with a ``view`` (the live one), its sort, filter and legend."""
     notes: list[str] = []
     try:
         snapshot = listing.take(directory, env)
     except XpulaunchError as exc:  # a locked database: say so, keep showing the devices
         notes.append(f"queue: {exc.cli_message()}")
         snapshot = listing.Snapshot(str(directory.root), directory.shared, time.time())
-    if loaded is None:
-        from xpulaunch.probing.host import probe_from_env
-
-        inventory = probe_from_env(env)
-        processes = _processes(inventory, env, _holding_jobs(snapshot.leases), notes)
+    view = view or View()
+    if loaded is None and sample is not None:
+        inventory = sample.inventory
+        processes = _process_rows(sample, snapshot, view)
+        notes += list(sample.problems[:2])
+    elif loaded is None:
+        inventory, processes = Inventory(devices=()), {}
+        notes.append("devices: waiting for the first sample")
     else:
         inventory, processes = loaded, {}
         notes.append("processes: not listed (the devices come from an inventory file)")
     by_pid = {j.pid: j for j in snapshot.jobs if j.pid and j.state in _HOLDING}
-    rows = tuple(
-        _device_row(d, snapshot.leases, by_pid, processes.get(d.key, ())) for d in inventory.devices
-    )
+    rows = []
+    for device in inventory.devices:
+        row = _device_row(device, snapshot.leases, by_pid, ())
+        if history is not None:
+            history.record(
+                device.key,
+                device.utilization_percent,
+                device.memory_used_bytes,
+                device.memory_total_bytes,
+            )
+            util, memory = history.of(device.key)
+            row = dataclasses.replace(row, utilization_history=util, memory_history=memory)
+        rows.append(
+            dataclasses.replace(
+                row,
+                processes=sorted_processes(processes.get(device.key, ()), view.sort),
+                temperature_celsius=_reading(device, "temperature_celsius"),
+                power_watts=_reading(device, "power_watts"),
+            )
+        )
     runners = ", ".join(f"{u} pid {p}" for u, p in listing.runner_names(snapshot).items())
     kind = "shared" if directory.shared else "private"
-    title = f"xpulaunch top{' (q quits)' if live else ''}  {time.strftime('%H:%M:%S')}"
+    title = f"xpulaunch top  {time.strftime('%H:%M:%S')}"
     title += f"  {directory.root} ({kind})  runner: {runners or 'none'}"
     return Frame(
         title=title,
-        devices=rows,
+        devices=tuple(rows),
         queue_summary=_summary(snapshot),
         queue_header=listing.HEADER,
-        queue_rows=tuple(listing.table_rows(snapshot)),
+        queue_rows=tuple(listing.table_rows(snapshot)) if view.queue else (),
         notes=tuple(notes),
+        legend=view.legend() if live else "",
+        extra=HELP if view.help else (() if view.queue else ("(queue hidden: Tab shows it)",)),
     )
+
+
+def _reading(device: Device, key: str) -> float | None:
+    value = device.extra.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _probe_once(env: Mapping[str, str]) -> Sample:
+    """``--once`` on this host: one sample taken here (a short-lived process may load NVML)."""
+    from xpulaunch.probing.sampler import sample_here
+
+    return sample_here(env)
 
 
 _HOLDING = (JobState.STARTING, JobState.RUNNING)
@@ -187,42 +251,64 @@ def _holder(holder: HolderInfo | None, jobs: Mapping[int, Job], key: str, device
     return f"{part}pid {holder.pid}  {holder.user}  {holder.command(60)}"
 
 
-def _holding_jobs(report: StatusReport | None) -> set[tuple[str, str]]:
-    """(device key, job id) of every lease and slot: whose processes a holder line names."""
-    if report is None:
-        return set()
-    return {(key.split("/")[0], holder.job_id) for key, holder in report.holders()}
-
-
-def _processes(
-    inventory: Inventory,
-    env: Mapping[str, str],
-    holding: set[tuple[str, str]],
-    notes: list[str],
-) -> dict[str, list[str]]:
-    """Processes using each device (probed hosts only): pid, user, memory, command. Those of
-    a job that holds the device are left to its holder line; any other is listed, an
-    xpulaunch job's too (a device its job did not lease, or an ``XPULAUNCH_JOB_ID`` a shell
-    kept after its job)."""
-    if not inventory.devices:
-        return {}
-    from xpulaunch.probing.gpu_processes import gpu_processes
-
-    found, problems = gpu_processes(
-        inventory.devices, proc_root=env.get("XPULAUNCH_PROCFS_ROOT") or "/proc"
-    )
-    notes += [str(p) for p in problems[:2]]
-    per_device: dict[str, list[str]] = {}
-    for process in found:
-        if (process.device_key, process.job_id) in holding:
+def _process_rows(
+    sample: Sample, snapshot: listing.Snapshot, view: View
+) -> dict[str, list[ProcessRow]]:
+    """Each device's processes: pid, user, the queue job (by its lease's job id) or the
+    model a llama-server serves, memory, command; those the view's filter keeps."""
+    by_lease = {j.lease_job: j.id for j in snapshot.jobs if j.lease_job}
+    me = actions.user_name(os.getuid())
+    rows: dict[str, list[ProcessRow]] = {}
+    for process in sample.processes:
+        owner = _owner(process.job_id, process.command or "", by_lease)
+        if not keeps(view, process.user, owner, me):
             continue
-        memory = (
-            "" if process.memory_bytes is None else f" ({process.memory_bytes / 1024**3:.1f} GiB)"
+        command = process.command or "?"
+        row = ProcessRow(process.pid, process.user, owner, process.memory_bytes, command)
+        rows.setdefault(process.device_key, []).append(row)
+    return rows
+
+
+def _owner(job_id: str | None, command: str, by_lease: Mapping[str, int]) -> str:
+    if job_id is not None and job_id in by_lease:
+        return f"job {by_lease[job_id]}"
+    words = command.split()
+    if words and os.path.basename(words[0]).startswith("llama-server"):
+        for flag in ("--alias", "-a", "--model", "-m"):
+            if flag in words[:-1]:
+                return "model " + os.path.basename(words[words.index(flag) + 1])
+    return "xpulaunch" if job_id is not None else "-"
+
+
+def frame_document(frame: Frame) -> dict[str, object]:
+    """``top --once --json``: what the frame shows, as data."""
+    devices = []
+    for d in frame.devices:
+        devices.append(
+            {
+                "device": d.label,
+                "name": d.name,
+                "memory_used_bytes": d.memory_used_bytes,
+                "memory_total_bytes": d.memory_total_bytes,
+                "utilization_percent": d.utilization_percent,
+                "temperature_celsius": d.temperature_celsius,
+                "power_watts": d.power_watts,
+                "held_by": list(d.holders),
+                "processes": [dataclasses.asdict(p) for p in d.processes],
+            }
         )
-        command = cut(process.command or "?", 50)
-        text = f"pid {process.pid}  {process.user or '?'}  {command}{memory}"
-        per_device.setdefault(process.device_key, []).append(text)
-    return per_device
+    queue: list[dict[str, str | None]] = []
+    for cells, reason in frame.queue_rows:
+        queue.append(
+            {**dict(zip(frame.queue_header, cells, strict=True)), "reason": reason or None}
+        )
+    return {
+        "schema": "xpulaunch.top/1",
+        "devices": devices,
+        "queue": queue,
+        "queue_summary": frame.queue_summary,
+        "notes": list(frame.notes),
+    }
 
 
 def _summary(snapshot: listing.Snapshot) -> str:
@@ -232,7 +318,62 @@ def _summary(snapshot: listing.Snapshot) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "empty"
 
 
-def _live(frame: Callable[[], Frame], interval_s: float, term: str) -> None:
+class LiveView:
+    """What the live view keeps between frames: the sampler, the histories, the key state."""
+
+    def __init__(
+        self,
+        directory: LockDirectory,
+        env: Mapping[str, str],
+        loaded: Inventory | None,
+        sampler: Sampler | None,
+        notes: tuple[str, ...],
+    ) -> None:
+        self.directory, self.env, self.loaded, self.sampler = directory, env, loaded, sampler
+        self.notes = notes
+        self.view = View()
+        self.history = History()
+
+    def frame(self, *, record: bool = True) -> Frame:
+        sample = None if self.sampler is None else self.sampler.latest(wait_s=10.0)
+        notes = self.notes
+        if self.sampler is not None and (status := self.sampler.ended()) is not None:
+            notes = (*notes, f"devices: the sampler ended (exit status {status}); restart top")
+        frame = gather(
+            self.directory,
+            self.env,
+            self.loaded,
+            live=True,
+            sample=sample,
+            view=self.view,
+            history=self.history if record else None,
+        )
+        return _noted(frame, notes)
+
+    def key(self, key: str) -> bool:
+        """Act on a key; False to quit."""
+        self.view, action = on_key(self.view, key)
+        if action is None:
+            return True
+        if action.kind == "quit":
+            return False
+        self.view = dataclasses.replace(self.view, message=self._cancel(action.job_id or 0))
+        return True
+
+    def _cancel(self, job_id: int) -> str:
+        from xpulaunch.jobqueue.store import Store
+
+        try:
+            store = Store.open(self.directory, self.env, create=False)
+            if store is None:
+                return f"no job {job_id}: {self.directory.root} has no queue"
+            with store:
+                return actions.cancel(self.directory, store, job_id)
+        except XpulaunchError as exc:
+            return exc.cli_message()
+
+
+def _live(live: LiveView, interval_s: float, term: str) -> None:
     import curses
     import locale
 
@@ -240,28 +381,41 @@ def _live(frame: Callable[[], Frame], interval_s: float, term: str) -> None:
     # curses.initscr() takes the terminal type from TERM in this process's environment, and
     # Python has no newterm() to give it another: a fallback type has to be put there.
     os.environ["TERM"] = term
-    curses.wrapper(_loop, frame, interval_s)
+    curses.wrapper(_loop, live, interval_s)
 
 
-def _loop(screen: Any, frame: Callable[[], Frame], interval_s: float) -> None:
+def _loop(screen: Any, live: LiveView, interval_s: float) -> None:
     import curses
 
     with contextlib.suppress(curses.error):  # a terminal without an invisible cursor
         curses.curs_set(0)
     screen.timeout(KEY_POLL_MS)
-    current = frame()
+    current = live.frame()
     next_s = time.monotonic() + interval_s
     _draw(screen, current)
     while True:
         key = screen.getch()
-        if key in (ord("q"), ord("Q")):
-            return
+        if key == curses.KEY_RESIZE:
+            _draw(screen, current)
+        elif key != -1:
+            if not live.key(_key_text(key)):
+                return
+            current = live.frame(record=False)  # the key's effect at once, no new sample
+            _draw(screen, current)
         if time.monotonic() >= next_s:
-            current = frame()
+            current = live.frame()
             next_s = time.monotonic() + interval_s
             _draw(screen, current)
-        elif key == curses.KEY_RESIZE:
-            _draw(screen, current)
+
+
+def _key_text(key: int) -> str:
+    import curses
+
+    if key in (curses.KEY_ENTER, 10, 13):
+        return "\n"
+    if key in (curses.KEY_BACKSPACE, 127, 8):
+        return "\x7f"
+    return chr(key) if 0 <= key < 0x110000 else ""
 
 
 def _draw(screen: Any, current: Frame) -> None:

@@ -45,6 +45,7 @@ from xpulaunch.jobqueue.policy import Job, JobState, never_runs, next_to_start
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.jobqueue.user_store import StoreFull
 from xpulaunch.leases.lock_directory import LockDirectory
+from xpulaunch.processes import sd_notify
 
 STARTING_POLL_S = 0.05  # while a run starts: how soon its lease is seen
 WAITING_POLL_S = 0.1  # while a run waits in the lease line
@@ -108,6 +109,7 @@ class Runner:
     def _serve(self, store: Store) -> None:
         self._say(f"runner pid {os.getpid()} serves {self.directory.root}")
         self._adopt(store)
+        sd_notify.ready(f"serving {self.directory.root}", self.env)  # Type=notify: ready
         idle_since_s = time.monotonic()
         failures = 0
         while not self._stopping:

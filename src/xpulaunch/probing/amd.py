@@ -32,7 +32,7 @@ from xpulaunch.probing.parsers.amd import (
 )
 from xpulaunch.probing.parsers.common import ParseError, percent
 from xpulaunch.probing.runner import RunResult
-from xpulaunch.probing.sysfs import PciGpu, read_int, read_text
+from xpulaunch.probing.sysfs import PciGpu, hwmon_readings, read_int, read_text
 
 # The SMI tools may honour the ROCm visibility variables (not verified); we want every
 # physical GPU.
@@ -89,7 +89,7 @@ def _from_sysfs(gpu: PciGpu, result: VendorResult) -> Observation | None:
         memory_total_bytes=read_int(os.path.join(gpu.path, "mem_info_vram_total"), problems),
         memory_used_bytes=read_int(os.path.join(gpu.path, "mem_info_vram_used"), problems),
         utilization_percent=percent(busy),
-        extra=gpu.facts(),
+        extra={**gpu.facts(), **hwmon_readings(gpu.path)},
     )
 
 

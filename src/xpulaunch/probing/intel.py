@@ -19,7 +19,7 @@ from xpulaunch.probing.gpu_processes import drm_memory_in_use
 from xpulaunch.probing.levelzero import import_pyzes, probe_pyzes
 from xpulaunch.probing.observe import Observation, merge
 from xpulaunch.probing.parsers.intel import PRODUCTS, is_discrete
-from xpulaunch.probing.sysfs import PciGpu, count_tiles, read_int
+from xpulaunch.probing.sysfs import PciGpu, count_tiles, hwmon_readings, read_int
 from xpulaunch.probing.torchxpu import match_torch, probe_torch_xpu, torch_observation
 from xpulaunch.probing.xpusmi import probe_xpu_smi
 
@@ -78,7 +78,7 @@ def _from_sysfs(ctx: ProbeContext, gpu: PciGpu, result: VendorResult) -> Observa
         tiles=tiles or table_tiles or (1 if integrated else None),
         memory_total_bytes=total,
         memory_used_bytes=used,
-        extra=gpu.facts(),
+        extra={**gpu.facts(), **hwmon_readings(gpu.path)},
     )
 
 

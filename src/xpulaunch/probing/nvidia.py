@@ -30,8 +30,10 @@ from xpulaunch.probing.parsers.nvidia import (
 from xpulaunch.probing.sysfs import PciGpu
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import Any
+
+    from xpulaunch.model import Device
 
 _Found = tuple[list[Observation] | None, list[Problem], bool]  # (devices, problems, absent)
 
@@ -305,6 +307,43 @@ def _nvml_utilization(nvml: Any, handle: Any, where: str, problems: list[Problem
         if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
             problems.append(Problem("nvml", f"utilisation unavailable: {exc}", where))
         return None
+
+
+def nvml_sensors(
+    nvml: Any, devices: Sequence[Device]
+) -> tuple[dict[str, dict[str, float]], list[Problem]]:
+    """Each NVIDIA device's ``temperature_celsius`` (the GPU die) and ``power_watts`` (NVML
+    gives milliwatts), by device key, where the board reports them ("Not Supported" leaves
+    one out, as for utilisation). Not part of the probe, which a launch pays for: the
+    sampler of ``xpulaunch top`` asks, with NVML already open."""
+    keys = {d.pci_bus_id: d.key for d in devices if d.vendor is Vendor.NVIDIA and d.pci_bus_id}
+    found: dict[str, dict[str, float]] = {}
+    problems: list[Problem] = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            bus = normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+        except nvml.NVMLError as exc:
+            problems.append(Problem("nvml", f"GPU {index}: sensors unknown: {exc}"))
+            continue
+        if bus in keys:
+            found[keys[bus]] = _sensors(nvml, handle, bus, problems)
+    return found, problems
+
+
+def _sensors(nvml: Any, handle: Any, where: str, problems: list[Problem]) -> dict[str, float]:
+    readings: dict[str, float] = {}
+    asks = (
+        ("temperature_celsius", nvml.nvmlDeviceGetTemperature, (nvml.NVML_TEMPERATURE_GPU,), 1.0),
+        ("power_watts", nvml.nvmlDeviceGetPowerUsage, (), 1e-3),
+    )
+    for key, ask, args, scale in asks:
+        try:
+            readings[key] = round(float(ask(handle, *args)) * scale, 1)
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
+                problems.append(Problem("nvml", f"{key.split('_')[0]} unavailable: {exc}", where))
+    return readings
 
 
 def _nvml_migs(

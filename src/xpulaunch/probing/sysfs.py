@@ -199,3 +199,39 @@ def perfmon_capable(proc_root: str | os.PathLike[str] = "/proc") -> bool:
                 return False
             return bool(caps >> _CAP_PERFMON & 1 or caps >> _CAP_SYS_ADMIN & 1)
     return False
+
+
+# hwmon attributes (the kernel's Documentation/hwmon/sysfs-interface.rst): temperatures in
+# millidegrees Celsius, power in microwatts. amdgpu names its power power1_average (older
+# kernels) or power1_input; i915 and xe report energy, not power, and their temperature only on
+# newer kernels: what is absent is left out (unknown, never 0).
+_HWMON = (
+    ("temperature_celsius", ("temp1_input", "temp2_input"), 1e-3),
+    ("power_watts", ("power1_average", "power1_input"), 1e-6),
+)
+
+
+def hwmon_readings(device_path: str) -> dict[str, float]:
+    """``temperature_celsius`` and ``power_watts`` of a PCI device from its hwmon folder,
+    each where the driver reports it; files are re-read at each call (the readings change)."""
+    readings: dict[str, float] = {}
+    try:
+        folders = sorted(os.listdir(os.path.join(device_path, "hwmon")))
+    except OSError:  # no hwmon: a driver without it, or an older kernel
+        return readings
+    for folder in folders:
+        base = os.path.join(device_path, "hwmon", folder)
+        for key, names, scale in _HWMON:
+            for name in names:
+                value = _hwmon_value(os.path.join(base, name))
+                if key not in readings and value is not None:
+                    readings[key] = round(value * scale, 1)
+    return readings
+
+
+def _hwmon_value(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):  # absent, or "-ENODATA" style answers of a sleeping card
+        return None
