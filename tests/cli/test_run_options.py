@@ -117,6 +117,7 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "metrics_interval": 10.0,
         "nnodes": None, "node_rank": None, "rdzv_backend": None,
         "rdzv_endpoint": None, "rdzv_id": None, "join_timeout": 600.0, "rdzv_conf": None,
+        "topology": "prefer",
     }  # fmt: skip
 
 

@@ -92,6 +92,19 @@ class LaunchRequest:
     share: DeviceShare | None = None
     # torchrun's TORCHELASTIC_RUN_ID: its --rdzv-id, "none" when not given.
     run_id: str = "none"
+    # --topology: prefer (default), require or ignore a closely linked set (core.topology).
+    topology: str = "prefer"
+
+
+def check_topology(value: str) -> str:
+    """``--topology``'s word, checked (prefer, require or ignore); the rules are imported only
+    where a word other than the default is given or N devices are chosen."""
+    if value == "prefer":
+        return value
+    from xpulaunch.core.topology import TopologyMode
+    from xpulaunch.errors import member_of
+
+    return member_of(TopologyMode, "topology", value).value
 
 
 def make_plan(
@@ -210,7 +223,10 @@ def _select_units(
     if allocated is not None:  # auto: every GPU the scheduler gave the job
         return allocated
     filters = Filters(
-        request.min_free_memory_bytes, request.max_utilization_percent, share=request.share
+        request.min_free_memory_bytes,
+        request.max_utilization_percent,
+        share=request.share,
+        topology=request.topology,
     )
     selection = select(
         gpus,

@@ -43,6 +43,7 @@ class LlamaRequest:
     backend: str | None = None
     min_free_memory_bytes: int | None = None
     max_utilization_percent: float | None = None
+    topology: str = "prefer"  # --topology: how a replica's several GPUs are chosen
 
     def __post_init__(self) -> None:
         for each in fields(self):
@@ -253,6 +254,7 @@ def _launch_request(
         # sizes its own CPU threads with -t/-tb; the OpenMP default would cap them).
         min_free_memory_bytes=request.min_free_memory_bytes,
         max_utilization_percent=request.max_utilization_percent, distributed=False,
+        topology=request.topology,
     )  # fmt: skip
 
 
