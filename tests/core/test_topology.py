@@ -45,7 +45,7 @@ def test_nvswitch_box_plans_as_before_and_says_the_set_shares_nvlink() -> None:
 
 def test_nvswitch_matrix_is_nv18_everywhere() -> None:
     rows = matrix(load_inventory("8x-h100.json").devices)
-    assert rows[0][:3] == ["", "NVI0", "NVI1"]
+    assert rows[0][:3] == ["", "GPU0", "GPU1"]
     assert rows[1][1:9] == ["X", *["NV18"] * 7]
     assert rows[1][9:] == ["0-55,112-167", "0"]
     assert rows[8][1:9] == [*["NV18"] * 7, "X"]

@@ -310,7 +310,8 @@ def matrix(devices: Sequence[Device]) -> list[list[str]]:
     """``nvidia-smi topo -m``'s table: a header row, then one row per device of its cells to
     every device, its CPU affinity and its NUMA affinity (``?``: not known)."""
     fabric = Fabric(devices)
-    names = [f"{d.vendor.value[:3].upper()}{d.index}" for d in devices]
+    mixed = len({d.vendor for d in devices}) > 1  # every vendor numbers its GPUs from 0
+    names = [f"{d.vendor.value}:{d.index}" if mixed else f"GPU{d.index}" for d in devices]
     rows = [["", *names, "CPU Affinity", "NUMA Affinity"]]
     for name, a in zip(names, devices, strict=True):
         cells = [
