@@ -236,3 +236,31 @@ def test_links_of_a_foreign_shape_are_ignored() -> None:
         }
     ).devices
     assert Fabric(devices).cell(devices[0], devices[1]) is None
+
+
+# --- --isolate and collectives over IPC -------------------------------------------------------
+
+
+def _ipc_warnings(plan: Plan) -> list[str]:
+    return [n for n in plan.notes if n.startswith("warning: --isolate with")]
+
+
+@pytest.mark.parametrize(
+    ("name", "stack"),
+    [
+        ("8x-mi300x-xgmi.json", "AMD (RCCL over HIP IPC)"),
+        ("2x-max1550-xelink.json", "Intel (oneCCL over Level Zero IPC)"),
+    ],
+)
+def test_isolate_with_several_ranks_on_intel_or_amd_warns_about_ipc(name: str, stack: str) -> None:
+    plan = plan_for(name, gpus="2", nproc_per_node=2, isolate=True)
+    (warning,) = _ipc_warnings(plan)
+    assert warning.startswith(f"warning: --isolate with 2 ranks on {stack}: each worker sees only")
+
+
+def test_no_ipc_warning_without_isolate_one_rank_cuda_or_llama_replicas() -> None:
+    assert _ipc_warnings(plan_for(HIVE, gpus="2", nproc_per_node=2)) == []
+    assert _ipc_warnings(plan_for(HIVE, gpus="2", isolate=True)) == []  # one worker
+    assert _ipc_warnings(plan_for("8x-h100.json", gpus="2", nproc_per_node=2, isolate=True)) == []
+    replicas = plan_for(HIVE, gpus="2", nproc_per_node=2, isolate=True, distributed=False)
+    assert _ipc_warnings(replicas) == []
