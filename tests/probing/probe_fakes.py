@@ -298,6 +298,15 @@ elif args[:1] == ["dump"]:
             print(", ".join(["10:02:03.000", "%4d" % i] + ["%4s" % v for v in cells]))
         sys.stdout.flush()
         n += 1
+elif args == ["topology", "-m"]:  # DATA["topology"], else tiles of other cards across SYS
+    if DATA.get("topology"):
+        print(DATA["topology"])
+        sys.exit(0)
+    tiles = [(i, t) for i, c in enumerate(cards) for t in range(c["tiles"])]
+    print(" " * 12 + "".join(("GPU %d/%d" % x).ljust(20) for x in tiles) + "CPU Affinity")
+    for a in tiles:
+        cells = ["S" if a == b else "MDF" if a[0] == b[0] else "SYS" for b in tiles]
+        print(("GPU %d/%d" % a).ljust(12) + "".join(c.ljust(20) for c in cells) + "0-63")
 else:
     print("fake xpu-smi 1.x: unsupported " + " ".join(args))
     sys.exit(2)

@@ -217,3 +217,27 @@ def test_kfd_links_to_a_cpu_or_itself_are_not_gpu_links() -> None:
     node = gpu_node(1, {"simd_count": 304, "location_id": 0x0C00}, [], [link])
     assert node is not None and node.io_links == ((11, 0, 15),)
     assert xgmi_links([node]) == {}
+
+
+def test_xpu_smi_1x_topology_gives_the_cards_their_xe_links(tmp_path: Path) -> None:
+    from probe_fakes import MAX1550, XPU_SMI_V1, max1550_cards
+
+    bin_dir = tmp_path / "bin"
+    text = (FIXTURES / "intel" / "xpu-smi-topology-m-2x-max1550.txt").read_text()
+    write_tool(bin_dir, "xpu-smi", XPU_SMI_V1, cards=max1550_cards(), interval_s=0.1, topology=text)
+    m = FakeMachine(tmp_path / "m")
+    for card in MAX1550:
+        m.pci(
+            card["bdf"],
+            vendor=0x8086,
+            device=0x0BD5,
+            cls=0x038000,
+            driver="i915",
+            drm=(card["minor"],),
+        )
+    inv = probe_fake(m, bin_dir)
+    assert inv.devices[0].extra["links"] == [
+        {"kind": "xelink", "peer": MAX1550[1]["bdf"], "count": 4, "peer_type": "gpu"}
+    ]
+    assert matrix(inv.devices)[2][1:3] == ["XL4", "X"]
+    assert all("topology" not in p.source for p in inv.problems)
