@@ -169,7 +169,11 @@ def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> l
 
 
 def probe_from_env(
-    env: Mapping[str, str], *, use_torch: bool = False, report_missing: bool = False
+    env: Mapping[str, str],
+    *,
+    use_torch: bool = False,
+    report_missing: bool = False,
+    read_topology: bool = True,
 ) -> Inventory:
     """``probe_host`` as the CLI runs it: honours the testing hooks ``XPULAUNCH_SYSFS_ROOT``
     and ``XPULAUNCH_PROCFS_ROOT`` (a fake machine: NVML and pyzes off)."""
@@ -183,4 +187,5 @@ def probe_from_env(
         use_pyzes=not fake_sys,
         use_torch=use_torch,
         report_missing=report_missing,
+        read_topology=read_topology,
     )
