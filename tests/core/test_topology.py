@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from helpers import load_inventory
+import xpulaunch
+from helpers import inventory_path, load_inventory
 from xpulaunch.core import inventory as inventory_doc
 from xpulaunch.core.plan import LaunchRequest, make_plan
 from xpulaunch.core.topology import Fabric, matrix, matrix_dict, pcie_cell
@@ -264,3 +265,24 @@ def test_no_ipc_warning_without_isolate_one_rank_cuda_or_llama_replicas() -> Non
     assert _ipc_warnings(plan_for("8x-h100.json", gpus="2", nproc_per_node=2, isolate=True)) == []
     replicas = plan_for(HIVE, gpus="2", nproc_per_node=2, isolate=True, distributed=False)
     assert _ipc_warnings(replicas) == []
+
+
+def test_the_python_api_takes_topology() -> None:
+    held = leased(PAIRS, 1)
+    plan = xpulaunch.plan(
+        ["true"], gpus="2", inventory=inventory_path(PAIRS), unavailable=held, master_port=29555
+    )
+    assert chosen(plan) == [2, 3]
+    ignored = xpulaunch.plan(
+        ["true"],
+        gpus="2",
+        inventory=inventory_path(PAIRS),
+        unavailable=held,
+        master_port=29555,
+        topology="ignore",
+    )
+    assert chosen(ignored) == [0, 2]
+    with pytest.raises(UsageError, match="expected one of prefer, require, ignore"):
+        xpulaunch.plan(
+            ["true"], gpus="2", inventory=inventory_path(PAIRS), topology="near", master_port=29555
+        )
