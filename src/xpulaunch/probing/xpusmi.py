@@ -124,7 +124,8 @@ def _with_xe_links(
     for (a, b), ports in topology.xe_link_ports().items():
         for one, other in ((a, b), (b, a)):
             if bus.get(other):
-                link = {"kind": "xelink", "peer": bus[other], "count": ports, "peer_type": "gpu"}
+                link: dict[str, object] = {"kind": "xelink", "peer": bus[other], "count": ports}
+                link["peer_type"] = "gpu"
                 links.setdefault(one, []).append(link)
     return [
         replace(o, extra={**o.extra, "links": links[c.device_id]}) if c.device_id in links else o
