@@ -56,7 +56,7 @@ def _links(
             if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
                 continue
             remote = normalize_bus_id(
-                str(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+                _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
             )
         except nvml.NVMLError as exc:
             if exc.value not in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT):
@@ -71,6 +71,11 @@ def _links(
         if remote not in gpus and _is_switch(nvml, handle, link):
             entry["peer_type"] = "switch"
     return list(peers.values())
+
+
+def _text(value: object) -> str:
+    """nvidia-ml-py returns ``str``; very old pynvml returned ``bytes``."""
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _is_switch(nvml: Any, handle: Any, link: int) -> bool:
