@@ -241,3 +241,34 @@ def test_xpu_smi_1x_topology_gives_the_cards_their_xe_links(tmp_path: Path) -> N
     ]
     assert matrix(inv.devices)[2][1:3] == ["XL4", "X"]
     assert all("topology" not in p.source for p in inv.problems)
+
+
+def test_a_one_gpu_vm_reads_as_nvidia_smi_topo_shows_it(tmp_path: Path) -> None:
+    """The lent H200 VM [run]: its GPU at /sys/devices/pci0000:00/0000:00:06.0, numa_node -1,
+    local_cpulist 0-15, one NUMA node; nvidia-smi says NUMA affinity 0 all the same."""
+    from xpulaunch.core.topology import host_node
+
+    m = FakeMachine(tmp_path)
+    bdf = "0000:00:06.0"
+    m.pci(
+        bdf,
+        vendor=0x10DE,
+        device=0x2335,
+        cls=0x030200,
+        driver="nvidia",
+        attrs={"numa_node": "-1\n", "local_cpulist": "0-15\n"},
+    )
+    m.nvidia_proc(
+        bdf,
+        f"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-a6026e70-2f8a-387f-486f-"
+        f"d49cebe1fb04\nBus Location: \t {bdf}\nDevice Minor: \t 0\n",
+    )
+    node = m.sys / "devices" / "system" / "node" / "node0"
+    node.mkdir(parents=True)
+    (node / "cpulist").write_text("0-15\n")
+    inv = probe_fake(m)
+    assert inv.devices[0].extra["pci_path"] == ["pci0000:00"]
+    smi = parse_nvidia_topo((FIXTURES / "nvidia" / "topo-m-1x-h200.txt").read_text())
+    ours = matrix(inv.devices, only_node=host_node(inv))
+    assert ours[1] == ["GPU0", "X", smi.cpu_affinity[0], str(smi.numa_affinity[0])]
+    assert smi.cells == {(0, 0): "X"}

@@ -95,9 +95,9 @@ def devices(
 
         doc = to_dict(inventory)
         if show_topology:
-            from xpulaunch.core.topology import matrix_dict
+            from xpulaunch.core.topology import host_node, matrix_dict
 
-            doc["topology"] = matrix_dict(inventory.devices)
+            doc["topology"] = matrix_dict(inventory.devices, only_node=host_node(inventory))
         click.echo(json.dumps(doc, indent=2))
         return
     if inventory_file is not None:
@@ -113,11 +113,12 @@ def devices(
 
 def render_topology(inventory: Inventory) -> str:
     """The link matrix of every device, its legend, and what the document leaves unknown."""
-    from xpulaunch.core.topology import LEGEND, has_topology, matrix
+    from xpulaunch.core.topology import LEGEND, has_topology, host_node, matrix
 
     if not inventory.devices:
         return "\ntopology: no accelerators"
-    lines = ["", "topology:", *(line.rstrip() for line in aligned(matrix(inventory.devices)))]
+    table = matrix(inventory.devices, only_node=host_node(inventory))
+    lines = ["", "topology:", *(line.rstrip() for line in aligned(table))]
     lines += ["", f"legend: {LEGEND}"]
     unknown = [d.label() for d in inventory.devices if not has_topology(d)]
     if unknown:

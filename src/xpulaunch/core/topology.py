@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from xpulaunch.errors import SelectionError
 
 if TYPE_CHECKING:
-    from xpulaunch.model import Device, Unit
+    from xpulaunch.model import Device, Inventory, Unit
 
 LINKS_KEY, PCI_PATH_KEY, PCIE_KEY, NUMA_KEY = "links", "pci_path", "pcie", "numa_node"
 LINK_KINDS = {"nvlink": "NVLink", "xgmi": "XGMI", "xelink": "Xe Link"}
@@ -306,9 +306,22 @@ def describe(shared: Level, units: Sequence[Unit], fabric: Fabric) -> str:
     return "no link, PCIe switch or NUMA node (only the CPUs' interconnect)"
 
 
-def matrix(devices: Sequence[Device]) -> list[list[str]]:
+def host_node(inventory: Inventory) -> int | None:
+    """The NUMA node of a host that has only one (the inventory's ``cpu_topology``): every
+    device is on it, even where sysfs says ``numa_node`` -1 (nvidia-smi shows NUMA affinity 0
+    for such a GPU on our one-node VMs)."""
+    topology = inventory.extra.get("cpu_topology")
+    nodes = topology.get("numa_nodes") if isinstance(topology, Mapping) else None
+    if isinstance(nodes, Mapping) and len(nodes) == 1:
+        (only,) = nodes
+        return int(only) if str(only).isdigit() else None
+    return None
+
+
+def matrix(devices: Sequence[Device], *, only_node: int | None = None) -> list[list[str]]:
     """``nvidia-smi topo -m``'s table: a header row, then one row per device of its cells to
-    every device, its CPU affinity and its NUMA affinity (``?``: not known)."""
+    every device, its CPU affinity and its NUMA affinity (``?``: not known; ``only_node``: the
+    host's one NUMA node, :func:`host_node`)."""
     fabric = Fabric(devices)
     mixed = len({d.vendor for d in devices}) > 1  # every vendor numbers its GPUs from 0
     names = [f"{d.vendor.value}:{d.index}" if mixed else f"GPU{d.index}" for d in devices]
@@ -318,7 +331,7 @@ def matrix(devices: Sequence[Device]) -> list[list[str]]:
             "X" if a.key == b.key else fabric.cell(a, b) or pcie_cell(a, b) or "?" for b in devices
         ]
         cpus = a.extra.get("local_cpulist")
-        node = numa_of(a)
+        node = numa_of(a) if numa_of(a) is not None else only_node
         rows.append(
             [
                 name,
@@ -330,9 +343,9 @@ def matrix(devices: Sequence[Device]) -> list[list[str]]:
     return rows
 
 
-def matrix_dict(devices: Sequence[Device]) -> dict[str, object]:
+def matrix_dict(devices: Sequence[Device], *, only_node: int | None = None) -> dict[str, object]:
     """The matrix for ``devices --topology --json``: the device keys and their cells."""
-    table = matrix(devices)
+    table = matrix(devices, only_node=only_node)
     return {
         "devices": [d.key for d in devices],
         "cells": [row[1 : 1 + len(devices)] for row in table[1:]],
