@@ -272,3 +272,24 @@ def test_a_one_gpu_vm_reads_as_nvidia_smi_topo_shows_it(tmp_path: Path) -> None:
     ours = matrix(inv.devices, only_node=host_node(inv))
     assert ours[1] == ["GPU0", "X", smi.cpu_affinity[0], str(smi.numa_affinity[0])]
     assert smi.cells == {(0, 0): "X"}
+
+
+def test_a_probed_fixture_machine_plans_a_pair_under_one_switch() -> None:
+    """From the PCI walk to the plan: the 8x H100 fixture machine (two GPUs a PCIe switch, no
+    NVML there, so no NVLinks) gives two GPUs of one switch."""
+    from xpulaunch.core.plan import LaunchRequest, make_plan
+
+    machine = Path(__file__).parents[1] / "fixtures" / "sysfs" / "nvidia-8x-h100-2socket"
+    inv = probe_host(
+        sys_root=machine / "sys",
+        proc_root=machine / "proc",
+        env={"PATH": ""},
+        use_nvml=False,
+        use_pyzes=False,
+    )
+    assert matrix(inv.devices)[1][1:5] == ["X", "PIX", "NODE", "NODE"]
+    request = LaunchRequest(argv=("true",), gpus="2", master_port=29555)
+    held = {inv.devices[0].key: "pid 9 (python a.py)"}
+    plan = make_plan(request, inv, {}, unavailable=held)
+    assert [u.device.index for u in plan.devices] == [2, 3]
+    assert "topology: the 2 chosen devices share one PCIe switch" in plan.notes
