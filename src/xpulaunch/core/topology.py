@@ -143,6 +143,7 @@ class Fabric:
 
     def __init__(self, devices: Sequence[Device]) -> None:
         self._group: dict[str, str] = {}
+        self._levels: dict[tuple[str, str], Level] = {}
         self._links = {d.key: links_of(d) for d in devices}
         parent: dict[str, str] = {}
 
@@ -177,6 +178,17 @@ class Fabric:
         kind = self._links[a.key][0].kind
         return _CELL[kind].format(min(through)) if min(through) else None
 
+    def level(self, a: Device, b: Device) -> Level:
+        """The level two cards share, worked out once a pair (a choice asks many times)."""
+        pair = (a.key, b.key)
+        if pair not in self._levels:
+            cell = None if self.cell(a, b) is None else "LINK"
+            cell = cell or pcie_cell(a, b)
+            self._levels[pair] = (
+                Level.LINK if cell == "LINK" else _PCIE_LEVEL.get(cell or "SYS", Level.NONE)
+            )
+        return self._levels[pair]
+
     def kind_of(self, device: Device) -> str | None:
         links = self._links.get(device.key, ())
         return links[0].kind if links else None
@@ -185,10 +197,7 @@ class Fabric:
 def level(a: Unit, b: Unit, fabric: Fabric) -> Level:
     if a.device.key == b.device.key:
         return Level.LINK  # tiles or MIG instances of one card
-    if fabric.cell(a.device, b.device) is not None:
-        return Level.LINK
-    cell = pcie_cell(a.device, b.device)
-    return Level.NONE if cell is None else _PCIE_LEVEL[cell]
+    return fabric.level(a.device, b.device)
 
 
 def set_level(units: Sequence[Unit], fabric: Fabric) -> Level:
