@@ -76,7 +76,7 @@ def test_json_carries_the_matrix() -> None:
             ["nvidia 0", "nvidia 1", "nvidia 2", "nvidia 3"],
             "NUMA node 0",
         ),
-        ("8x-mi300x-xgmi.json", "2", ["amd 0", "amd 1"], "one XGMI group (XGMI)"),
+        ("8x-mi300x-xgmi.json", "2", ["amd 0", "amd 1"], "one XGMI hive (XGMI)"),
         (
             "2x-max1550-xelink.json",
             "3",

@@ -126,8 +126,9 @@ def test_pcie_box_with_nothing_shared_keeps_the_first() -> None:
         "topology: the 5 chosen devices share no link, PCIe switch or NUMA node (only the "
         "CPUs' interconnect)"
     ]
-    with pytest.raises(SelectionError, match="no 5 devices of this host share a link"):
+    with pytest.raises(SelectionError, match="no 5 devices of this host share a link") as caught:
         plan_for(PCIE, gpus="5", topology="require")
+    assert str(caught.value).endswith("ask for fewer devices, or use --topology prefer")
 
 
 def test_pcie_cells_follow_nvidia_smi_legend() -> None:
@@ -178,7 +179,7 @@ HIVE = "8x-mi300x-xgmi.json"
 def test_xgmi_hive_any_free_set_is_linked() -> None:
     plan = plan_for(HIVE, gpus="2", unavailable=leased(HIVE, 0, 2))
     assert chosen(plan) == [1, 3]
-    assert topology_notes(plan) == ["topology: the 2 chosen devices share one XGMI group (XGMI)"]
+    assert topology_notes(plan) == ["topology: the 2 chosen devices share one XGMI hive (XGMI)"]
     rows = matrix(load_inventory(HIVE).devices)
     assert rows[1][1:9] == ["X", *["XGMI"] * 7]
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 LINKS_KEY, PCI_PATH_KEY, PCIE_KEY, NUMA_KEY = "links", "pci_path", "pcie", "numa_node"
 LINK_KINDS = {"nvlink": "NVLink", "xgmi": "XGMI", "xelink": "Xe Link"}
+_GROUP = {"nvlink": "NVLink group", "xgmi": "XGMI hive", "xelink": "Xe Link group"}
 # The matrix cell of a link: nvidia-smi's NV#, rocm-smi's XGMI, xpu-smi's XL.
 _CELL = {"nvlink": "NV{}", "xgmi": "XGMI", "xelink": "XL{}"}
 PCIE_CELLS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -223,7 +224,11 @@ def choose(
         return Choice(first)
     if not any(has_topology(u.device) for u in ranked):
         if mode is TopologyMode.REQUIRE:
-            raise _refusal(count, "the inventory says nothing of how these devices are linked")
+            raise _refusal(
+                count,
+                "the inventory says nothing of how these devices are linked",
+                advice="probe again with this version, or use --topology prefer",
+            )
         return Choice(first)
     fabric = Fabric(list(dict.fromkeys(u.device for u in visible)))
     best, best_level = _closest(ranked, count, fabric)
@@ -268,7 +273,9 @@ def _require(chosen: Level, count: int, visible: Sequence[Unit], fabric: Fabric)
     _, possible = _closest(list(visible), count, fabric)
     if possible is Level.NONE:
         raise _refusal(
-            count, f"no {count} devices of this host share a link, a PCIe switch or a NUMA node"
+            count,
+            f"no {count} devices of this host share a link, a PCIe switch or a NUMA node",
+            advice="ask for fewer devices, or use --topology prefer",
         )
     if chosen < possible:
         raise _refusal(
@@ -278,9 +285,11 @@ def _require(chosen: Level, count: int, visible: Sequence[Unit], fabric: Fabric)
         )
 
 
-def _refusal(count: int, why: str) -> SelectionError:
+def _refusal(
+    count: int, why: str, advice: str = "wait with --wait, or use --topology prefer"
+) -> SelectionError:
     return SelectionError(
-        f"--topology require: {why}; wait with --wait, or use --topology prefer",
+        f"--topology require: {why}; {advice}",
         option="gpus",
         value=str(count),
     )
@@ -304,7 +313,7 @@ def describe(shared: Level, units: Sequence[Unit], fabric: Fabric) -> str:
         cells = sorted(
             {fabric.cell(a, b) or "" for i, a in enumerate(devices) for b in devices[i + 1 :]}
         )
-        return f"one {LINK_KINDS[kind]} group ({', '.join(c for c in cells if c)})"
+        return f"one {_GROUP[kind]} ({', '.join(c for c in cells if c)})"
     if shared is Level.NUMA:
         nodes = {numa_of(d) for d in devices}
         return (
