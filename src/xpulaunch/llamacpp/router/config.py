@@ -6,6 +6,7 @@ the id clients send. Pure: :func:`parse_config` takes the parsed TOML document.
     [models.qwen-7b]
     model = "/models/qwen-7b-q4.gguf"
     gpus = "auto"          # what --gpus takes
+    topology = "prefer"    # what --topology takes: how a model's several GPUs are chosen
     replicas = 1
     ttl = 600              # seconds idle before it is unloaded; 0: never
     pinned = false         # never evicted
@@ -28,7 +29,7 @@ from xpulaunch.core.selection import parse_gpus
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
 
-KEYS = ("model", "gpus", "replicas", "ttl", "pinned", "aliases", "args")
+KEYS = ("model", "gpus", "topology", "replicas", "ttl", "pinned", "aliases", "args")
 # The router chooses where each server listens and what it serves: these would break routing.
 _RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
 MAX_REPLICAS = 64
@@ -47,12 +48,13 @@ class ModelConfig:
     pinned: bool = False
     aliases: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    topology: str = "prefer"
 
     def as_dict(self) -> dict[str, object]:
         return {
             "id": self.id, "model": self.model, "gpus": self.gpus, "replicas": self.replicas,
             "ttl": self.ttl_s, "pinned": self.pinned, "aliases": list(self.aliases),
-            "args": list(self.args),
+            "args": list(self.args), "topology": self.topology,
         }  # fmt: skip
 
 
@@ -112,7 +114,17 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
         replicas=_replicas(table.get("replicas", 1), where), ttl_s=_ttl(table.get("ttl", 0), where),
         pinned=_bool(table.get("pinned", False), f"{where} pinned"),
         aliases=_strings(table.get("aliases", []), f"{where} aliases"), args=args,
+        topology=_topology(table.get("topology", "prefer"), where),
     )  # fmt: skip
+
+
+def _topology(value: object, where: str) -> str:
+    from xpulaunch.core.topology import TopologyMode
+
+    words = [m.value for m in TopologyMode]
+    if value not in words:
+        raise UsageError(f"{where} topology: {value!r}; expected one of {', '.join(words)}")
+    return str(value)
 
 
 def _check_id(name: str, where: str) -> None:

@@ -42,7 +42,7 @@ def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
     return LlamaRequest(
         model=model.model, replicas=model.replicas, binary=setup.binary or "llama-server",
         llama_backend=setup.llama_backend, passthrough=_server_args(model), gpus=model.gpus,
-        backend=setup.backend,
+        backend=setup.backend, topology=model.topology,
     )  # fmt: skip
 
 
