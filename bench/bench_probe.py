@@ -47,6 +47,15 @@ for i in range(pynvml.nvmlDeviceGetCount()):
 pynvml.nvmlShutdown()
 """
 PYNVML_NO_SHUTDOWN_PEER = PYNVML_PEER.replace("pynvml.nvmlShutdown()", "")
+# Our probe without the link reads (NVLink, common ancestors): ours / it is what the topology
+# read costs (at most 10% is the goal; docs/hardware/topology_check.sh checks it too).
+NO_TOPOLOGY_PEER = f"""
+import sys
+sys.path.insert(0, {str(REPO / "src")!r})
+from xpulaunch.core.inventory import dumps
+from xpulaunch.probing.host import probe_from_env
+print(dumps(probe_from_env(__import__("os").environ, read_topology=False)))
+"""
 # The NVML calls of xpulaunch's probe (probing/nvidia.py), in its order, without shutdown.
 PYNVML_AS_XPULAUNCH_PEER = """
 import pynvml
@@ -171,6 +180,7 @@ def peers(python: str) -> list[tuple[str, list[str] | str]]:
         ("bare pynvml, no shutdown", [python, "-c", PYNVML_NO_SHUTDOWN_PEER]),
         ("pynvml, xpulaunch's calls", [python, "-c", PYNVML_AS_XPULAUNCH_PEER]),
         ("torch mem_get_info", [python, "-c", TORCH_PEER]),
+        ("xpulaunch probe, no topology read", [python, "-c", NO_TOPOLOGY_PEER]),
     ]
 
 

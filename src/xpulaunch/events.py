@@ -19,7 +19,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from xpulaunch.core.root_cause import RootCause
+    from xpulaunch.root_cause import RootCause
 
 
 class WorkerState(str, Enum):

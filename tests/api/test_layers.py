@@ -24,7 +24,7 @@ SRC = Path(xpulaunch.__file__).parent
 FLOORS = (
     ("errors", "textfiles", "_lazy"),
     ("model",),
-    ("core", "in_worker"),
+    ("core", "in_worker", "root_cause"),
     ("events", "probing", "processes", "integrations"),
     ("joblog", "leases"),
     ("supervisor", "jobqueue"),

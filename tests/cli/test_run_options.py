@@ -117,6 +117,7 @@ def test_run_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         "metrics_interval": 10.0,
         "nnodes": None, "node_rank": None, "rdzv_backend": None,
         "rdzv_endpoint": None, "rdzv_id": None, "join_timeout": 600.0, "rdzv_conf": None,
+        "topology": "prefer",
     }  # fmt: skip
 
 
@@ -165,7 +166,7 @@ def test_repeated_options_last_one_wins(args: list[str], grace: float) -> None:
 def test_devices_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert values(devices, "--json") == {
         "as_json": True, "inventory_file": None, "debug": False, "use_torch": False,
-        "show_processes": False,
+        "show_processes": False, "show_topology": False,
     }  # fmt: skip
     assert values(devices, "--processes")["show_processes"] is True
     monkeypatch.setenv("XPULAUNCH_INVENTORY", A_FILE)

@@ -45,6 +45,7 @@ INVENTORY_FOR = (
     ("GPU-0c1f3e2d", "a100-mig.json"),
     ("amd:", "4x-mi300x.json"),
     ("--cpu-bind", "8x-h100.json"),
+    ("--topology", "8x-a6000-nvlink-pairs.json"),
 )
 _COMMAND = re.compile(r"^(?:\$ )?((?:[A-Z_]+=\S+ )*)(?:\.venv/bin/)?xpulaunch (.*)$")
 GPU_MARK = "# GPU"  # a comment that says a line needs GPUs

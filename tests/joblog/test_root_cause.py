@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from run_kit import xpulaunch
-from xpulaunch.core.root_cause import from_error_file, from_stderr
+from xpulaunch.root_cause import from_error_file, from_stderr
 
 TORCH_FILE = {
     "message": {

@@ -197,3 +197,25 @@ def test_devices_of_our_own_models_are_planned_as_they_were_before_they_loaded()
     planned = with_readings(now, {ours.key: ours})
     assert planned.devices[0] is ours and planned.devices[1] is busy[1]
     assert with_readings(now, {}) is now
+
+
+def test_a_model_chooses_its_gpus_by_topology() -> None:
+    from xpulaunch.llamacpp.router.setup import Setup, model_request
+    from xpulaunch.llamacpp.server import HealthOptions
+    from xpulaunch.model import Inventory
+    from xpulaunch.supervisor.restart import RestartPolicy
+
+    tables = {
+        "big": {"model": "/m/big.gguf", "gpus": "2", "topology": "require"},
+        "small": {"model": "/m/small.gguf"},
+    }
+    config = parse_config({"models": tables}, source="models.toml")
+    big = config.by_id("big")
+    assert big.topology == "require" and config.by_id("small").topology == "prefer"
+    assert big.as_dict()["topology"] == "require"
+    setup = Setup(Inventory(), {}, HealthOptions(), RestartPolicy())
+    assert model_request(big, setup).topology == "require"
+    with pytest.raises(UsageError, match=r"\[models.big\] topology: 'near'; expected one of"):
+        parse_config(
+            {"models": {"big": {"model": "/m/big.gguf", "topology": "near"}}}, source="models.toml"
+        )

@@ -59,9 +59,11 @@ class FakeMachine:
         drm: tuple[int, ...] = (),
         attrs: dict[str, str] | None = None,
         tiles: int = 0,
+        under: str = "pci0000:00",
     ) -> Path:
-        """A PCI function under /sys/devices, linked from /sys/bus/pci/devices like the kernel."""
-        real = self.sys / "devices" / "pci0000:00" / bdf
+        """A PCI function under /sys/devices (below the bridges ``under`` names, from the host
+        bridge down), linked from /sys/bus/pci/devices like the kernel."""
+        real = self.sys / "devices" / under / bdf
         real.mkdir(parents=True)
         (real / "vendor").write_text(f"0x{vendor:04x}\n")
         (real / "device").write_text(f"0x{device:04x}\n")
@@ -192,6 +194,14 @@ fmt = [a.split("=", 1)[1].split(",") for a in args if a.startswith("--format=")]
 if not DATA["gpus"]:
     print("No devices were found")
     sys.exit(6)
+if args == ["topo", "-m"]:  # DATA["topo"], else a VM's: every pair through the host bridge
+    names = ["GPU%d" % g["index"] for g in DATA["gpus"]]
+    default = "\t" + "\t".join(names + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\n"
+    for row in names:
+        cells = [" X " if col == row else "PHB" for col in names]
+        default += "\t".join([row] + cells + ["0-63", "0", "", "N/A"]) + "\n"
+    print(DATA.get("topo") or default + "\nLegend:\n\n  X    = Self")
+    sys.exit(0)
 if not query or not fmt:
     print("usage: fake nvidia-smi only answers --query-gpu")
     sys.exit(2)
@@ -288,6 +298,15 @@ elif args[:1] == ["dump"]:
             print(", ".join(["10:02:03.000", "%4d" % i] + ["%4s" % v for v in cells]))
         sys.stdout.flush()
         n += 1
+elif args == ["topology", "-m"]:  # DATA["topology"], else tiles of other cards across SYS
+    if DATA.get("topology"):
+        print(DATA["topology"])
+        sys.exit(0)
+    tiles = [(i, t) for i, c in enumerate(cards) for t in range(c["tiles"])]
+    print(" " * 12 + "".join(("GPU %d/%d" % x).ljust(20) for x in tiles) + "CPU Affinity")
+    for a in tiles:
+        cells = ["S" if a == b else "MDF" if a[0] == b[0] else "SYS" for b in tiles]
+        print(("GPU %d/%d" % a).ljust(12) + "".join(c.ljust(20) for c in cells) + "0-63")
 else:
     print("fake xpu-smi 1.x: unsupported " + " ".join(args))
     sys.exit(2)
@@ -409,6 +428,9 @@ class FakeNvml:
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
     NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+    NVML_ERROR_INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
+    NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
 
     def __init__(
         self, gpus: list[dict[str, Any]], *, init_error: int | None = None, v2: bool = True
@@ -486,6 +508,30 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: dict[str, Any]) -> list[_Struct]:
         """pynvml's c_nvmlProcessInfo_t list; usedGpuMemory None where NVML has no value."""
         return [_Struct(pid=p["pid"], usedGpuMemory=p["used"]) for p in h.get("processes", [])]
+
+    # A GPU's "nvlinks": one (remote PCI address, remote device type) a link, all active; a
+    # GPU without any answers Not Supported for link 0, as a PCIe board does. "ancestors":
+    # other GPU's NVML bus id -> nvmlGpuTopologyLevel_t; without it, Not Supported.
+    def nvmlDeviceGetNvLinkState(self, h: dict[str, Any], link: int) -> int:
+        self.calls.append("nvlink state")
+        links = h.get("nvlinks")
+        if not links:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if link >= len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return int(pynvml.NVML_FEATURE_ENABLED)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: dict[str, Any], link: int) -> _Struct:
+        return _Struct(busId=h["nvlinks"][link][0])
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: dict[str, Any], link: int) -> int:
+        return int(h["nvlinks"][link][1])
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: dict[str, Any], b: dict[str, Any]) -> int:
+        self.calls.append("common ancestor")
+        if b["bus"] not in a.get("ancestors", {}):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(a["ancestors"][b["bus"]])
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h: dict[str, Any], slot: int) -> dict[str, Any]:
         if slot >= len(h["mig"]):

@@ -30,7 +30,8 @@ PEER_PER_GPU = {
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetUtilizationRates",
 }
-NEEDED_PER_GPU = {"nvmlDeviceGetName", "nvmlDeviceGetMigMode"}
+# ... and the topology read's first NVLink state (Not Supported: a PCIe board, no walk).
+NEEDED_PER_GPU = {"nvmlDeviceGetName", "nvmlDeviceGetMigMode", "nvmlDeviceGetNvLinkState"}
 SYSFS_PER_GPU = {"vendor", "class", "device", "numa_node", "local_cpulist"}
 
 
@@ -92,8 +93,12 @@ def test_each_gpu_gets_the_bare_processs_nvml_calls_plus_name_and_mig_mode_once(
     probe(nvml)
     per_gpu = collections.defaultdict(set)
     for (name, owner), times in nvml.calls.items():
+        if name == "nvmlDeviceGetTopologyCommonAncestor":
+            continue  # once a pair of GPUs, counted below
         assert times == 1, (name, owner)
         per_gpu[owner].add(name)
+    pairs = [t for (n, _), t in nvml.calls.items() if n == "nvmlDeviceGetTopologyCommonAncestor"]
+    assert sum(pairs) == 8 * 7 // 2
     host = per_gpu.pop("-")
     assert host == {"nvmlInit", "nvmlDeviceGetCount", "nvmlSystemGetDriverVersion"}
     assert len(per_gpu) == 8

@@ -137,8 +137,10 @@ def test_nvml_missing_falls_back_to_nvidia_smi(h200: FakeMachine, tmp_path: Path
     assert inv.devices[1].memory_used_bytes == 0
     assert inv.devices[1].extra["sources"] == ["sysfs", "nvidia-smi"]
     assert [p.source for p in inv.problems] == ["nvml"]  # why the fallback was needed
-    (call,) = calls(bin_dir, "nvidia-smi")
+    call, topo = calls(bin_dir, "nvidia-smi")  # the query, then the links of the 2 GPUs
     assert call["argv"][-1] == "--format=csv,noheader,nounits"
+    assert topo["argv"] == ["topo", "-m"]
+    assert inv.devices[0].extra["pcie"] == {H200[1]["bdf"]: "PHB"}
 
 
 def test_nvidia_smi_na_cells_are_unknown(h200: FakeMachine, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Plain aligned text, no table library; the probe is imported only when the host i
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING
 
@@ -52,8 +53,22 @@ TORCH_NOTHING = "no Intel GPU here, and torch.xpu is asked only about Intel GPUs
     help="Also list, per device, the processes using it (NVML on NVIDIA, DRM fdinfo on "
     "Intel and AMD; other users' processes need root) and whether a lease covers each.",
 )
+@click.option(
+    "--topology",
+    "show_topology",
+    is_flag=True,
+    help="Also print how the devices are linked, as nvidia-smi topo -m does, for every vendor "
+    "(NV#, XGMI, XL#, PIX, PXB, PHB, NODE, SYS) with each device's CPU and NUMA affinity; "
+    "with --json, the document's 'topology' key.",
+)
 def devices(
-    as_json: bool, inventory_file: str | None, debug: bool, use_torch: bool, show_processes: bool
+    *,
+    as_json: bool,
+    inventory_file: str | None,
+    debug: bool,
+    use_torch: bool,
+    show_processes: bool,
+    show_topology: bool,
 ) -> None:
     """Probe and list accelerators (index, name, PCI address, memory, utilisation, tiles)."""
     if inventory_file is not None:
@@ -76,9 +91,14 @@ def devices(
 
         inventory = with_processes(inventory, probed=inventory_file is None)
     if as_json:
-        from xpulaunch.core.inventory import dumps
+        from xpulaunch.core.inventory import to_dict
 
-        click.echo(dumps(inventory))
+        doc = to_dict(inventory)
+        if show_topology:
+            from xpulaunch.core.topology import host_node, matrix_dict
+
+            doc["topology"] = matrix_dict(inventory.devices, only_node=host_node(inventory))
+        click.echo(json.dumps(doc, indent=2))
         return
     if inventory_file is not None:
         click.echo(f"inventory: {inventory_file} (not probed)")
@@ -87,6 +107,25 @@ def devices(
         from xpulaunch.cli.device_processes import render_processes
 
         click.echo(terminal_safe(render_processes(inventory)))
+    if show_topology:
+        click.echo(terminal_safe(render_topology(inventory)))
+
+
+def render_topology(inventory: Inventory) -> str:
+    """The link matrix of every device, its legend, and what the document leaves unknown."""
+    from xpulaunch.core.topology import LEGEND, has_topology, host_node, matrix
+
+    if not inventory.devices:
+        return "\ntopology: no accelerators"
+    table = matrix(inventory.devices, only_node=host_node(inventory))
+    lines = ["", "topology:", *(line.rstrip() for line in aligned(table))]
+    lines += ["", f"legend: {LEGEND}"]
+    unknown = [d.label() for d in inventory.devices if not has_topology(d)]
+    if unknown:
+        lines.append(
+            f"not known for {', '.join(unknown)}: no links, PCI path or NUMA node recorded"
+        )
+    return "\n".join(lines)
 
 
 def _torch_not_asked(inventory: Inventory) -> bool:

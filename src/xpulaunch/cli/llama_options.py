@@ -64,6 +64,7 @@ def to_llama_request(server_args: tuple[str, ...], values: Mapping[str, Any]) ->
         backend=values["backend"],
         min_free_memory_bytes=values["min_free_memory"],
         max_utilization_percent=values["max_utilization"],
+        topology=values.get("topology") or "prefer",
     )
     backoff = values["backoff"]
     policy = RestartPolicy(

@@ -73,6 +73,9 @@ def _spec(*decls: str, torchrun: bool | str = False, **kwargs: Any) -> Spec:
     )
 
 
+# core.topology.TopologyMode's words (that module is imported only when N devices are chosen).
+TOPOLOGY_MODES = ("prefer", "require", "ignore")
+
 RUN_ONLY = (
     _spec("--nproc-per-node", type=Count(), default="1", show_default=True, metavar="N|auto",
           torchrun=True,
@@ -241,6 +244,13 @@ def plan_parameters() -> list[click.Parameter]:
             ["--max-utilization"], type=Percent(), metavar="PERCENT",
             help="Only devices at most this busy.",
         ),
+        click.Option(
+            ["--topology"], type=click.Choice(TOPOLOGY_MODES),
+            default="prefer", show_default=True, envvar="XPULAUNCH_TOPOLOGY", show_envvar=True,
+            help="For N devices: prefer a set in one NVLink/XGMI/Xe Link group, then under one "
+            "PCIe switch, then on one NUMA node; require: refuse when no free set shares the "
+            "closest level the host has; ignore: most free memory only.",
+        ),
     ]  # fmt: skip
 
 
@@ -304,6 +314,7 @@ def to_request(program: tuple[str, ...], values: Mapping[str, Any]) -> RunReques
         wait=values["wait"] or values["wait_timeout"] is not None,
         wait_timeout_s=values["wait_timeout"],
         share=_share(values["slots_per_gpu"], values["gpu_memory"]),
+        topology=values.get("topology") or "prefer",
         cwd=os.getcwd(),
     )  # fmt: skip
 

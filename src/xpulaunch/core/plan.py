@@ -92,6 +92,19 @@ class LaunchRequest:
     share: DeviceShare | None = None
     # torchrun's TORCHELASTIC_RUN_ID: its --rdzv-id, "none" when not given.
     run_id: str = "none"
+    # --topology: prefer (default), require or ignore a closely linked set (core.topology).
+    topology: str = "prefer"
+
+
+def check_topology(value: str) -> str:
+    """``--topology``'s word, checked (prefer, require or ignore); the rules are imported only
+    where a word other than the default is given or N devices are chosen."""
+    if value == "prefer":
+        return value
+    from xpulaunch.core.topology import TopologyMode
+    from xpulaunch.errors import member_of
+
+    return member_of(TopologyMode, "topology", value).value
 
 
 def make_plan(
@@ -128,6 +141,7 @@ def make_plan(
     selection_notes = (*selection_notes, *order_notes)
     job = _Job(request, backend, units, inventory, parent_env, hierarchy)
     workers, worker_notes = _workers(job)
+    worker_notes = (*worker_notes, *_ipc_warning(request, backend, len(workers)))
     cards = dict.fromkeys(u.device for u in units)
     selection_notes = (*selection_notes, *(f"warning: {w}" for d in cards for w in issues_of(d)))
     if request.share is not None and units:
@@ -144,6 +158,27 @@ def make_plan(
         hierarchy=hierarchy if backend is Backend.XPU else None,
         nodes=request.nodes,
         share=request.share if units else None,
+    )
+
+
+# Collectives between the ranks of one node hand each other IPC handles of device memory;
+# a process opens a peer's handle only on a device it can see. Level Zero's IPC (oneCCL's
+# intra-node paths) and HIP's (RCCL's P2P transport) then fail or take a slower way round.
+# NCCL under one CUDA device a rank is not warned about (not verified either way).
+_IPC_STACKS = {
+    Backend.XPU: "Intel (oneCCL over Level Zero IPC)",
+    Backend.ROCM: "AMD (RCCL over HIP IPC)",
+}
+
+
+def _ipc_warning(request: LaunchRequest, backend: Backend, workers: int) -> tuple[str, ...]:
+    if not (request.isolate and request.distributed and workers > 1 and backend in _IPC_STACKS):
+        return ()
+    return (
+        f"warning: --isolate with {workers} ranks on {_IPC_STACKS[backend]}: each worker sees "
+        "only its own devices, so collectives that pass IPC handles between devices cannot "
+        "open their peers' memory (they fail, or fall back to slower paths); without --isolate "
+        "every rank sees all selected devices and LOCAL_RANK picks its own",
     )
 
 
@@ -212,7 +247,10 @@ def _select_units(
     if allocated is not None:  # auto: every GPU the scheduler gave the job
         return allocated
     filters = Filters(
-        request.min_free_memory_bytes, request.max_utilization_percent, share=request.share
+        request.min_free_memory_bytes,
+        request.max_utilization_percent,
+        share=request.share,
+        topology=request.topology,
     )
     selection = select(
         gpus,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.device_ids import normalize_bus_id, resolve_ids, split_vendor, uuid_prefix_names
 from xpulaunch.core.units import format_bytes
-from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError
+from xpulaunch.errors import DeviceBusyError, SelectionError, UsageError, member_of
 from xpulaunch.model import Device, DeviceShare, Unit
 
 if TYPE_CHECKING:
@@ -100,6 +100,9 @@ class Filters:
     # A job sharing its devices: its share must fit in the free memory, and the "busy" test
     # does not apply (see xpulaunch.core.slots).
     share: DeviceShare | None = None
+    # --topology prefer|require|ignore: how N devices are chosen among the free ones
+    # (xpulaunch.core.topology).
+    topology: str = "prefer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,21 +220,38 @@ def _select_free(
                 option="gpus",
                 value=request.text,
             )
-        eligible = eligible[: request.count]
+        eligible, topology_notes = _by_topology(eligible, request.count, filters, units)
     elif request.count and len(eligible) > request.count:  # auto, with one device per worker
-        left = ", ".join(u.label() for u in physical_order(eligible[request.count :]))
+        free = eligible
+        eligible, topology_notes = _by_topology(free, request.count, filters, units)
+        left = ", ".join(u.label() for u in physical_order([u for u in free if u not in eligible]))
         notes.append(
             f"{left}: free, left to other jobs: {request.count} workers use one device each "
             "(--nproc-per-node auto: one worker per free device)"
         )
-        eligible = eligible[: request.count]
+    else:
+        topology_notes = ()
     notes += [f"{unit.label()}: chosen, {_describe_free(unit)}" for unit in eligible]
     if any(u.memory_free_bytes is None for u in eligible):
         notes.append(UNKNOWN_FREE_POLICY)
+    notes += topology_notes
     chosen = physical_order(eligible)
     if len(chosen) > 1 and chosen != tuple(eligible):
         notes.append(PHYSICAL_ORDER_NOTE)
     return Selection(chosen, tuple(notes))
+
+
+def _by_topology(
+    ranked: list[Unit], count: int, filters: Filters, units: Sequence[Unit]
+) -> tuple[list[Unit], tuple[str, ...]]:
+    """``count`` of the free ``ranked`` units, as ``--topology`` picks them (its notes)."""
+    if count < 2 or filters.topology == "ignore":
+        return ranked[:count], ()
+    from xpulaunch.core.topology import TopologyMode, choose
+
+    picked = choose(ranked, count, member_of(TopologyMode, "topology", filters.topology), units)
+    chosen = set(picked.units)
+    return [u for u in ranked if u in chosen], picked.notes
 
 
 # Chosen by free memory, handed out by index: in free-memory order rank 0 landed on another

@@ -8,7 +8,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xpulaunch.core.plan import LaunchRequest, make_plan
+from xpulaunch.core.plan import LaunchRequest, check_topology, make_plan
 from xpulaunch.errors import InventoryError, UsageError, check_plain
 from xpulaunch.launch.request import check_program
 from xpulaunch.model import DeviceMap, DeviceShare, Inventory, NodeGroup, Plan
@@ -92,6 +92,7 @@ def plan(
     cpu_bind: str | None = None,
     share: DeviceShare | None = None,
     run_id: str = "none",
+    topology: str = "prefer",
 ) -> Plan:
     """Plan a launch of ``program`` (argv list) exactly as ``xpulaunch run --dry-run`` does.
 
@@ -108,7 +109,9 @@ def plan(
     ``cpu_bind``: ``none`` (default), ``numa`` or ``exclusive``: each worker's CPUs near its
     devices (``--cpu-bind``). ``share``: share each device with other small jobs
     (``--slots-per-gpu``, ``--gpu-memory``). ``run_id``: the workers' ``TORCHELASTIC_RUN_ID``
-    (torchrun's ``--rdzv-id``).
+    (torchrun's ``--rdzv-id``). ``topology``: ``prefer`` (default), ``require`` or ``ignore``
+    a set of devices in one link group, then under one PCIe switch, then on one NUMA node
+    (``--topology``).
     """
     arguments = locals()
     check_program(program)
@@ -134,6 +137,7 @@ def plan(
         cpu_bind=cpu_bind or "none",
         share=share,
         run_id=run_id,
+        topology=check_topology(topology),
     )
     env = dict(os.environ) if parent_env is None else parent_env
     found = inventory_of(inventory, env)

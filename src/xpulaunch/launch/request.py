@@ -57,6 +57,7 @@ class RunRequest:
     cpu_bind: str = "none"  # none, numa or exclusive: each worker's CPUs near its devices
     gpu_ids: str | None = None  # accelerate's, in the child runtime's numbering; wins over gpus
     share: DeviceShare | None = None  # a slot of each device, not all of it (None: alone)
+    topology: str = "prefer"  # prefer, require or ignore a closely linked set of devices
     extra_env: tuple[tuple[str, str], ...] = ()  # under the plan's own variables
     notes: tuple[str, ...] = ()  # added to the plan's "why"
     # Where this node stands in a job of several.
@@ -103,6 +104,10 @@ class RunRequest:
             object.__setattr__(
                 self, "device_map", member_of(DeviceMap, "device_map", self.device_map)
             )
+        if self.topology != "prefer":  # refused before any probe
+            from xpulaunch.core.plan import check_topology
+
+            check_topology(self.topology)
         if self.heartbeat and self.hang_timeout_s is None:
             raise UsageError("--heartbeat needs --hang-timeout SECONDS (how long without a beat)")
         if self.max_restarts is not None and self.max_restarts < -1:
@@ -161,6 +166,7 @@ class RunRequest:
             cpu_bind=self.cpu_bind,
             share=self.share,
             run_id=self.nodes.rdzv_id or self.log_run_id or "none",
+            topology=self.topology,
         )
 
     def policy(self, isolate: bool) -> RestartPolicy:

@@ -46,6 +46,7 @@ class LlamaRequest:
     # A share of each device beside other jobs and models (the router packs models so),
     # instead of whole devices.
     share: DeviceShare | None = None
+    topology: str = "prefer"  # --topology: how a replica's several GPUs are chosen
 
     def __post_init__(self) -> None:
         for each in fields(self):
@@ -257,6 +258,7 @@ def _launch_request(
         min_free_memory_bytes=request.min_free_memory_bytes,
         max_utilization_percent=request.max_utilization_percent, distributed=False,
         share=request.share if build is not LlamaBackend.CPU else None,
+        topology=request.topology,
     )  # fmt: skip
 
 

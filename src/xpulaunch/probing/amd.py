@@ -20,7 +20,12 @@ from xpulaunch.probing.context import (
     parsed_run,
     run_tool,
 )
-from xpulaunch.probing.kfd import partition_mode, read_kfd_nodes, split_partitions
+from xpulaunch.probing.kfd import (
+    partition_mode,
+    read_kfd_nodes,
+    split_partitions,
+    with_xgmi_links,
+)
 from xpulaunch.probing.observe import Observation, merge
 from xpulaunch.probing.parsers.amd import (
     AMD_SMI_LIST_ARGV,
@@ -55,6 +60,8 @@ def probe_amd(ctx: ProbeContext, pci: list[PciGpu] | None) -> VendorResult:
             result.problems += problems
     if listed and not cards:
         return result
+    if ctx.read_topology:
+        cards = with_xgmi_links(cards, nodes)
     lacking = [c for c in cards if c.memory_total_bytes is None or c.memory_used_bytes is None]
     tried: list[Problem] = []
     if listed is None or lacking:

@@ -36,6 +36,9 @@ class ProbeContext:
     use_torch: bool = False
     torch_python: str = "python3"
     torch_timeout_s: float = 60.0
+    # Read how GPUs are linked (NVLink, XGMI, PCIe relations): bench/ and
+    # docs/hardware/topology_check.sh time the probe without it.
+    read_topology: bool = True
 
 
 @dataclass(slots=True)

@@ -85,6 +85,7 @@ def probe_host(
     nvml_module: object | None = None,
     pyzes_module: object | None = None,
     torch_python: str | None = None,
+    read_topology: bool = True,
 ) -> Inventory:
     """Every NVIDIA, Intel and AMD GPU of this host, with what could not be measured.
 
@@ -98,6 +99,8 @@ def probe_host(
         timeout_s: limit for each vendor tool (nvidia-smi, xpu-smi, ...).
         report_missing: also record expected outcomes (a tool that is not installed).
         nvml_module, pyzes_module: stand-ins for ``pynvml``/``pyzes`` (tests).
+        read_topology: also read how the GPUs are linked (NVLink, XGMI; the PCI paths and
+            NUMA nodes are read with the PCI walk either way).
     """
     ctx = ProbeContext(
         sys_root=os.fspath(sys_root),
@@ -113,6 +116,7 @@ def probe_host(
         pyzes_module=pyzes_module,
         use_torch=use_torch,
         torch_python=torch_python or sys.executable,
+        read_topology=read_topology,
     )
     pci, problems = list_pci_gpus(sys_root)
     # NVIDIA always (NVML is cheap and says itself whether a driver is there); the others only
@@ -165,7 +169,11 @@ def with_driver_facts(devices: list[Device], sys_root: str, proc_root: str) -> l
 
 
 def probe_from_env(
-    env: Mapping[str, str], *, use_torch: bool = False, report_missing: bool = False
+    env: Mapping[str, str],
+    *,
+    use_torch: bool = False,
+    report_missing: bool = False,
+    read_topology: bool = True,
 ) -> Inventory:
     """``probe_host`` as the CLI runs it: honours the testing hooks ``XPULAUNCH_SYSFS_ROOT``
     and ``XPULAUNCH_PROCFS_ROOT`` (a fake machine: NVML and pyzes off)."""
@@ -179,4 +187,5 @@ def probe_from_env(
         use_pyzes=not fake_sys,
         use_torch=use_torch,
         report_missing=report_missing,
+        read_topology=read_topology,
     )

@@ -12,7 +12,13 @@ from dataclasses import replace
 
 from xpulaunch.model import Problem
 from xpulaunch.probing.observe import Observation
-from xpulaunch.probing.parsers.kfd import KfdNode, by_card, gpu_node, parse_properties
+from xpulaunch.probing.parsers.kfd import (
+    KfdNode,
+    by_card,
+    gpu_node,
+    parse_properties,
+    xgmi_links,
+)
 from xpulaunch.probing.sysfs import read_text
 
 # sysfs attributes of a partition-capable amdgpu card (amdgpu_xcp / amdgpu_gfx.c).
@@ -31,14 +37,19 @@ def read_kfd_nodes(sys_root: str, problems: list[Problem]) -> list[KfdNode] | No
     for name in names:
         path = os.path.join(nodes_dir, name)
         properties = parse_properties(read_text(os.path.join(path, "properties"), problems) or "")
-        node = gpu_node(int(name), properties, _banks(path, problems))
+        links = _properties_of(os.path.join(path, "io_links"), problems)
+        node = gpu_node(int(name), properties, _banks(path, problems), links)
         if node is not None:
             nodes.append(node)
     return nodes
 
 
 def _banks(node_path: str, problems: list[Problem]) -> list[dict[str, int]]:
-    banks_dir = os.path.join(node_path, "mem_banks")
+    return _properties_of(os.path.join(node_path, "mem_banks"), problems)
+
+
+def _properties_of(banks_dir: str, problems: list[Problem]) -> list[dict[str, int]]:
+    """The ``properties`` of every entry of a node's ``mem_banks`` or ``io_links``."""
     try:
         names = sorted(os.listdir(banks_dir))
     except OSError:
@@ -116,3 +127,17 @@ def _shared_uuid(card: Observation, mode: str | None, count: int) -> Problem:
         "7.0.1): masks name them by index",
         card.pci_bus_id,
     )
+
+
+def with_xgmi_links(cards: list[Observation], nodes: list[KfdNode] | None) -> list[Observation]:
+    """Each card with its XGMI links (io_links of type XGMI to another card's node); a
+    partition is linked as its card is (its links are its card's)."""
+    links = xgmi_links(nodes or [])
+    if not links:
+        return cards
+    linked = []
+    for card in cards:
+        card_bus = card.extra.get("card_pci_bus_id", card.pci_bus_id)
+        mine = links.get(card_bus) if isinstance(card_bus, str) else None
+        linked.append(card if mine is None else replace(card, extra={**card.extra, "links": mine}))
+    return linked

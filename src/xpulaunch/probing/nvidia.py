@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 
 from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import MigDevice, Problem, Vendor
-from xpulaunch.probing.context import ProbeContext, VendorResult, failed, not_installed, run_tool
+from xpulaunch.probing.context import (
+    ProbeContext,
+    VendorResult,
+    failed,
+    not_installed,
+    parsed_run,
+    run_tool,
+)
 from xpulaunch.probing.nvml_start import NVML_LIBRARY
 from xpulaunch.probing.observe import Observation
 from xpulaunch.probing.parsers.nvidia import (
@@ -115,7 +122,27 @@ def _from_nvidia_smi(ctx: ProbeContext) -> _Found:
         return None, [problem], False
     mig = "MIG is enabled; MIG instances are only listed through NVML"
     migs = [o.key for o in found if o.extra.get("mig_mode") == "Enabled"]
-    return found, [Problem("nvidia-smi", mig, device=key) for key in migs], False
+    problems = [Problem("nvidia-smi", mig, device=key) for key in migs]
+    if ctx.read_topology and len(found) > 1:
+        found = _with_topo(ctx, found, problems)
+    return found, problems, False
+
+
+def _with_topo(
+    ctx: ProbeContext, found: list[Observation], problems: list[Problem]
+) -> list[Observation]:
+    """The links of ``nvidia-smi topo -m``, where NVML is not usable (a problem if it fails)."""
+    from xpulaunch.probing.nvlink import TOPO_ARGV, with_topo_matrix
+    from xpulaunch.probing.parsers.topology import parse_nvidia_topo
+
+    topology = parsed_run(ctx, TOPO_ARGV, parse_nvidia_topo, "nvidia-smi topo")
+    if isinstance(topology, Problem):
+        problems.append(topology)
+    return (
+        found
+        if topology is None or isinstance(topology, Problem)
+        else with_topo_matrix(found, topology)
+    )
 
 
 def _from_procfs(ctx: ProbeContext) -> _Found:
@@ -156,7 +183,7 @@ def _from_nvml(ctx: ProbeContext) -> _Found:
     problems: list[Problem] = []
     found = None
     try:
-        found = _nvml_devices(nvml, problems)
+        found = _nvml_devices(nvml, problems, topology=ctx.read_topology)
     except nvml.NVMLError as exc:
         problems.append(Problem("nvml", f"query failed: {exc}"))
     return found, problems, False
@@ -239,17 +266,25 @@ def _import_pynvml() -> Any:
         return None
 
 
-def _nvml_devices(nvml: Any, problems: list[Problem]) -> list[Observation]:
+def _nvml_devices(nvml: Any, problems: list[Problem], *, topology: bool) -> list[Observation]:
     driver = _text(nvml.nvmlSystemGetDriverVersion())
     found = []
+    handles: list[Any] = []
     for index in range(nvml.nvmlDeviceGetCount()):
-        obs = _nvml_device(nvml, index, problems)
+        obs = _nvml_device(nvml, index, problems, handles)
         if obs is not None:
             found.append(replace(obs, extra={"driver_version": driver}))
+    if topology and found:
+        from xpulaunch.probing.nvlink import with_nvml_topology
+
+        found = with_nvml_topology(nvml, found, handles, problems)
     return found
 
 
-def _nvml_device(nvml: Any, index: int, problems: list[Problem]) -> Observation | None:
+def _nvml_device(
+    nvml: Any, index: int, problems: list[Problem], handles: list[Any]
+) -> Observation | None:
+    """GPU ``index``; its handle is appended to ``handles`` (the topology read's)."""
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
@@ -258,6 +293,7 @@ def _nvml_device(nvml: Any, index: int, problems: list[Problem]) -> Observation 
     except nvml.NVMLError as exc:
         problems.append(Problem("nvml", f"GPU {index} cannot be queried: {exc}"))
         return None
+    handles.append(handle)
     where = bus_id or uuid
     total, used = _nvml_memory(nvml, handle, where, problems)
     return Observation(

@@ -17,6 +17,7 @@ from xpulaunch.core.device_ids import normalize_bus_id
 from xpulaunch.model import Problem, Vendor
 from xpulaunch.probing.parsers.common import ParseError
 from xpulaunch.probing.parsers.numa import parse_cpus, parse_numa_node
+from xpulaunch.probing.parsers.topology import pci_path
 
 VENDOR_IDS = {0x10DE: Vendor.NVIDIA, 0x8086: Vendor.INTEL, 0x1002: Vendor.AMD}
 GPU_DRIVERS = {Vendor.NVIDIA: ("nvidia",), Vendor.INTEL: ("i915", "xe"), Vendor.AMD: ("amdgpu",)}
@@ -42,6 +43,8 @@ class PciGpu:
     path: str  # its sysfs directory
     # sysfs ``numa_node`` (None for -1: not known) and ``local_cpulist``; absent: not read
     numa: tuple[tuple[str, object], ...] = ()
+    # the host bridge and the PCI bridges above it (core.topology); None: not known
+    bridges: tuple[str, ...] | None = None
 
     @property
     def has_gpu_driver(self) -> bool:
@@ -57,6 +60,8 @@ class PciGpu:
         if self.device_id is not None:
             facts["pci_device_id"] = f"0x{self.device_id:04x}"
         facts.update(self.numa)
+        if self.bridges is not None:
+            facts["pci_path"] = list(self.bridges)
         return facts
 
     def skipped(self) -> Problem:
@@ -108,7 +113,15 @@ def _read_pci_gpu(path: str, problems: list[Problem]) -> PciGpu | None:
         drm_cards=_drm_cards(path),
         path=path,
         numa=_numa_facts(path, problems),
+        bridges=_bridges(path),
     )
+
+
+def _bridges(path: str) -> tuple[str, ...] | None:
+    """The bridges above the device: its ``/sys/bus/pci/devices`` entry is a link to its place
+    in the device tree (``../../../devices/pci0000:15/0000:15:01.0/.../0000:18:00.0``)."""
+    found = pci_path(os.path.realpath(path))
+    return None if found is None else tuple(found)
 
 
 def _numa_facts(path: str, problems: list[Problem]) -> tuple[tuple[str, object], ...]:

@@ -39,6 +39,7 @@ from xpulaunch.probing.parsers.intel import (
     parse_list_gpus_v2,
     parse_query_gpu_v2,
 )
+from xpulaunch.probing.parsers.topology import XpuTopology, parse_xpu_smi_topology
 from xpulaunch.probing.runner import RunResult
 
 # The tools must see every Intel GPU and tile, whatever the parent hides from its children.
@@ -92,15 +93,44 @@ def _probe_v1(
     detailed = [c.device_id for c in cards if needs_detail(c.observation)]
     calls: list[Callable[[], object]] = [partial(_dump, ctx, ids)]
     calls += [partial(_detail, ctx, device_id) for device_id in detailed]
+    links = ctx.read_topology and len(cards) > 1
+    calls += [partial(_topology, ctx)] if links else []
     outcomes = parallel(calls)
     problems = [o for o in outcomes if isinstance(o, Problem)]
     dump: Dump = outcomes[0] if isinstance(outcomes[0], dict) else {}
     details = {
-        i: o for i, o in zip(detailed, outcomes[1:], strict=True) if isinstance(o, XpuSmiDetail)
+        i: o
+        for i, o in zip(detailed, outcomes[1 : 1 + len(detailed)], strict=True)
+        if isinstance(o, XpuSmiDetail)
     }
+    found = [_v1_card(c, dump.get(c.device_id, {}), details.get(c.device_id)) for c in cards]
+    if links and isinstance(outcomes[-1], XpuTopology):
+        found = _with_xe_links(cards, found, outcomes[-1])
+    return found, problems
+
+
+def _topology(ctx: ProbeContext) -> XpuTopology | Problem:
+    """``xpu-smi topology -m``: the Xe Links between cards (Sysman fabric ports)."""
+    argv = ["xpu-smi", "topology", "-m"]
+    return _parsed(ctx, argv, parse_xpu_smi_topology, "xpu-smi topology -m")
+
+
+def _with_xe_links(
+    cards: list[XpuSmiCard], found: list[Observation], topology: XpuTopology
+) -> list[Observation]:
+    """Each card with its direct Xe Links, xpu-smi's device ids joined to PCI addresses."""
+    bus = {c.device_id: o.pci_bus_id for c, o in zip(cards, found, strict=True)}
+    links: dict[int, list[dict[str, object]]] = {}
+    for (a, b), ports in topology.xe_link_ports().items():
+        for one, other in ((a, b), (b, a)):
+            if bus.get(other):
+                link: dict[str, object] = {"kind": "xelink", "peer": bus[other], "count": ports}
+                link["peer_type"] = "gpu"
+                links.setdefault(one, []).append(link)
     return [
-        _v1_card(c, dump.get(c.device_id, {}), details.get(c.device_id)) for c in cards
-    ], problems
+        replace(o, extra={**o.extra, "links": links[c.device_id]}) if c.device_id in links else o
+        for c, o in zip(cards, found, strict=True)
+    ]
 
 
 def _parsed(

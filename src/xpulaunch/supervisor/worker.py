@@ -49,11 +49,11 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO
 
-    from xpulaunch.core.root_cause import RootCause
     from xpulaunch.events import Event
     from xpulaunch.joblog.logs import LogSink
     from xpulaunch.processes.cgroup import JobCgroup
     from xpulaunch.processes.procfs import JobProcess
+    from xpulaunch.root_cause import RootCause
     from xpulaunch.supervisor.health import HealthCheckRun
     from xpulaunch.supervisor.loop import Loop
     from xpulaunch.supervisor.spec import WorkerSpec
@@ -239,7 +239,7 @@ class Worker:
 
     def root_cause(self, tail: Sequence[str]) -> RootCause | None:
         """The exception this run died of: torch's error file first, else its stderr."""
-        from xpulaunch.core.root_cause import from_error_file, from_stderr  # only on failure
+        from xpulaunch.root_cause import from_error_file, from_stderr  # only on failure
 
         if self._error_file is not None:
             try:

@@ -6,6 +6,7 @@ the id clients send. Pure: :func:`parse_config` takes the parsed TOML document.
     [models.qwen-7b]
     model = "/models/qwen-7b-q4.gguf"
     gpus = "auto"          # what --gpus takes
+    topology = "prefer"    # what --topology takes: how a model's several GPUs are chosen
     replicas = 1
     ttl = 600              # seconds idle before it is unloaded; 0: never
     pinned = false         # never evicted
@@ -29,7 +30,7 @@ from xpulaunch.core.selection import parse_gpus
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
 
-KEYS = ("model", "gpus", "replicas", "ttl", "pinned", "aliases", "args", "memory")
+KEYS = ("model", "gpus", "topology", "replicas", "ttl", "pinned", "aliases", "args", "memory")
 # The router chooses where each server listens and what it serves: these would break routing.
 _RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
 MAX_REPLICAS = 64
@@ -50,6 +51,7 @@ class ModelConfig:
     args: tuple[str, ...] = ()
     # Its share of each GPU it is packed on beside other models (None: its estimate).
     memory_bytes: int | None = None
+    topology: str = "prefer"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -62,6 +64,7 @@ class ModelConfig:
             "aliases": list(self.aliases),
             "args": list(self.args),
             "memory_bytes": self.memory_bytes,
+            "topology": self.topology,
         }
 
 
@@ -126,7 +129,17 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
         aliases=_strings(table.get("aliases", []), f"{where} aliases"),
         args=args,
         memory_bytes=_memory(table.get("memory"), where),
+        topology=_topology(table.get("topology", "prefer"), where),
     )
+
+
+def _topology(value: object, where: str) -> str:
+    from xpulaunch.core.topology import TopologyMode
+
+    words = [m.value for m in TopologyMode]
+    if value not in words:
+        raise UsageError(f"{where} topology: {value!r}; expected one of {', '.join(words)}")
+    return str(value)
 
 
 def _memory(value: object, where: str) -> int | None:

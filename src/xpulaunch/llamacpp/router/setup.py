@@ -56,6 +56,7 @@ def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
         passthrough=_server_args(model),
         gpus=model.gpus,
         backend=setup.backend,
+        topology=model.topology,
     )
 
 

@@ -13,10 +13,14 @@ is always function 0, so both spellings read back. ROCr spells an agent's UUID `
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # mem_banks heap types that are device memory: HSA_HEAPTYPE_FRAME_BUFFER_PUBLIC / _PRIVATE.
 _VRAM_HEAPS = (1, 2)
+# io_links "type" of an XGMI link (kfd_crat.h CRAT_IOLINK_TYPE_XGMI); kfd_topology.c weighs it
+# 15 a hop (a PCIe link 20). Links to CPU nodes and PCIe links are not GPU links.
+XGMI_LINK_TYPE = 11
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,8 @@ class KfdNode:
     domain: int
     location_id: int
     vram_bytes: int | None = None
+    # io_links/N/properties of this node as (type, node_to, weight)
+    io_links: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def card_bus_id(self) -> str:
@@ -58,7 +64,10 @@ def parse_properties(text: str) -> dict[str, int]:
 
 
 def gpu_node(
-    node: int, properties: dict[str, int], bank_sizes: list[dict[str, int]]
+    node: int,
+    properties: dict[str, int],
+    bank_sizes: list[dict[str, int]],
+    io_links: Sequence[Mapping[str, int]] = (),
 ) -> KfdNode | None:
     """A node's properties and its mem_banks' properties -> a GPU node (None for a CPU node)."""
     if properties.get("simd_count", 0) <= 0:
@@ -70,6 +79,10 @@ def gpu_node(
         domain=properties.get("domain", 0),
         location_id=properties.get("location_id", 0),
         vram_bytes=sum(vram) if vram else None,
+        io_links=tuple(
+            (link.get("type", 0), link.get("node_to", -1), link.get("weight", 0))
+            for link in io_links
+        ),
     )
 
 
@@ -79,3 +92,21 @@ def by_card(nodes: list[KfdNode]) -> dict[str, list[KfdNode]]:
     for node in sorted(nodes, key=lambda n: n.node):
         cards.setdefault(node.card_bus_id, []).append(node)
     return cards
+
+
+def xgmi_links(nodes: list[KfdNode]) -> dict[str, list[dict[str, object]]]:
+    """Each card's XGMI links to other cards (the inventory's ``links``), from its nodes'
+    io_links: the peer's PCI address, and the KFD weight (15 a hop)."""
+    card_of = {n.node: n.card_bus_id for n in nodes}
+    links: dict[str, dict[str, dict[str, object]]] = {}
+    for node in nodes:
+        for kind, node_to, weight in node.io_links:
+            peer = card_of.get(node_to)
+            if kind != XGMI_LINK_TYPE or peer is None or peer == node.card_bus_id:
+                continue
+            mine = links.setdefault(node.card_bus_id, {})
+            mine.setdefault(
+                peer,
+                {"kind": "xgmi", "peer": peer, "count": 1, "peer_type": "gpu", "weight": weight},
+            )
+    return {card: list(peers.values()) for card, peers in links.items()}
