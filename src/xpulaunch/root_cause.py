@@ -42,8 +42,12 @@ class RootCause:
         return f"{self.type}: {self.message}" if self.message else self.type
 
     def as_dict(self) -> dict[str, object]:
-        return {"type": self.type, "message": self.message, "frames": list(self.frames),
-                "source": self.source}  # fmt: skip
+        return {
+            "type": self.type,
+            "message": self.message,
+            "frames": list(self.frames),
+            "source": self.source,
+        }
 
 
 def from_error_file(text: str) -> RootCause | None:

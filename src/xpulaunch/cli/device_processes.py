@@ -108,5 +108,11 @@ def _cells(row: dict[str, object]) -> tuple[str, str, str, str, str, str]:
     shown = "?" if not isinstance(memory, int) else f"{memory / _GIB:.2f} GiB"
     covered = row.get("lease_covers")
     lease = "?" if not isinstance(covered, bool) else "yes" if covered else "no"
-    return (str(row.get("device")), str(row.get("pid")), str(row.get("user") or "?"), shown,
-            lease, str(row.get("command") or "?")[:80])  # fmt: skip
+    return (
+        str(row.get("device")),
+        str(row.get("pid")),
+        str(row.get("user") or "?"),
+        shown,
+        lease,
+        str(row.get("command") or "?")[:80],
+    )

@@ -170,8 +170,15 @@ def _row(d: Device, *, qualify: bool) -> tuple[str, str, str, str, str, str, str
         name += " (integrated)"
     util = "-" if d.utilization_percent is None else f"{d.utilization_percent:.0f}%"
     ident = f"{d.vendor.value}:{d.index}" if qualify else str(d.index)
-    return (ident, d.vendor.value, name, d.pci_bus_id or "-",
-            _memory(d.memory_used_bytes, d.memory_total_bytes), util, str(d.tiles))  # fmt: skip
+    return (
+        ident,
+        d.vendor.value,
+        name,
+        d.pci_bus_id or "-",
+        _memory(d.memory_used_bytes, d.memory_total_bytes),
+        util,
+        str(d.tiles),
+    )
 
 
 def _fallback_name(d: Device) -> str:

@@ -158,8 +158,10 @@ def topology_of(inventory: Inventory) -> CpuTopology | None:
     where = f"inventory: {TOPOLOGY_KEY}"
     if not isinstance(raw, Mapping) or not isinstance(raw.get("numa_nodes"), Mapping):
         raise InventoryError(f"{where}: must be an object with 'numa_nodes'")
-    nodes = {_node_number(k, where): _cpus(v, f"{where}.numa_nodes.{k}") for k, v in
-             raw["numa_nodes"].items()}  # fmt: skip
+    nodes = {
+        _node_number(k, where): _cpus(v, f"{where}.numa_nodes.{k}")
+        for k, v in raw["numa_nodes"].items()
+    }
     cores = raw.get("smt_siblings") or []
     if not isinstance(cores, list):
         raise InventoryError(f"{where}.smt_siblings: must be a list of CPU lists")

@@ -318,12 +318,18 @@ def _allocation(
     notes = [
         f"--gpus auto: {who} allocated this job its GPUs, so every one is used (a busy one "
         "with a warning) instead of fewer workers on this node",
-        *(f"{u.label()}: skipped, leased by {holder_of(u, held)}" for u in units
-          if holder_of(u, held) is not None),
+        *(
+            f"{u.label()}: skipped, leased by {holder_of(u, held)}"
+            for u in units
+            if holder_of(u, held) is not None
+        ),
         *(f"{u.label()}: allocated to the job" for u in free),
-        *(f"warning: {u.label()} is {busy}; used anyway, as {scheduler} allocated it"
-          for u in free if (busy := busy_reason(u)) is not None),
-    ]  # fmt: skip
+        *(
+            f"warning: {u.label()} is {busy}; used anyway, as {scheduler} allocated it"
+            for u in free
+            if (busy := busy_reason(u)) is not None
+        ),
+    ]
     return free, tuple(notes)
 
 
@@ -530,8 +536,12 @@ def layout_env(nodes: NodeGroup, nproc: int, local_rank: int) -> dict[str, str]:
     """The rank variables that depend on the other nodes' worker counts."""
     rank = nodes.rank_offset(nproc) + local_rank
     world = str(nodes.world_size(nproc))
-    return {"RANK": str(rank), "ROLE_RANK": str(rank), "WORLD_SIZE": world,
-            "ROLE_WORLD_SIZE": world}  # fmt: skip
+    return {
+        "RANK": str(rank),
+        "ROLE_RANK": str(rank),
+        "WORLD_SIZE": world,
+        "ROLE_WORLD_SIZE": world,
+    }
 
 
 def _relaid(note: str, nodes: NodeGroup, count: int) -> str:

@@ -363,8 +363,7 @@ def _refuse_held(units: Sequence[Unit], held: Mapping[str, str]) -> None:
 
 
 _SLURM_GPUS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
-_MASKS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-          "ZE_AFFINITY_MASK")  # fmt: skip
+_MASKS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
 _NOT_A_REQUEST = ("", "all", "none", "void")
 
 

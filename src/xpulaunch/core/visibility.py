@@ -295,11 +295,15 @@ def hiding_notes(env: Mapping[str, str | None], vendor: Vendor | None) -> list[s
     """Why a child's env holds a value that hides another vendor's GPUs (for the plan)."""
     hiders = (
         (Vendor.NVIDIA, CUDA_VAR, "", 'CUDA_VISIBLE_DEVICES="" hides every NVIDIA GPU', ""),
-        (Vendor.INTEL, ZE_MASK_VAR, ZE_HIDE_ALL,
-         f"{ZE_MASK_VAR}={ZE_HIDE_ALL} hides every Intel GPU",
-         f" ({ZE_HIDE_ALL} is an index no host has; an empty mask would hide nothing)"),
+        (
+            Vendor.INTEL,
+            ZE_MASK_VAR,
+            ZE_HIDE_ALL,
+            f"{ZE_MASK_VAR}={ZE_HIDE_ALL} hides every Intel GPU",
+            f" ({ZE_HIDE_ALL} is an index no host has; an empty mask would hide nothing)",
+        ),
         (Vendor.AMD, ROCR_VAR, "", 'ROCR_VISIBLE_DEVICES="" hides every AMD GPU', ""),
-    )  # fmt: skip
+    )
     who = "this CPU job" if vendor is None else f"this {vendor.value} job"
     return [
         f"{text} from the children of {who}{why}"

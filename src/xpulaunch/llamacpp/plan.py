@@ -147,9 +147,14 @@ def make_llama_plan(
         or parent_env.get("LLAMA_ARG_FIT_TARGET")
     )
     placed = plan_replicas(
-        launch, request.replicas, inventory, parent_env,
-        unavailable=unavailable, estimate=sizing.estimate, margin_bytes=margin,
-    )  # fmt: skip
+        launch,
+        request.replicas,
+        inventory,
+        parent_env,
+        unavailable=unavailable,
+        estimate=sizing.estimate,
+        margin_bytes=margin,
+    )
     plan = placed.plan
     vk = _vulkan_table(build, inventory, listing)
     model = effective_model(request, parent_env)
@@ -163,9 +168,14 @@ def make_llama_plan(
         replica = _replica(request, worker.name, port, names)
         offload = llama_args.Offload(names, _split_units(build, units), fit_mib)
         argv, arg_notes = llama_args.server_argv(
-            request.binary, model=model, host=request.host, port=replica.port, offload=offload,
-            passthrough=request.passthrough, parent_env=parent_env,
-        )  # fmt: skip
+            request.binary,
+            model=model,
+            host=request.host,
+            port=replica.port,
+            offload=offload,
+            passthrough=request.passthrough,
+            parent_env=parent_env,
+        )
         env = _replica_env(worker, build, len(names), parent_env)
         workers.append(replace(worker, argv=argv, env=env))
         replicas.append(replica)
@@ -252,14 +262,18 @@ def _launch_request(
             )
         backend = native.value
     return LaunchRequest(
-        argv=(request.binary,), gpus=gpus, backend=backend, isolate=True,
+        argv=(request.binary,),
+        gpus=gpus,
+        backend=backend,
+        isolate=True,
         # A replica is not a rank: no torchrun variables, no OMP_NUM_THREADS=1 (llama-server
         # sizes its own CPU threads with -t/-tb; the OpenMP default would cap them).
         min_free_memory_bytes=request.min_free_memory_bytes,
-        max_utilization_percent=request.max_utilization_percent, distributed=False,
+        max_utilization_percent=request.max_utilization_percent,
+        distributed=False,
         share=request.share if build is not LlamaBackend.CPU else None,
         topology=request.topology,
-    )  # fmt: skip
+    )
 
 
 def _vulkan_table(

@@ -102,10 +102,15 @@ def _described(proc_root: str, process: GpuProcess) -> GpuProcess:
         if item.startswith("XPULAUNCH_JOB_ID="):
             job = item.partition("=")[2]
     return GpuProcess(
-        process.pid, process.device_key, process.memory_bytes, process.source,
-        _owner(base), (command or "").replace("\0", " ").strip() or None, job,
+        process.pid,
+        process.device_key,
+        process.memory_bytes,
+        process.source,
+        _owner(base),
+        (command or "").replace("\0", " ").strip() or None,
+        job,
         environ is not None,
-    )  # fmt: skip
+    )
 
 
 def _read(path: str) -> str | None:

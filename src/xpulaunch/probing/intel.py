@@ -96,8 +96,11 @@ def _from_fdinfo(
 ) -> list[Observation]:
     """Memory in use from DRM fdinfo, where i915/xe hide it from sysfs: a complete reading
     needs every process's fdinfo, so only a privileged probe (root) tries, once."""
-    lacking = [c.pci_bus_id for c in cards if c.pci_bus_id and c.memory_used_bytes is None
-               and not c.integrated]  # fmt: skip
+    lacking = [
+        c.pci_bus_id
+        for c in cards
+        if c.pci_bus_id and c.memory_used_bytes is None and not c.integrated
+    ]
     if not lacking:
         return cards
     if not ctx.perfmon:
@@ -109,9 +112,10 @@ def _from_fdinfo(
         return cards
     return [
         replace(c, memory_used_bytes=used[c.pci_bus_id], sources=(*c.sources, "fdinfo"))
-        if c.pci_bus_id in used else c
+        if c.pci_bus_id in used
+        else c
         for c in cards
-    ]  # fmt: skip
+    ]
 
 
 def _lmem(ctx: ProbeContext, gpu: PciGpu, problems: list[Problem]) -> tuple[int | None, int | None]:

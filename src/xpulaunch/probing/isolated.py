@@ -146,9 +146,13 @@ def probe_in_child(
     argv = [sys.executable, "-m", "xpulaunch", "devices", "--json"]
     try:
         done = subprocess.run(
-            argv, capture_output=True, env=dict(env), timeout=timeout_s, check=False,
+            argv,
+            capture_output=True,
+            env=dict(env),
+            timeout=timeout_s,
+            check=False,
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InventoryError(f"xpulaunch devices --json did not answer ({exc})") from exc
     inventory = _document(done.stdout)

@@ -60,8 +60,10 @@ def _properties_of(banks_dir: str, problems: list[Problem]) -> list[dict[str, in
 
 def partition_mode(card_path: str, problems: list[Problem]) -> str | None:
     """``CPX/NPS4`` style: the compute and memory partition modes a card reports, if any."""
-    modes = [read_text(os.path.join(card_path, f), problems) for f in
-             (COMPUTE_PARTITION_FILE, MEMORY_PARTITION_FILE)]  # fmt: skip
+    modes = [
+        read_text(os.path.join(card_path, f), problems)
+        for f in (COMPUTE_PARTITION_FILE, MEMORY_PARTITION_FILE)
+    ]
     shown = [m for m in modes if m]
     return "/".join(shown) if shown else None
 
@@ -89,8 +91,10 @@ def split_partitions(
     numbers = [n.partition for n in mine]
     if len(set(numbers)) != len(numbers) or max(numbers) > 7:  # then node order numbers them
         numbers = list(range(len(mine)))
-    return [_partition(card, node, number, facts, distinct=distinct) for node, number in
-            zip(mine, numbers, strict=True)], problems  # fmt: skip
+    return [
+        _partition(card, node, number, facts, distinct=distinct)
+        for node, number in zip(mine, numbers, strict=True)
+    ], problems
 
 
 def _partition(

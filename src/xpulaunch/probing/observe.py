@@ -19,9 +19,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
 _FILLABLE = (
-    "pci_bus_id", "uuid", "index", "name", "integrated", "tiles", "memory_total_bytes",
-    "memory_used_bytes", "utilization_percent", "mig_devices",
-)  # fmt: skip
+    "pci_bus_id",
+    "uuid",
+    "index",
+    "name",
+    "integrated",
+    "tiles",
+    "memory_total_bytes",
+    "memory_used_bytes",
+    "utilization_percent",
+    "mig_devices",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,8 +68,9 @@ class PciGpu:
         """Why a GPU without its vendor's driver (vfio-pci, none) is not in the inventory."""
         expected = " or ".join(GPU_DRIVERS[self.vendor])
         bound = self.driver or "no driver"
-        return Problem("sysfs", f"{self.describe()} is bound to {bound}, not {expected}; skipped",
-                       self.bus_id)  # fmt: skip
+        return Problem(
+            "sysfs", f"{self.describe()} is bound to {bound}, not {expected}; skipped", self.bus_id
+        )
 
 
 def list_pci_gpus(

@@ -53,9 +53,14 @@ HELPER_ENV = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "ONEAPI_DEVICE_SELECTOR":
 
 def probe_torch_xpu(ctx: ProbeContext) -> tuple[list[TorchXpu] | None, Problem | None]:
     found = parsed_run(
-        ctx, [ctx.torch_python, "-c", HELPER], parse_torch_xpu_json, "torch.xpu",
-        drop_env=SELECTION_VARS, set_env=HELPER_ENV, timeout_s=ctx.torch_timeout_s,
-    )  # fmt: skip
+        ctx,
+        [ctx.torch_python, "-c", HELPER],
+        parse_torch_xpu_json,
+        "torch.xpu",
+        drop_env=SELECTION_VARS,
+        set_env=HELPER_ENV,
+        timeout_s=ctx.torch_timeout_s,
+    )
     if found is None:
         return None, Problem("torch.xpu", f"{ctx.torch_python} not found")
     if isinstance(found, Problem):

@@ -45,8 +45,10 @@ from xpulaunch.probing.runner import RunResult
 # The tools must see every Intel GPU and tile, whatever the parent hides from its children.
 SELECTION_VARS = VENDOR_VARS[Vendor.INTEL]
 QUERY_V2_ARGV = [
-    "xpu-smi", f"--query-gpu={','.join(QUERY_V2_FIELDS)}", "--format=csv,noheader,nounits",
-]  # fmt: skip
+    "xpu-smi",
+    f"--query-gpu={','.join(QUERY_V2_FIELDS)}",
+    "--format=csv,noheader,nounits",
+]
 Dump = dict[int, dict[int, float | None]]  # device id -> metric id -> value
 _Outcome = tuple[list[Observation] | None, list[Problem], list[Problem]]  # found, problems, notes
 T = TypeVar("T")

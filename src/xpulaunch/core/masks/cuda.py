@@ -82,8 +82,10 @@ def parse_cuda_visible_devices(value: str | None, devices: Sequence[Device]) -> 
                 )
             # The same GPU by index and by UUID: the driver accepted `1,GPU-<uuid of 1>` and
             # showed the GPU once (run on 2x H200, 2026-11-22, docs/hardware/); `0,0` fails.
-            notes.append(f"{CUDA_VAR}: {raw.strip()!r} names {entry.device.label()} again; "
-                         "CUDA shows it once")  # fmt: skip
+            notes.append(
+                f"{CUDA_VAR}: {raw.strip()!r} names {entry.device.label()} again; "
+                "CUDA shows it once"
+            )
             continue
         seen_tokens.add(token)
         if entry.mig is not None and any(e.mig is not None for e in entries):

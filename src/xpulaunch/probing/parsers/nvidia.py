@@ -15,12 +15,20 @@ from xpulaunch.probing.parsers.common import (
 
 # Queried in this order; ``name`` last because it is free text (see split_csv_rows).
 QUERY_FIELDS = [
-    "index", "uuid", "pci.bus_id", "memory.total", "memory.used", "utilization.gpu",
-    "mig.mode.current", "name",
-]  # fmt: skip
+    "index",
+    "uuid",
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "mig.mode.current",
+    "name",
+]
 QUERY_ARGV = [
-    "nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits",
-]  # fmt: skip
+    "nvidia-smi",
+    f"--query-gpu={','.join(QUERY_FIELDS)}",
+    "--format=csv,noheader,nounits",
+]
 # `nvidia-smi -i <bad>` and a host whose GPUs are all gone print this and exit 6 (as run).
 NO_DEVICES_TEXT = "No devices were found"
 NO_DEVICES_EXIT = 6
