@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fault_sweep import Outcome, Scratch, Skip, judge, trial, wait_until
+from sweep_kit import Outcome, Scratch, Skip, judge, trial, wait_until
 
 NOBODY = 65534
 
@@ -240,6 +240,6 @@ def _logs_cancelled(s: Scratch, o: Outcome) -> None:
 
 
 def _finish(proc: subprocess.Popen[bytes]) -> tuple[int | None, str, str]:
-    from fault_sweep import finish
+    from sweep_kit import finish
 
     return finish(proc, 30)

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fault_sweep import ROOT, Outcome, Scratch, Skip, finish, judge, trial
+from sweep_kit import ROOT, Outcome, Scratch, Skip, finish, judge, trial
 
 sys.path[:0] = [str(ROOT / "tests" / "llamacpp"), str(ROOT / "tests")]
 from router_kit import IMPOSTOR  # noqa: E402  (the tests' other program on a port)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fault_sweep import Outcome, Scratch, judge, trial
+from sweep_kit import Outcome, Scratch, judge, trial
 
 HOLD_LEASE = """
 import sys, time
