@@ -36,10 +36,11 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
     if store is None:
         if everything:
             return 0
-        numbers = [i for i in wanted if isinstance(i, int)]
+        numbers = [i for i in wanted if not actions.is_waiter(i)]
         if numbers:
             raise QueueError(f"no job {numbers[0]}: {directory.root} has no queue")
     with store or contextlib.nullcontext():
+        wanted = actions.expand(store, wanted)  # a name, an array's first id: all its jobs
         if everything and store is not None:
             wanted = [j.id for j in store.jobs() if j.uid == os.getuid()]
         failed = each_job(wanted, lambda job_id: _cancel(directory, store, job_id, everything))
@@ -49,7 +50,7 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
 def _cancel(
     directory: LockDirectory, store: Store | None, job_id: int | str, ended_ok: bool
 ) -> str:
-    if isinstance(job_id, str):
+    if isinstance(job_id, str):  # expanded: only a wPID is left as text
         return actions.cancel_waiter(directory, int(job_id[1:]))
     assert store is not None  # a job id with no queue was refused above
     return actions.cancel(directory, store, job_id, ended_ok=ended_ok)

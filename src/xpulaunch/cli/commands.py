@@ -26,6 +26,7 @@ COMMANDS = {
     "hold": "xpulaunch.cli.hold:hold",
     "release": "xpulaunch.cli.hold:release",
     "runner": "xpulaunch.cli.runner:runner",
+    "wait": "xpulaunch.cli.wait:wait",
     "top": "xpulaunch.cli.top:top",
 }
 

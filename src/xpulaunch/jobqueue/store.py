@@ -25,7 +25,7 @@ from typing import Any
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import files
 from xpulaunch.jobqueue.mounts import filesystem_type, is_network
-from xpulaunch.jobqueue.policy import Job, JobState
+from xpulaunch.jobqueue.policy import Job, JobState, depends_on
 from xpulaunch.jobqueue.user_store import DB_NAME, UserStore, lock_holders, stamp
 from xpulaunch.leases.lock_directory import LockDirectory
 
@@ -114,10 +114,10 @@ class Store:
         return self._select(f"WHERE state IN ({marks})", [s.value for s in ACTIVE_STATES])
 
     def with_dependencies(self) -> list[Job]:
-        """Active jobs, and the ended jobs they name with ``--after`` (for the ordering)."""
+        """Active jobs, and the ended jobs they name with ``--after*`` (for the ordering)."""
         active = self.jobs()
         known = {j.id for j in active}
-        missing = sorted({i for j in active for i in j.after} - known)
+        missing = sorted({i for j in active for i in depends_on(j)} - known)
         if not missing:
             return active
         marks = ", ".join("?" for _ in missing)
