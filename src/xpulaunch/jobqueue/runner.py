@@ -61,7 +61,9 @@ FALLBACK_POLL_S = 0.5  # a job watched without a pidfd (old kernels)
 IDLE_POLL_S = 5.0  # otherwise: other users' changes that missed the FIFO, dead runners
 CANCEL_MARGIN_S = 10.0  # after a cancelled job's --grace, its run itself is killed
 _MAX_FAILED_TURNS = 60
-NOTIFY_TIMEOUT_S = 60.0  # a --notify command still running then is killed
+NOTIFY_TIMEOUT_S = (
+    60.0  # a --notify command still running then is killed (XPULAUNCH_NOTIFY_TIMEOUT)
+)
 NOTIFY_POLL_S = 0.2  # while one runs: how soon its end is noted
 _ENDED = tuple(s.value for s in JobState if s.ended)
 Handler = Callable[[int, FrameType | None], Any] | int | None
@@ -93,6 +95,7 @@ class Runner:
         self._lock = RunnerLock(directory, self.uid)
         self._started_s = time.time()
         self._notifiers: list[_Notifier] = []
+        self.notify_timeout_s = _notify_timeout(env)
         self.draining = False
 
     def serve(self) -> bool:
@@ -255,7 +258,7 @@ class Runner:
         except OSError as exc:
             self._say(f"job {job.id}: --notify could not start: {exc}")
             return
-        deadline_s = time.monotonic() + NOTIFY_TIMEOUT_S
+        deadline_s = time.monotonic() + self.notify_timeout_s
         self._notifiers.append(_Notifier(job.id, process, deadline_s))
 
     def _reap_notifiers(self) -> None:
@@ -270,7 +273,7 @@ class Runner:
                 notifier.process.wait()
                 self._say(
                     f"job {notifier.job_id}: --notify still ran after "
-                    f"{NOTIFY_TIMEOUT_S:g} s; killed"
+                    f"{self.notify_timeout_s:g} s (XPULAUNCH_NOTIFY_TIMEOUT); killed"
                 )
             elif code is None:
                 left.append(notifier)
@@ -491,6 +494,15 @@ class _Notifier:
     job_id: int
     process: subprocess.Popen[bytes]
     deadline_s: float
+
+
+def _notify_timeout(env: Mapping[str, str]) -> float:
+    """``XPULAUNCH_NOTIFY_TIMEOUT`` seconds (a positive number), else the default."""
+    try:
+        value = float(env.get("XPULAUNCH_NOTIFY_TIMEOUT", "") or NOTIFY_TIMEOUT_S)
+    except ValueError:
+        return NOTIFY_TIMEOUT_S
+    return value if 0 < value < float("inf") else NOTIFY_TIMEOUT_S
 
 
 def _stderr(line: str) -> None:
