@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -184,3 +186,23 @@ def test_a_cpu_job_passes_a_gpu_job_waiting_and_json_has_every_state(box: QueueB
     assert jobs[str(failed)]["exit_code"] == 3
     Path(f"{info}.release").touch()
     box.wait_states({holder: "done", gpu: "done", queued: "done"})
+
+
+def test_a_schema_1_store_is_read_by_others_and_upgraded_by_its_owner(box: QueueBox) -> None:
+    job, _ = submit(box, "--hold", "--", "true")
+    database = box.database()
+    with contextlib.closing(sqlite3.connect(database)) as db:  # as an older xpulaunch made it
+        for column in ("name", "after_any", "after_fail", "array_first", "array_index"):
+            db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+    theirs = {j["id"]: j for j in box.queue(uid=NOBODY)["jobs"]}  # read-only, not upgraded
+    assert (theirs[job]["state"], theirs[job]["name"], theirs[job]["after_any"]) == (
+        "held", None, [],
+    )  # fmt: skip
+    named, _ = submit(box, "--hold", "--name", "later", "--after-any", str(job), "--", "true")
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+    jobs = box.jobs(uid=NOBODY)
+    assert (jobs[str(named)]["name"], jobs[str(named)]["after_any"]) == ("later", [job])
+    assert jobs[str(job)]["state"] == "held"
