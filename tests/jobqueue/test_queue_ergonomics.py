@@ -147,6 +147,7 @@ def test_notify_runs_when_a_job_ends_and_its_failure_is_only_logged(box: QueueBo
     broken, _ = submit(box, "--gpus", "none", "--notify", "false", "--", "true")
     hangs, _ = submit(box, "--gpus", "none", "--notify", "sleep 100", "--", "true")
     held, _ = submit(box, "--hold", "--notify", record, "--", "true")
+    later, _ = submit(box, "--hold", "--name", "n2", "--notify", record, "--", "true")
     q(box, "cancel", str(held))
     box.wait_states({failed: "failed", broken: "done", hangs: "done", held: "cancelled"})
     log = box.lock_dir / "queue-jobs-0" / "runner.log"
@@ -157,6 +158,12 @@ def test_notify_runs_when_a_job_ends_and_its_failure_is_only_logged(box: QueueBo
     )
     assert f"job {broken}: --notify failed (exit status 1)" in log.read_text()
     assert box.jobs()[str(broken)]["state"] == "done"  # the job's own state, untouched
+    # Cancelled while no runner of ours runs: the next runner notifies it (once).
+    box.stop_runner()
+    q(box, "cancel", str(later))
+    q(box, "runner")
+    wait_for(lambda: seen.read_text().count("\n") == 3, "the next runner's notification")
+    assert seen.read_text().splitlines()[-1] == f"{later} n2 cancelled "
     done = q(box, "submit", "--inventory", box.inventory, "--notify", "no-such-program x",
              "--", "true", check=False)  # fmt: skip
     one_line_error(done, 2, "no-such-program is not an executable program here")

@@ -65,6 +65,7 @@ NOTIFY_TIMEOUT_S = (
     60.0  # a --notify command still running then is killed (XPULAUNCH_NOTIFY_TIMEOUT)
 )
 NOTIFY_POLL_S = 0.2  # while one runs: how soon its end is noted
+NOTIFY_WINDOW_S = 86400.0  # a job that ended longer ago than this is not notified any more
 _ENDED = tuple(s.value for s in JobState if s.ended)
 Handler = Callable[[int, FrameType | None], Any] | int | None
 
@@ -95,6 +96,7 @@ class Runner:
         self._lock = RunnerLock(directory, self.uid)
         self._started_s = time.time()
         self._notifiers: list[_Notifier] = []
+        self._considered: set[int] = set()  # ended jobs whose --notify was looked at
         self.notify_timeout_s = _notify_timeout(env)
         self.draining = False
 
@@ -206,16 +208,21 @@ class Runner:
         return self._busy
 
     def _notify_ended(self, store: Store) -> None:
-        """Start the ``--notify`` command of each job of ours that ended since this runner
-        started and has not been notified (a ``notified`` file in its folder, made first:
-        another runner of ours later does not run it again)."""
+        """Start the ``--notify`` command of each job of ours that ended (within
+        :data:`NOTIFY_WINDOW_S`: also one cancelled while no runner of ours ran) and has not
+        been notified (a ``notified`` file in its folder, made first: no runner of ours runs
+        it again)."""
         if store.own is None:
             return
         marks = ", ".join("?" for _ in _ENDED)
         ended = store.own.select(
-            f"WHERE state IN ({marks}) AND ended_s >= ?", [*_ENDED, self._started_s - 1.0]
+            f"WHERE state IN ({marks}) AND ended_s >= ?",
+            [*_ENDED, self._started_s - NOTIFY_WINDOW_S],
         )
         for job in ended:
+            if job.id in self._considered:
+                continue
+            self._considered.add(job.id)
             folder = job_folder(self.directory, self.uid, job.id)
             if os.path.lexists(folder / NOTIFIED_NAME):
                 continue
