@@ -35,7 +35,8 @@ def lines(box: QueueBox, command: str, *args: str, **env: str) -> tuple[int, str
          "or w4242"),
         (("cancel", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
         (("hold", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
-        (("logs", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
+        (("logs", "x1"), "no job of yours is named x1; see xpulaunch queue -a; nor is x1 a "
+         "directory here"),
         (("wait", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
         (("wait", "99"), UNKNOWN),
         (("cancel",), "give job ids (as xpulaunch queue shows them) or --all, not both"),

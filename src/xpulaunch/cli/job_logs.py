@@ -56,9 +56,13 @@ def final_status(text: str, lock_dir: str | None) -> int:
 
 
 def _job_id(store: Store, text: str) -> int:
-    ref: int | str = int(text) if text.isdigit() else text
-    found = actions.resolve(store, ref, whole=False)
-    return found[0] if found else int(text)  # an unknown id: _readable says so
+    if text.isdigit():
+        found = actions.resolve(store, int(text), whole=False)
+        return found[0] if found else int(text)  # an unknown id: _readable says so
+    try:
+        return actions.resolve(store, text, whole=False)[0]
+    except QueueError as exc:  # logs' RUN may have meant a directory
+        raise QueueError(f"{exc.cli_message()}; nor is {text} a directory here") from exc
 
 
 def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None:
@@ -68,7 +72,8 @@ def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None
     directory = actions.queue_directory(lock_dir, env)
     store = Store.open(directory, env, create=False)
     if store is None:
-        raise QueueError(f"no job {text}: {directory.root} has no queue")
+        nor = "" if text.isdigit() else f"; nor is {text} a directory here"
+        raise QueueError(f"no job {text}: {directory.root} has no queue{nor}")
     with store:
         job = _readable(store, _job_id(store, text))
         folder = job_folder(directory, job.uid, job.id)
