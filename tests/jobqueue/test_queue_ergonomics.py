@@ -74,6 +74,8 @@ def test_names_and_arrays_stand_for_their_jobs(box: QueueBox) -> None:
         (["--array", "x"], 2, "--array 'x': expected a count (4) or a range (0-9)"),
         (["--name", "12"], 2, "--name '12': a name starts with a letter"),
         (["--after", "nosuch"], 1, "no job of yours is named nosuch"),
+        (["--name", "loop", "--after", "loop"], 1, "no job of yours is named loop"),  # a cycle
+        (["--after-fail", ""], 2, "--after-fail needs a job id"),
     ]:
         done = q(box, "submit", "--inventory", box.inventory, *args, "--", "true", check=False)
         one_line_error(done, code, text)
