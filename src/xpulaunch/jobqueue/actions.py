@@ -47,6 +47,7 @@ RUNNER_IDLE_EXIT_S = 300.0  # a runner started on demand leaves after this long 
 ARRAY_LIMIT = 1000  # jobs of one --array
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 _WAITER = re.compile(r"^w[0-9]+$")
+_ARRAY = re.compile(r"^(?P<low>[0-9]{1,9})(?:-(?P<high>[0-9]{1,9}))?$")
 
 
 def queue_directory(lock_dir: str | None, env: Mapping[str, str]) -> LockDirectory:
@@ -106,17 +107,15 @@ def check_name(name: str) -> str:
 
 def parse_array(text: str) -> tuple[int, ...]:
     """``--array 4`` (indices 0-3) or ``--array 0-9``: the indices."""
-    value = text.strip()
-    try:
-        if "-" in value:
-            low_text, high_text = value.split("-", 1)
-            low, high = int(low_text), int(high_text)
-        else:
-            low, high = 0, int(value) - 1
-    except ValueError:
-        raise UsageError(f"--array {text!r}: expected a count (4) or a range (0-9)") from None
+    match = _ARRAY.match(text.strip())
+    if match is None:
+        raise UsageError(f"--array {text!r}: expected a count (4) or a range (0-9)")
+    if match["high"] is None:
+        low, high = 0, int(match["low"]) - 1
+    else:
+        low, high = int(match["low"]), int(match["high"])
     count = high - low + 1
-    if low < 0 or count < 1:
+    if count < 1:
         raise UsageError(f"--array {text!r}: no index in it (a count of 1 or more, or LOW-HIGH)")
     if count > ARRAY_LIMIT:
         raise UsageError(f"--array {text!r}: {count} jobs; one array has {ARRAY_LIMIT} at most")
@@ -149,6 +148,7 @@ def submit(directory: LockDirectory, store: Store, job: Submission) -> list[int]
             first: int | None = None
             for index in job.array or (None,):
                 job_id = store.insert(
+                    above=ids[-1] if ids else None,
                     uid=uid,
                     user=user_name(uid),
                     state=JobState.HELD if job.hold else JobState.QUEUED,

@@ -374,11 +374,13 @@ def given_ids(directory: LockDirectory) -> list[int]:
     return [int(n) for n in names if n.isascii() and n.isdigit() and len(n) <= _ID_DIGITS]
 
 
-def allocate_id(directory: LockDirectory, floor: int) -> int:
+def allocate_id(directory: LockDirectory, floor: int, *, scan: bool = True) -> int:
     """A job id never given out before in ``directory``, above ``floor`` (the highest id any
-    store or job folder knows: an id folder removed does not make ids start again)."""
+    store or job folder knows: an id folder removed does not make ids start again). Without
+    ``scan``, ``floor`` is an id just given (an array's previous job): the names are not
+    listed again, the next free one above it is taken."""
     folder = _ids_folder(directory)
-    job_id = max([floor, *given_ids(directory)]) + 1
+    job_id = (max([floor, *given_ids(directory)]) if scan else floor) + 1
     while True:
         try:
             fd = os.open(folder / str(job_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)

@@ -134,10 +134,15 @@ class Store:
         ids = [j.id for j in self.jobs(ended=True)]
         return (min(ids), max(ids)) if ids else None
 
-    def insert(self, **fields: Any) -> int:
+    def insert(self, *, above: int | None = None, **fields: Any) -> int:
         """Add a job to this user's store, under a new id (never one given before); its id.
-        Inside :meth:`write`."""
+        Inside :meth:`write`. ``above``: an id this transaction was just given (an array's
+        previous job), so the highest known id is not looked for again."""
         own = self._writable()
+        if above is not None:
+            job_id = files.allocate_id(self.directory, above, scan=False)
+            own.insert({"id": job_id, **fields})
+            return job_id
         floor = max(
             [own.highest_id(), files.highest_folder_id(self.directory, self.uid)]
             + [other.highest_id() for other in self._other_stores()]
