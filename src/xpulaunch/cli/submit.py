@@ -31,6 +31,7 @@ from xpulaunch.jobqueue.store import Store
 from xpulaunch.processes.program import resolve_program
 
 if TYPE_CHECKING:
+    from xpulaunch.leases.lock_directory import LockDirectory
     from xpulaunch.model import Plan
 
 _RAW_ARGS = "xpulaunch.submit_raw_args"
@@ -154,8 +155,8 @@ def check_notify(command: str, env: dict[str, str], cwd: str) -> None:
         words = words[1:]  # VAR=value before the program
     if not words:
         raise UsageError("--notify needs a command, such as 'notify-send \"job ended\"'")
-    first = words[0]
-    if first in _SH_BUILTINS:
+    first = os.path.expanduser(os.path.expandvars(words[0]))  # "$HOME/bin/alert"
+    if first in _SH_BUILTINS or "$" in first or "`" in first:  # what sh alone can tell
         return
     where = first if "/" in first else shutil.which(first, path=env.get("PATH", os.defpath))
     path = os.path.join(cwd, where) if where and not os.path.isabs(where) else where
@@ -168,7 +169,7 @@ _SH_BUILTINS = frozenset(
 )
 
 
-def draining(directory: Any) -> bool:
+def draining(directory: LockDirectory) -> bool:
     from xpulaunch.jobqueue.files import drain_requested
 
     return drain_requested(directory, os.getuid())
