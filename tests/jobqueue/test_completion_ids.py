@@ -25,4 +25,7 @@ def test_job_ids_by_command(box: QueueBox) -> None:
     assert ids(box, f"xpulaunch hold {at} ") == [str(queued)]
     assert ids(box, f"xpulaunch release {at} ") == [str(held)]
     assert ids(box, f"xpulaunch logs {at} ") == [str(j) for j in (held, queued, ended, theirs)]
+    assert ids(box, f"xpulaunch wait {at} ") == [
+        str(j) for j in (held, queued, theirs)
+    ]  # not ended
     assert ids(box, f"xpulaunch logs {at} {box.root}/") == [f"{box.root}/"]  # a folder then

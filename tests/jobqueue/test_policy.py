@@ -81,6 +81,62 @@ def test_after_waits_for_success(
         assert doomed[0][1] == "--after 1: job 1 failed (exit status 3)"
 
 
+# (--after kind, the other job's state, whether this job may start, whether it never will)
+_KINDS = [
+    ("after", JobState.DONE, True, False),
+    ("after", JobState.FAILED, False, True),
+    ("after", JobState.CANCELLED, False, True),
+    ("after", JobState.RUNNING, False, False),
+    ("after_any", JobState.DONE, True, False),
+    ("after_any", JobState.FAILED, True, False),
+    ("after_any", JobState.CANCELLED, True, False),
+    ("after_any", JobState.QUEUED, False, False),
+    ("after_any", JobState.RUNNING, False, False),
+    ("after_fail", JobState.DONE, False, True),
+    ("after_fail", JobState.FAILED, True, False),
+    ("after_fail", JobState.CANCELLED, True, False),
+    ("after_fail", JobState.HELD, False, False),
+    ("after_fail", JobState.STARTING, False, False),
+]
+
+
+@pytest.mark.parametrize(("kind", "other_state", "ready", "never"), _KINDS)
+def test_each_dependency_kind(kind: str, other_state: JobState, ready: bool, never: bool) -> None:
+    jobs = [job(1, other_state, uid=BOB, user="bob"), job(2, **{kind: (1,)})]
+    assert (next_to_start(jobs, {ROOT}) == jobs[1]) is ready
+    assert bool(never_runs(jobs)) is never
+
+
+def test_dependency_texts() -> None:
+    ok = [job(1, JobState.DONE, exit_code=0), job(2, after_fail=(1,))]
+    assert never_runs(ok)[0][1] == "--after-fail 1: job 1 succeeded"
+    waiting = [job(1, JobState.RUNNING), job(2, after_any=(1,), after_fail=(1,))]
+    assert QueueView(waiting, runner_uids={ROOT}).why(waiting[1]) == (
+        "after job 1 to end (running), job 1 to fail (running)"
+    )
+    assert never_runs([job(2, after_any=(1,))])[0][1] == "job 1 is not in the queue any more"
+
+
+def test_a_cpu_job_is_not_held_behind_a_gpu_job_waiting_for_devices() -> None:
+    gpu_waits = job(1, JobState.STARTING, gpus="2", reason="waiting for 2 devices")
+    jobs = [gpu_waits, job(2, gpus="2"), job(3, gpus="none"), job(4, gpus="1")]
+    assert next_to_start(jobs, {ROOT}) == jobs[2]  # the CPU job, past the GPU job 2
+    view = QueueView(jobs, runner_uids={ROOT})
+    assert view.why(jobs[2]) == "queued: starts next"
+    assert view.why(jobs[1]) == "queued: job 1 waits for devices first"
+    # A CPU job starting holds no GPU job up either, and higher priority still goes first.
+    cpu_starts = [job(1, JobState.STARTING, gpus="none"), job(2, gpus="2")]
+    assert next_to_start(cpu_starts, {ROOT}) == cpu_starts[1]
+    first = [gpu_waits, job(2, gpus="none"), job(3, gpus="none", priority=5)]
+    assert next_to_start(first, {ROOT}) == first[2]
+
+
+def test_a_draining_runner_is_said() -> None:
+    jobs = [job(1)]
+    view = QueueView(jobs, runner_uids={ROOT}, draining_uids={ROOT})
+    assert view.why(jobs[0]) == "the runner of user root drains: xpulaunch runner --resume"
+
+
 def test_after_a_job_that_is_gone_never_runs() -> None:
     assert never_runs([job(2, after=(1,))])[0][1] == "job 1 is not in the queue any more"
 

@@ -31,7 +31,14 @@ def lines(box: QueueBox, command: str, *args: str, **env: str) -> tuple[int, str
         (("cancel", "99"), UNKNOWN),
         (("hold", "99"), UNKNOWN),
         (("logs", "99"), UNKNOWN),
-        (("cancel", "x1"), "'x1' is not a job id: expected a number such as 17, or w4242"),
+        (("cancel", "1x"), "'1x' is not a job id: expected a number such as 17, a job's --name, "
+         "or w4242"),
+        (("cancel", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
+        (("hold", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
+        (("logs", "x1"), "no job of yours is named x1; see xpulaunch queue -a; nor is x1 a "
+         "directory here"),
+        (("wait", "x1"), "no job of yours is named x1; see xpulaunch queue -a"),
+        (("wait", "99"), UNKNOWN),
         (("cancel",), "give job ids (as xpulaunch queue shows them) or --all, not both"),
         (("cancel", "w1"), "w1: no launch with pid 1 waits for devices in {lock_dir}"),
         (("logs", "1"), "job 1 has not started yet (held); 'xpulaunch logs -f 1' waits for it"),
@@ -263,7 +270,7 @@ def test_after_the_same_job_twice_is_once_and_an_empty_after_says_what_it_needs(
     assert (done.returncode, done.stdout) == (2, "")
     assert one_line_error(done.stderr) == (
         "xpulaunch: error: --after needs a job id (a number such as 17, as xpulaunch submit "
-        "prints it), not an empty value"
+        "prints it) or a job's --name, not an empty value"
     )
     assert [j["id"] for j in box.queue()["jobs"]] == [first, second]
 

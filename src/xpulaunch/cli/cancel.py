@@ -36,10 +36,11 @@ def cancel(ids: tuple[str, ...], everything: bool, lock_dir: str | None) -> int:
     if store is None:
         if everything:
             return _nothing_to_cancel(directory)
-        numbers = [i for i in wanted if isinstance(i, int)]
+        numbers = [i for i in wanted if not actions.is_waiter(i)]
         if numbers:
             raise QueueError(f"no job {numbers[0]}: {directory.root} has no queue")
     with store or contextlib.nullcontext():
+        wanted = actions.expand(store, wanted)  # a name, an array's first id: all its jobs
         if everything and store is not None:
             wanted = [j.id for j in store.jobs() if j.uid == os.getuid()]
             if not wanted:
@@ -57,7 +58,7 @@ def _nothing_to_cancel(directory: LockDirectory) -> int:
 def _cancel(
     directory: LockDirectory, store: Store | None, job_id: int | str, ended_ok: bool
 ) -> str:
-    if isinstance(job_id, str):
+    if isinstance(job_id, str):  # expanded: only a wPID is left as text
         return actions.cancel_waiter(directory, int(job_id[1:]))
     assert store is not None  # a job id with no queue was refused above
     return actions.cancel(directory, store, job_id, ended_ok=ended_ok)

@@ -26,6 +26,7 @@ COMMANDS = {
     "hold": "xpulaunch.cli.hold:hold",
     "release": "xpulaunch.cli.hold:release",
     "runner": "xpulaunch.cli.runner:runner",
+    "wait": "xpulaunch.cli.wait:wait",
     "top": "xpulaunch.cli.top:top",
     "completion": "xpulaunch.cli.completion:completion",
 }
@@ -46,6 +47,7 @@ SUMMARIES = {
     "hold": "keep queued jobs of yours from starting",
     "release": "let held jobs of yours start",
     "runner": "the runner that starts your queued jobs",
+    "wait": "wait for queued jobs to end; their exit status",
     "top": "live view of devices, their jobs and the queue",
     "completion": "print the shell completion script",
 }

@@ -186,6 +186,7 @@ def _mine_and(*states: str) -> Callable[[Job], bool]:
 complete_cancellable = _jobs_completer(_mine_and("queued", "held", "starting", "running"))
 complete_holdable = _jobs_completer(_mine_and("queued"))
 complete_held = _jobs_completer(_mine_and("held"))
+complete_waitable = _jobs_completer(lambda job: True)  # any user's job that has not ended
 
 
 def complete_run(

@@ -21,9 +21,9 @@ _Id = TypeVar("_Id", int, int | str)
 def _change(ids: tuple[str, ...], lock_dir: str | None, *, held: bool) -> int:
     env = dict(os.environ)
     directory = actions.queue_directory(lock_dir, env)
-    numbers = []
+    numbers: list[int | str] = []
     for job_id in actions.parse_ids(ids):
-        if isinstance(job_id, str):  # wPID: a launch waiting with --wait has no queue state
+        if actions.is_waiter(job_id):  # wPID: a launch waiting with --wait has no queue state
             raise UsageError(
                 f"{job_id} is a launch waiting with --wait, not a queued job: only queued jobs "
                 f"can be {'held' if held else 'released'} ('xpulaunch cancel {job_id}' stops it)"
@@ -35,7 +35,8 @@ def _change(ids: tuple[str, ...], lock_dir: str | None, *, held: bool) -> int:
             f"no job {numbers[0] if numbers else ids[0]}: {directory.root} has no queue"
         )
     with store:
-        failed = each_job(numbers, lambda job_id: actions.hold(directory, store, job_id, held=held))
+        jobs = [int(i) for i in actions.expand(store, numbers)]
+        failed = each_job(jobs, lambda job_id: actions.hold(directory, store, job_id, held=held))
     if not held:
         actions.ensure_runner(directory, env)
     return 1 if failed else 0

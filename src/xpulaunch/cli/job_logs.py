@@ -1,6 +1,7 @@
-"""``xpulaunch logs ID``: the RUN of ``logs`` may be a job id of the queue (a directory of
-that name wins); its workers' logs are read as any run's, and a job whose run never started
-a worker shows its run's own console (``output.log``) instead."""
+"""``xpulaunch logs ID``: the RUN of ``logs`` may be a job id or ``--name`` of the queue (a
+directory of that name wins); its workers' logs are read as any run's, and a job whose run
+never started a worker shows its run's own console (``output.log``) instead. ``-f`` ends
+with the job's exit status (:func:`final_status`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,52 @@ from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.jobqueue.store import Store
 
 WAIT_INTERVAL_S = 0.5
+END_RECORD_WAIT_S = 30.0  # a run gone, its end not yet recorded by its runner: this long
+NO_STATUS = 1  # the exit status of a job that ended with none (cancelled before it started)
 
 
 def is_job_id(text: str) -> bool:
-    return text.isascii() and text.isdigit() and not os.path.isdir(text)
+    """A job id, or a name (``--name``) that is not a path here."""
+    if text.isascii() and text.isdigit():
+        return not os.path.isdir(text)
+    return not os.path.lexists(text) and actions.is_name(text)
+
+
+def exit_status(job: Job) -> int:
+    """What ``wait`` and ``logs -f`` exit with for an ended job: its exit status, or
+    :data:`NO_STATUS` when it has none (cancelled before it started, could not start)."""
+    if job.exit_code is not None:
+        return job.exit_code if 0 <= job.exit_code < 256 else NO_STATUS
+    return 0 if job.state is JobState.DONE else NO_STATUS
+
+
+def final_status(text: str, lock_dir: str | None) -> int:
+    """Job ``text``'s exit status once its end is recorded (its run may be gone a moment
+    before its runner writes it down: waited for a bounded time)."""
+    env = dict(os.environ)
+    directory = actions.queue_directory(lock_dir, env)
+    store = Store.open(directory, env, create=False)
+    if store is None:
+        raise QueueError(f"no job {text}: {directory.root} has no queue")
+    with store:
+        job = _readable(store, _job_id(store, text))
+        deadline_s = time.monotonic() + END_RECORD_WAIT_S
+        while not job.state.ended and time.monotonic() < deadline_s:
+            time.sleep(WAIT_INTERVAL_S / 5)
+            job = store.job(job.id) or job
+        if not job.state.ended:
+            raise QueueError(f"job {job.id}: its run ended, but its end is not recorded yet")
+        return exit_status(job)
+
+
+def _job_id(store: Store, text: str) -> int:
+    if text.isdigit():
+        found = actions.resolve(store, int(text), whole=False)
+        return found[0] if found else int(text)  # an unknown id: _readable says so
+    try:
+        return actions.resolve(store, text, whole=False)[0]
+    except QueueError as exc:  # logs' RUN may have meant a directory
+        raise QueueError(f"{exc.cli_message()}; nor is {text} a directory here") from exc
 
 
 def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None:
@@ -29,9 +72,10 @@ def job_log_dir(text: str, lock_dir: str | None, *, follow: bool) -> Path | None
     directory = actions.queue_directory(lock_dir, env)
     store = Store.open(directory, env, create=False)
     if store is None:
-        raise QueueError(f"no job {text}: {directory.root} has no queue")
+        nor = "" if text.isdigit() else f"; nor is {text} a directory here"
+        raise QueueError(f"no job {text}: {directory.root} has no queue{nor}")
     with store:
-        job = _readable(store, int(text))
+        job = _readable(store, _job_id(store, text))
         folder = job_folder(directory, job.uid, job.id)
         while True:
             log_dir = _log_dir(folder, job.uid)

@@ -9,7 +9,8 @@ after worker (stdout, then stderr) in torchrun's, whose lines carry no time. ``-
 defaults to the last one, and then ``-f`` goes on into each attempt a restart starts (a
 line on stderr says so). ``-f`` keeps printing new lines until the run is over: its
 supervisor gone (or, for a run of an older version, its ``summary.json`` written), or its
-directory removed (or Ctrl-C). Lines are streamed, never held in memory all at once.
+directory removed (or Ctrl-C). Lines are streamed, never held in memory all at once. For a
+queue job, ``-f`` then exits with the job's exit status (as ``xpulaunch wait`` does).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS, completer
-from xpulaunch.cli.job_logs import is_job_id, job_log_dir
+from xpulaunch.cli.job_logs import final_status, is_job_id, job_log_dir
 from xpulaunch.cli.waiting import lock_dir_option
 from xpulaunch.errors import UsageError
 from xpulaunch.joblog.log_reader import LogFollower, RunLogs, open_run, run_ended
@@ -46,10 +47,11 @@ def logs(
     run_dir: str | None, ranks: str | None, attempt: int | None, follow: bool, lock_dir: str | None
 ) -> int:
     """Print the log files of a queued job (its ID) or of a run started with --log-dir."""
-    if run_dir is not None and is_job_id(run_dir):
-        found = job_log_dir(run_dir, lock_dir, follow=follow)
-        if found is None:
-            return 0  # its run's console was printed: no worker wrote a log
+    job = run_dir if run_dir is not None and is_job_id(run_dir) else None
+    if job is not None:
+        found = job_log_dir(job, lock_dir, follow=follow)
+        if found is None:  # its run's console was printed: no worker wrote a log
+            return final_status(job, lock_dir) if follow else 0
         run_dir = str(found)
     given = Path(run_dir or ".")
     run = open_run(given)
@@ -69,7 +71,7 @@ def logs(
         prefix = len({name for name, _ in follower.files}) > 1
         _print(follower.lines(), prefix=prefix)  # after the end: all it wrote before it
         if ended:
-            return 0
+            return final_status(job, lock_dir) if follow and job is not None else 0
         time.sleep(FOLLOW_INTERVAL_S)
 
 

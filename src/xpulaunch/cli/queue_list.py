@@ -40,8 +40,12 @@ def queue_text(snapshot: listing.Snapshot, width: int | None) -> str:
     """The table, its lines cut to ``width`` columns (None: whole; the command runs free at
     the end)."""
     rows = listing.table_rows(snapshot)
+    drains = [
+        f"the runner of {name} drains: it starts none of their jobs (xpulaunch runner --resume)"
+        for name in listing.document_draining(snapshot)
+    ]
     if not rows:
-        return f"no jobs in the queue of {snapshot.lock_dir}"
+        return "\n".join([f"no jobs in the queue of {snapshot.lock_dir}", *drains])
     width = None if width is None else max(width, 40)
     header, *table = aligned([listing.HEADER, *(cells for cells, _ in rows)])
     lines = [cut(header, width).rstrip()]
@@ -50,4 +54,4 @@ def queue_text(snapshot: listing.Snapshot, width: int | None) -> str:
         if reason:
             # A --wait launch's reason is its own text (other users' command lines in it).
             lines.append(cut("      " + one_line(reason), width))
-    return "\n".join(lines)
+    return "\n".join([*lines, *drains])

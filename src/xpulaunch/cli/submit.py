@@ -1,5 +1,8 @@
 """``xpulaunch submit [RUN OPTIONS] [--priority N] [--after ID] [--hold] -- PROGRAM [ARGS]...``:
-queue a run and print its job id alone on stdout (``id=$(xpulaunch submit ...)``).
+queue a run and print its job id alone on stdout (``id=$(xpulaunch submit ...)``). With
+``--array``, one job per index, and stdout is still one id, the array's first: that id (or
+the ``--name``) means the whole array to ``cancel``, ``hold``, ``release``, ``wait`` and
+``--after``; the ids of all of them are said on stderr.
 
 The job is ``xpulaunch run --wait`` with the same options, started by this user's runner
 when its turn comes, with the environment and working directory of this command. Its
@@ -28,11 +31,21 @@ from xpulaunch.jobqueue.store import Store
 from xpulaunch.processes.program import resolve_program
 
 if TYPE_CHECKING:
+    from xpulaunch.leases.lock_directory import LockDirectory
     from xpulaunch.model import Plan
 
 _RAW_ARGS = "xpulaunch.submit_raw_args"
 _NOT_FOR_SUBMIT = frozenset({"dry_run", "as_json"})
-_OWN = {"--priority": 1, "--after": 1, "--hold": 0}
+_OWN = {
+    "--priority": 1,
+    "--after": 1,
+    "--after-any": 1,
+    "--after-fail": 1,
+    "--hold": 0,
+    "--name": 1,
+    "--array": 1,
+    "--notify": 1,
+}
 
 
 class SubmitCommand(ProgramCommand):
@@ -44,9 +57,22 @@ class SubmitCommand(ProgramCommand):
 
 
 def _submit(
-    program: tuple[str, ...], priority: int, after: tuple[int, ...], hold: bool, **_: Any
+    *,
+    program: tuple[str, ...],
+    priority: int,
+    after: tuple[int | str, ...],
+    after_any: tuple[int | str, ...],
+    after_fail: tuple[int | str, ...],
+    hold: bool,
+    name: str | None,
+    array: str | None,
+    notify: str | None,
+    **_: Any,
 ) -> int:
     ctx = click.get_current_context()
+    if name is not None:
+        actions.check_name(name)
+    indices = actions.parse_array(array) if array is not None else ()
     run_args = run_arguments(ctx.meta[_RAW_ARGS], option_arity(ctx.command))
     plan, options = _checked_plan(ctx, run_args)  # run's values: config files' included
     env = dict(os.environ)
@@ -54,6 +80,8 @@ def _submit(
     # The dry run plans for any machine; the job runs on this one: its program must exist.
     resolve_program(list(program), env=env, cwd=cwd)
     directory = actions.queue_directory(options.get("lock_dir"), env)
+    if notify is not None:
+        check_notify(notify, env, cwd)
     events, log_dir = options.get("events"), options.get("log_dir")
     if events == "-":
         raise UsageError("--events -: a queued job has no terminal; give a FILE")
@@ -68,6 +96,7 @@ def _submit(
             add_events=events is None,
             log_dir=os.path.abspath(log_dir) if log_dir else "",
             add_log_dir=log_dir is None,
+            notify=notify or "",
         ),
         command=tuple(program),
         gpus=str(options.get("gpus") or "auto"),
@@ -76,17 +105,74 @@ def _submit(
         grace_s=float(options.get("grace") or 10.0),
         priority=priority,
         after=tuple(dict.fromkeys(after)),
+        after_any=tuple(dict.fromkeys(after_any)),
+        after_fail=tuple(dict.fromkeys(after_fail)),
         hold=hold,
+        name=name,
+        array=indices,
     )
     store = Store.open(directory, env, create=True)
     if store is None:  # pragma: no cover - created
         raise UsageError(f"cannot create the queue in {directory.root}")
     with store:
         actions.runner_can_start(directory)
-        job_id = actions.submit(directory, store, job)
-    actions.ensure_runner(directory, env)
-    click.echo(str(job_id))
+        ids = actions.submit(directory, store, job)
+    if len(ids) > 1:
+        shown = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ids_text(ids)
+        also = f" or {name}" if name else ""
+        click.echo(
+            f"xpulaunch: jobs {shown}: an array of {len(ids)} (XPULAUNCH_ARRAY_INDEX "
+            f"{indices[0]}-{indices[-1]}); {ids[0]}{also} means all of them",
+            err=True,
+        )
+    if draining(directory):
+        click.echo(
+            "xpulaunch: queued; your runner drains: it starts no job until "
+            "'xpulaunch runner --resume'",
+            err=True,
+        )
+    else:
+        actions.ensure_runner(directory, env)
+    click.echo(str(ids[0]))
     return 0
+
+
+def ids_text(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids)
+
+
+def check_notify(command: str, env: dict[str, str], cwd: str) -> None:
+    """``--notify CMD`` runs as ``sh -c CMD``: its first word must be a program found (or a
+    builtin of sh), so that a typo is said now, not in the runner's log when the job ends."""
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--notify {command!r}: {exc}") from None
+    while words and "=" in words[0] and not words[0].startswith("="):
+        words = words[1:]  # VAR=value before the program
+    if not words:
+        raise UsageError("--notify needs a command, such as 'notify-send \"job ended\"'")
+    first = os.path.expanduser(os.path.expandvars(words[0]))  # "$HOME/bin/alert"
+    if first in _SH_BUILTINS or "$" in first or "`" in first:  # what sh alone can tell
+        return
+    where = first if "/" in first else shutil.which(first, path=env.get("PATH", os.defpath))
+    path = os.path.join(cwd, where) if where and not os.path.isabs(where) else where
+    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise UsageError(f"--notify {command!r}: {first} is not an executable program here")
+
+
+_SH_BUILTINS = frozenset(
+    {":", ".", "cd", "echo", "eval", "exec", "exit", "export", "printf", "set", "test", "true"}
+)
+
+
+def draining(directory: LockDirectory) -> bool:
+    from xpulaunch.jobqueue.files import drain_requested
+
+    return drain_requested(directory, os.getuid())
 
 
 def run_arguments(raw: list[str], arity: dict[str, int]) -> list[str]:
@@ -134,19 +220,27 @@ def _cwd() -> str:
 
 
 class JobId(ParamType):
-    """A job id as ``submit`` prints it; an empty one (``--after "$id"`` after a submit that
-    failed) says what was missing, not click's "is not a valid integer range"."""
+    """A job id as ``submit`` prints it, or a job's ``--name``; an empty one (``--after
+    "$id"`` after a submit that failed) says what was missing, not click's "is not a valid
+    integer range"."""
 
     name = "ID"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | str:
+        if isinstance(value, int):
+            return value
         text = str(value).strip()
         if text.isascii() and text.isdigit() and int(text) > 0:
             return int(text)
+        if actions.is_name(text):
+            return text
         what = "an empty value" if not text else repr(str(value))
+        option = param.opts[0] if param is not None and param.opts else "--after"
         raise UsageError(
-            f"--after needs a job id (a number such as 17, as xpulaunch submit prints it), "
-            f"not {what}"
+            f"{option} needs a job id (a number such as 17, as xpulaunch submit prints it) "
+            f"or a job's --name, not {what}"
         )
 
 
@@ -167,7 +261,38 @@ _submit_options = [
         help="Start only once job ID has ended successfully (again for several; a failed "
         "or cancelled ID cancels this job).",
     ),
+    click.Option(
+        ["--after-any"],
+        type=JobId(),
+        multiple=True,
+        metavar="ID",
+        help="Start once job ID has ended, however it ended.",
+    ),
+    click.Option(
+        ["--after-fail"],
+        type=JobId(),
+        multiple=True,
+        metavar="ID",
+        help="Start only if job ID failed or was cancelled (it succeeded: this job is cancelled).",
+    ),
     click.Option(["--hold"], is_flag=True, help="Queue it held: it starts once released."),
+    click.Option(
+        ["--name"],
+        metavar="NAME",
+        help="A name for it, usable wherever its id is (unique among your jobs not ended).",
+    ),
+    click.Option(
+        ["--array"],
+        metavar="N|LOW-HIGH",
+        help="One job per index (0..N-1, or LOW..HIGH), each with XPULAUNCH_ARRAY_INDEX; "
+        "prints the first id, which means the whole array.",
+    ),
+    click.Option(
+        ["--notify"],
+        metavar="CMD",
+        help="Run 'sh -c CMD' when the job ends, with XPULAUNCH_JOB_ID, XPULAUNCH_JOB_NAME, "
+        "XPULAUNCH_JOB_STATE, XPULAUNCH_JOB_EXIT_CODE set (60 s at most).",
+    ),
 ]
 _run_params = [p for p in run_command.params if p.name not in _NOT_FOR_SUBMIT]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xpulaunch.errors import QueueError, UsageError
@@ -32,7 +34,7 @@ from xpulaunch.jobqueue.files import (
     runner_pid,
     write_spec,
 )
-from xpulaunch.jobqueue.policy import Job, JobState
+from xpulaunch.jobqueue.policy import After, Job, JobState
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.jobqueue.user_store import StoreFull
 from xpulaunch.leases.lock_directory import LockDirectory
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
     from xpulaunch.leases.manager import LeaseManager
 
 RUNNER_IDLE_EXIT_S = 300.0  # a runner started on demand leaves after this long with no job
+ARRAY_LIMIT = 1000  # jobs of one --array
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
+_WAITER = re.compile(r"^w[0-9]+$")
+_ARRAY = re.compile(r"^(?P<low>[0-9]{1,9})(?:-(?P<high>[0-9]{1,9}))?$")
 
 
 def queue_directory(lock_dir: str | None, env: Mapping[str, str]) -> LockDirectory:
@@ -80,46 +86,175 @@ class Submission:
     shares: bool = False
     grace_s: float = 10.0
     priority: int = 0
-    after: tuple[int, ...] = ()
+    after: tuple[int | str, ...] = ()  # ids or names, with their kind below
+    after_any: tuple[int | str, ...] = ()
+    after_fail: tuple[int | str, ...] = ()
     hold: bool = False
+    name: str | None = None
+    array: tuple[int, ...] = ()  # --array: one job per index
 
 
-def submit(directory: LockDirectory, store: Store, job: Submission) -> int:
-    """Queue ``job``; its id. Its row and its private spec are written together, or neither."""
-    uid = os.getuid()
-    with store.write():
-        for other in job.after:
-            if store.job(other) is None:
-                raise QueueError(
-                    f"--after {other}: no job {other} in the queue of {directory.root}"
-                )
-        job_id = store.insert(
-            uid=uid,
-            user=user_name(uid),
-            state=JobState.HELD if job.hold else JobState.QUEUED,
-            priority=job.priority,
-            after=job.after,
-            command=job.command,
-            gpus=job.gpus,
-            wanted=job.wanted,
-            shares=job.shares,
-            submitted_s=time.time(),
-            grace_s=job.grace_s,
+def check_name(name: str) -> str:
+    """A ``--name``: a letter, then letters, digits, ``.``, ``_``, ``-`` (64 at most); not
+    ``w`` and digits (a ``--wait`` launch's id)."""
+    if not _NAME.match(name) or _WAITER.match(name):
+        raise UsageError(
+            f"--name {name!r}: a name starts with a letter and has letters, digits, '.', '_' "
+            "or '-' (64 at most), and is not w<digits> (how queue shows a --wait launch)"
         )
-        folder = make_job_folder(directory, uid, job_id)
-        spec = job.spec
-        if spec.add_events:
-            spec = replace(spec, events=str(folder / EVENTS_NAME))
-        if spec.add_log_dir:
-            spec = replace(spec, log_dir=str(folder / LOGS_NAME))
-        try:
-            write_spec(folder, spec)
-            store.update(job_id, job_dir=str(folder))
-        except BaseException:
+    return name
+
+
+def parse_array(text: str) -> tuple[int, ...]:
+    """``--array 4`` (indices 0-3) or ``--array 0-9``: the indices."""
+    match = _ARRAY.match(text.strip())
+    if match is None:
+        raise UsageError(f"--array {text!r}: expected a count (4) or a range (0-9)")
+    if match["high"] is None:
+        low, high = 0, int(match["low"]) - 1
+    else:
+        low, high = int(match["low"]), int(match["high"])
+    count = high - low + 1
+    if count < 1:
+        raise UsageError(f"--array {text!r}: no index in it (a count of 1 or more, or LOW-HIGH)")
+    if count > ARRAY_LIMIT:
+        raise UsageError(f"--array {text!r}: {count} jobs; one array has {ARRAY_LIMIT} at most")
+    return tuple(range(low, high + 1))
+
+
+def submit(directory: LockDirectory, store: Store, job: Submission) -> list[int]:
+    """Queue ``job`` (with ``--array``, one job per index); their ids. Each row and its
+    private spec are written together, or none of them."""
+    uid = os.getuid()
+    made: list[Path] = []
+    ids: list[int] = []
+    try:
+        with store.write():
+            if job.name is not None:
+                taken = [j.id for j in store.jobs() if j.uid == uid and j.name == job.name]
+                if taken:
+                    raise QueueError(
+                        f"--name {job.name}: job {taken[0]} of yours has that name and has not "
+                        "ended; pick another, or cancel it"
+                    )
+            deps = {
+                kind: _dependency_ids(store, kind, refs)
+                for kind, refs in (
+                    (After.OK, job.after),
+                    (After.ANY, job.after_any),
+                    (After.FAIL, job.after_fail),
+                )
+            }
+            first: int | None = None
+            for index in job.array or (None,):
+                job_id = store.insert(
+                    above=ids[-1] if ids else None,
+                    uid=uid,
+                    user=user_name(uid),
+                    state=JobState.HELD if job.hold else JobState.QUEUED,
+                    priority=job.priority,
+                    after=deps[After.OK],
+                    after_any=deps[After.ANY],
+                    after_fail=deps[After.FAIL],
+                    command=job.command,
+                    gpus=job.gpus,
+                    wanted=job.wanted,
+                    shares=job.shares,
+                    submitted_s=time.time(),
+                    grace_s=job.grace_s,
+                    name=job.name,
+                    array_index=index,
+                )
+                first = job_id if first is None else first
+                folder = make_job_folder(directory, uid, job_id)
+                made.append(folder)
+                spec = job.spec
+                if index is not None:
+                    env = {**spec.env, "XPULAUNCH_ARRAY_INDEX": str(index)}
+                    spec = replace(spec, env=env)
+                if spec.add_events:
+                    spec = replace(spec, events=str(folder / EVENTS_NAME))
+                if spec.add_log_dir:
+                    spec = replace(spec, log_dir=str(folder / LOGS_NAME))
+                write_spec(folder, spec)
+                array_first = first if index is not None else None
+                store.update(job_id, job_dir=str(folder), array_first=array_first)
+                ids.append(job_id)
+    except BaseException:
+        for folder in made:
             shutil.rmtree(folder, ignore_errors=True)
-            raise
+        raise
     notify(directory)
-    return job_id
+    return ids
+
+
+def _dependency_ids(store: Store, kind: After, refs: Sequence[int | str]) -> tuple[int, ...]:
+    """The jobs ``--after ID``/``--after-any``/``--after-fail`` name (a name or an array's
+    first id: all of its jobs), each once."""
+    found: list[int] = []
+    for ref in refs:
+        ids = resolve(store, ref)
+        if not ids:
+            raise QueueError(f"--{kind.value} {ref}: no job {ref} in the queue of {store.lock_dir}")
+        found += ids
+    return tuple(dict.fromkeys(found))
+
+
+def resolve(store: Store, ref: int | str, *, whole: bool = True) -> list[int]:
+    """The jobs ``ref`` names: an id (with ``whole``, an array's first id means every job of
+    the array), or a name: this user's active jobs of that name, else the latest that ended
+    (names are each user's own). [] for an unknown id; an unknown name is an error."""
+    if isinstance(ref, int):
+        job = store.job(ref)
+        if job is None:
+            return []
+        if whole and job.array_first == job.id:
+            return [j.id for j in _own_array(store, job)]
+        return [ref]
+    uid = os.getuid()
+    named = [j for j in store.jobs() if j.uid == uid and j.name == ref]
+    if not named:
+        ended = [j for j in store.jobs(ended=True) if j.uid == uid and j.name == ref]
+        if ended:
+            last = ended[-1]
+            group = last.array_first
+            named = [j for j in ended if group is not None and j.array_first == group] or [last]
+    if not named:
+        others = sorted({j.user for j in store.jobs(ended=True) if j.name == ref})
+        theirs = f" ({', '.join(others)} has one: use its id)" if others else ""
+        raise QueueError(f"no job of yours is named {ref}{theirs}; see xpulaunch queue -a")
+    return [j.id for j in named] if whole else [named[0].id]
+
+
+def _own_array(store: Store, first: Job) -> list[Job]:
+    return [j for j in store.jobs(ended=True) if j.uid == first.uid and j.array_first == first.id]
+
+
+def is_name(text: str) -> bool:
+    """Whether ``text`` may be a job's ``--name``."""
+    return _NAME.match(text) is not None and not _WAITER.match(text)
+
+
+def is_waiter(ref: int | str) -> bool:
+    """``w4242``: a launch waiting with ``--wait``, not a queue job."""
+    return isinstance(ref, str) and _WAITER.match(ref) is not None
+
+
+def expand(
+    store: Store | None, refs: Sequence[int | str], *, whole: bool = True
+) -> list[int | str]:
+    """``refs`` (ids, names, ``wPID``) with names and arrays as their jobs' ids."""
+    found: list[int | str] = []
+    for ref in refs:
+        if isinstance(ref, str) and _WAITER.match(ref):
+            found.append(ref)
+        elif store is None:
+            if isinstance(ref, str):
+                raise QueueError(f"no job of yours is named {ref}: the queue is empty")
+            found.append(ref)
+        else:
+            found += resolve(store, ref, whole=whole) or [ref]  # an unknown id: said later
+    return list(dict.fromkeys(found))
 
 
 def own_job(store: Store, job_id: int, verb: str) -> Job:
@@ -221,16 +356,19 @@ def hold(directory: LockDirectory, store: Store, job_id: int, *, held: bool) -> 
 
 
 def parse_ids(texts: Sequence[str]) -> list[int | str]:
-    """Job ids (``17``) and waiting launches (``w4242``, as ``xpulaunch queue`` shows them)."""
+    """Job ids (``17``), names (``--name``) and waiting launches (``w4242``, as ``xpulaunch
+    queue`` shows them)."""
     ids: list[int | str] = []
     for text in texts:
         value = text.strip()
         if value.isascii() and value.isdigit() and int(value) > 0:
             ids.append(int(value))
-        elif value[:1] == "w" and value[1:].isascii() and value[1:].isdigit():
+        elif _WAITER.match(value) or _NAME.match(value):
             ids.append(value)
         else:
-            raise UsageError(f"{text!r} is not a job id: expected a number such as 17, or w4242")
+            raise UsageError(
+                f"{text!r} is not a job id: expected a number such as 17, a job's --name, or w4242"
+            )
     return ids
 
 

@@ -14,6 +14,10 @@
   kernel drops it when the runner dies, however it dies, so a live lock is a live runner.
 * ``queue-wake-<uid>`` -- a FIFO the runner waits on; whoever changes the queue writes a byte
   to every runner's, so a submit starts at once without the runners polling fast.
+* ``queue-jobs-<uid>/draining`` -- there while that user's runner drains (``xpulaunch runner
+  --drain``): it starts no job, and leaves once its running jobs ended; ``--resume`` removes
+  it. A file, not a message to the runner: the runner reads it each turn (the FIFO wakes
+  it), a runner started later drains too, and ``queue`` can say it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ RUNNER_PREFIX, RUNNER_SUFFIX = "queue-runner-", ".lock"
 WAKE_PREFIX = "queue-wake-"
 SPEC_NAME, OUTPUT_NAME, EVENTS_NAME, LOGS_NAME = "spec.json", "output.log", "events.jsonl", "logs"
 RUNNER_LOG = "runner.log"
+DRAIN_NAME, NOTIFY_LOG, NOTIFIED_NAME = "draining", "notify.log", "notified"
 IDS_NAME = "queue-ids"
 _PRIVATE = 0o700
 _READABLE = 0o755  # a user's folder: the records in it are read by everyone, written by one
@@ -58,6 +63,7 @@ class JobSpec:
     log_dir: str = ""  # its workers' logs (ours, or the user's --log-dir)
     add_events: bool = True  # whether the run gets --events from us
     add_log_dir: bool = True
+    notify: str = ""  # --notify: run as ``sh -c NOTIFY`` when the job ends
 
 
 def user_folder(directory: LockDirectory, uid: int) -> Path:
@@ -303,6 +309,35 @@ def notify(directory: LockDirectory) -> None:
             os.close(fd)
 
 
+def drain_requested(directory: LockDirectory, uid: int) -> bool:
+    """Whether user ``uid``'s runner drains (their folder holds a ``draining`` file)."""
+    try:
+        st = os.lstat(user_folder(directory, uid) / DRAIN_NAME)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == uid
+
+
+def set_drain(directory: LockDirectory, uid: int, *, on: bool) -> bool:
+    """Ask this user's runner to drain (``on``) or to start jobs again; whether it changed."""
+    path = make_user_folder(directory, uid) / DRAIN_NAME
+    if on:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise QueueError(f"cannot create {path}: {exc.strerror}") from exc
+        return True
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise QueueError(f"cannot remove {path}: {exc.strerror}") from exc
+    return True
+
+
 def job_env(spec: JobSpec, job_id: int, directory: LockDirectory) -> Mapping[str, str]:
     """The job's run's environment: the submitter's, and which queue job it is."""
     return {
@@ -339,11 +374,13 @@ def given_ids(directory: LockDirectory) -> list[int]:
     return [int(n) for n in names if n.isascii() and n.isdigit() and len(n) <= _ID_DIGITS]
 
 
-def allocate_id(directory: LockDirectory, floor: int) -> int:
+def allocate_id(directory: LockDirectory, floor: int, *, scan: bool = True) -> int:
     """A job id never given out before in ``directory``, above ``floor`` (the highest id any
-    store or job folder knows: an id folder removed does not make ids start again)."""
+    store or job folder knows: an id folder removed does not make ids start again). Without
+    ``scan``, ``floor`` is an id just given (an array's previous job): the names are not
+    listed again, the next free one above it is taken."""
     folder = _ids_folder(directory)
-    job_id = max([floor, *given_ids(directory)]) + 1
+    job_id = (max([floor, *given_ids(directory)]) if scan else floor) + 1
     while True:
         try:
             fd = os.open(folder / str(job_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)

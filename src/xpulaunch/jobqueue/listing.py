@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from xpulaunch.jobqueue.actions import lease_manager, user_name
-from xpulaunch.jobqueue.files import live_runners
+from xpulaunch.jobqueue.files import drain_requested, live_runners
 from xpulaunch.jobqueue.policy import Holding, Job, JobState, QueueView, Waiter, format_duration
 from xpulaunch.jobqueue.store import Store
 from xpulaunch.leases.lock_directory import LockDirectory
@@ -35,11 +35,16 @@ class Snapshot:
     runners: Mapping[int, int] = field(default_factory=dict)  # uid -> pid
     leases: StatusReport | None = None
     problems: tuple[str, ...] = ()  # other users' records that could not be read
+    draining: frozenset[int] = frozenset()  # uids whose runner drains (runner --drain)
 
     @property
     def view(self) -> QueueView:
         return QueueView(
-            self.jobs, holdings=self.holdings, waiters=self.waiters, runner_uids=set(self.runners)
+            self.jobs,
+            holdings=self.holdings,
+            waiters=self.waiters,
+            runner_uids=set(self.runners),
+            draining_uids=self.draining,
         )
 
 
@@ -54,6 +59,7 @@ def take(directory: LockDirectory, env: Mapping[str, str], *, ended: bool = Fals
             problems = store.problems
     report = lease_manager(directory).status()
     running = {j.pid: j for j in jobs if j.pid and j.state in _HOLDING_STATES}
+    uids = {j.uid for j in jobs if not j.state.ended}
     return Snapshot(
         lock_dir=str(directory.root),
         shared=directory.shared,
@@ -64,6 +70,7 @@ def take(directory: LockDirectory, env: Mapping[str, str], *, ended: bool = Fals
         runners=live_runners(directory),
         leases=report,
         problems=tuple(problems),
+        draining=frozenset(uid for uid in uids if drain_requested(directory, uid)),
     )
 
 
@@ -108,10 +115,16 @@ def job_record(job: Job, view: QueueView, now_s: float) -> dict[str, object]:
     waited = job.waited_s if job.waited_s is not None else now_s - job.submitted_s
     return {
         "id": job.id,
+        "name": job.name,
         "user": job.user,
         "state": shown_state(job),
         "priority": job.priority,
         "after": list(job.after),
+        "after_any": list(job.after_any),
+        "after_fail": list(job.after_fail),
+        "array": None if job.array_first is None else job.array_first,
+        "array_index": job.array_index,
+        "gpus": job.gpus,
         "devices": list(job.devices),
         "submitted": _iso(job.submitted_s),
         "waited_s": round(max(waited, 0.0), 3),
@@ -127,10 +140,16 @@ def waiter_record(waiter: Waiter, now_s: float) -> dict[str, object]:
     """A ``--wait`` launch in the document: id ``w<pid>``."""
     return {
         "id": f"w{waiter.pid}",
+        "name": None,
         "user": waiter.user,
         "state": "waiting",
         "priority": None,
         "after": [],
+        "after_any": [],
+        "after_fail": [],
+        "array": None,
+        "array_index": None,
+        "gpus": None,
         "devices": [],
         "submitted": _iso(waiter.since_s),
         "waited_s": round(max(now_s - waiter.since_s, 0.0), 3),
@@ -151,6 +170,7 @@ def document(snapshot: Snapshot) -> dict[str, object]:
         "schema": SCHEMA,
         "lock_dir": snapshot.lock_dir,
         "runners": runner_names(snapshot),
+        "draining": document_draining(snapshot),
         "jobs": records,
     }
 
@@ -167,7 +187,7 @@ def table_rows(snapshot: Snapshot) -> list[tuple[tuple[str, ...], str]]:
     for job in snapshot.jobs:
         waited = job.waited_s if job.waited_s is not None else now_s - job.submitted_s
         cells = (
-            str(job.id),
+            job_label(job),
             job.user,
             shown_state(job),
             _devices(job.devices),
@@ -192,6 +212,13 @@ def table_rows(snapshot: Snapshot) -> list[tuple[tuple[str, ...], str]]:
     return rows
 
 
+def job_label(job: Job) -> str:
+    """``12``, ``12 train`` (its ``--name``), ``14 sweep[2]`` (an array's index 2)."""
+    name = "" if job.name is None else f" {job.name}"
+    index = "" if job.array_index is None else f"[{job.array_index}]"
+    return f"{job.id}{name}{index}" if name or not index else f"{job.id} {index}"
+
+
 def command_text(argv: Sequence[str]) -> str:
     """``python train.py --lr 1``: the program's own name, then its arguments."""
     if not argv:
@@ -208,6 +235,11 @@ def _devices(labels: Sequence[str]) -> str:
 def runner_names(snapshot: Snapshot) -> dict[str, int]:
     """User name -> pid of each live runner."""
     return {_user_of(snapshot, uid): pid for uid, pid in snapshot.runners.items()}
+
+
+def document_draining(snapshot: Snapshot) -> list[str]:
+    """The users whose runner drains."""
+    return sorted(_user_of(snapshot, uid) for uid in snapshot.draining)
 
 
 def _user_of(snapshot: Snapshot, uid: int) -> str:

@@ -2,8 +2,11 @@
 job waits. Pure: jobs, leases and runners come in as values, the clock as ``now_s``.
 
 Order: highest ``--priority`` first, then submission order. A job with ``--after ID`` waits
-until job ID has ended successfully (and is cancelled when it failed or was cancelled); a
-held job keeps its place but is skipped. One job at a time waits in the lease line (the
+until job ID has ended successfully (and is cancelled when it failed or was cancelled); with
+``--after-any ID`` until ID ended in any way; with ``--after-fail ID`` until ID failed or was
+cancelled (and it is cancelled when ID succeeded). A held job keeps its place but is skipped.
+A CPU job (``--gpus none``) waits for no device, so it is never held behind a job that waits
+in the lease line. One job at a time waits in the lease line (the
 ``--wait`` queue of :mod:`xpulaunch.leases.wait_queue`), so queued jobs and ``--wait``
 launches share one first-come-first-served line for devices, and the order of the queue
 behind it can still change (priority, hold, cancel) until a job's turn comes.
@@ -69,6 +72,16 @@ class Job:
     pid_ticks: int | None = None  # with pid, its run's identity (a reused pid has others)
     lease_job: str | None = None  # the lease's job id: its workers' XPULAUNCH_JOB_ID
     job_dir: str = ""  # where its folder is, for people (runners use the one its id names)
+    name: str | None = None  # --name: usable wherever its id is (its user's jobs only)
+    after_any: tuple[int, ...] = ()  # --after-any: once these ended, in any way
+    after_fail: tuple[int, ...] = ()  # --after-fail: only if these failed (or were cancelled)
+    array_first: int | None = None  # --array: the first job of its array (its own id: first)
+    array_index: int | None = None  # its XPULAUNCH_ARRAY_INDEX
+
+    @property
+    def on_cpu(self) -> bool:
+        """``--gpus none``: it leases no device, so it never waits in the lease line."""
+        return self.gpus.strip().lower() == "none"
 
     @property
     def waited_s(self) -> float | None:
@@ -98,19 +111,57 @@ class Dependency:
     never: bool = False
 
 
+class After(str, Enum):
+    """How a job depends on another: ``--after``, ``--after-any``, ``--after-fail``."""
+
+    OK = "after"
+    ANY = "after-any"
+    FAIL = "after-fail"
+
+
+def dependencies(job: Job) -> list[tuple[After, int]]:
+    """Each job ``job`` waits for, and how."""
+    return [
+        *((After.OK, i) for i in job.after),
+        *((After.ANY, i) for i in job.after_any),
+        *((After.FAIL, i) for i in job.after_fail),
+    ]
+
+
+def depends_on(job: Job) -> tuple[int, ...]:
+    return tuple(i for _, i in dependencies(job))
+
+
+def _met(kind: After, other: Job) -> bool | None:
+    """Whether ``other``'s state satisfies ``kind``: True, False (never will), None (yet)."""
+    if not other.state.ended:
+        return None
+    if kind is After.ANY:
+        return True
+    succeeded = other.state is JobState.DONE
+    return succeeded if kind is After.OK else not succeeded
+
+
 def dependency(job: Job, by_id: Mapping[int, Job]) -> Dependency:
     waiting = []
-    for other_id in job.after:
+    for kind, other_id in dependencies(job):
         other = by_id.get(other_id)
         if other is None:
             return Dependency(False, f"job {other_id} is not in the queue any more", never=True)
-        if other.state is JobState.DONE:
+        met = _met(kind, other)
+        if met:
             continue
-        if other.state.ended:
+        if met is False:
             status = "" if other.exit_code is None else f" (exit status {other.exit_code})"
-            how = "was cancelled" if other.state is JobState.CANCELLED else f"failed{status}"
-            return Dependency(False, f"--after {other_id}: job {other_id} {how}", never=True)
-        waiting.append(f"job {other_id} ({other.state.value})")
+            if other.state is JobState.DONE:
+                how = "succeeded"
+            elif other.state is JobState.CANCELLED:
+                how = "was cancelled"
+            else:
+                how = f"failed{status}"
+            return Dependency(False, f"--{kind.value} {other_id}: job {other_id} {how}", never=True)
+        word = "" if kind is After.OK else f" to {'end' if kind is After.ANY else 'fail'}"
+        waiting.append(f"job {other_id}{word} ({other.state.value})")
     if waiting:
         return Dependency(False, "after " + ", ".join(waiting))
     return Dependency(True)
@@ -119,7 +170,7 @@ def dependency(job: Job, by_id: Mapping[int, Job]) -> Dependency:
 def never_runs(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
     """Jobs not started whose ``--after`` job failed, was cancelled or is gone, and why."""
     by_id = {j.id: j for j in jobs}
-    deps = ((job, dependency(job, by_id)) for job in jobs if job.state.pending and job.after)
+    deps = ((job, dependency(job, by_id)) for job in jobs if job.state.pending and depends_on(job))
     return [(job, dep.text) for job, dep in deps if dep.never]
 
 
@@ -127,13 +178,16 @@ def next_to_start(jobs: Sequence[Job], runner_uids: Collection[int]) -> Job | No
     """The job to start now, or None while one waits in the lease line already.
 
     Only jobs whose user has a live runner count: anyone else's job waits for that user's
-    runner and holds nobody up. ``jobs`` must hold every job that an ``--after`` names."""
-    if any(j.state is JobState.STARTING and j.uid in runner_uids for j in jobs):
-        return None
+    runner and holds nobody up. A CPU job (``--gpus none``) leases nothing: it is not held
+    behind a job waiting in the lease line, and it holds none up while it starts. ``jobs``
+    must hold every job that an ``--after`` names."""
+    in_line = any(
+        j.state is JobState.STARTING and j.uid in runner_uids and not j.on_cpu for j in jobs
+    )
     by_id = {j.id: j for j in jobs}
     for job in queue_order(jobs):
         ours = job.state is JobState.QUEUED and job.uid in runner_uids
-        if ours and dependency(job, by_id).ready:
+        if ours and (job.on_cpu or not in_line) and dependency(job, by_id).ready:
             return job
     return None
 
@@ -171,11 +225,13 @@ class QueueView:
         holdings: Sequence[Holding] = (),
         waiters: Sequence[Waiter] = (),
         runner_uids: Collection[int] = (),
+        draining_uids: Collection[int] = (),
     ) -> None:
         self.jobs = jobs
         self.holdings = holdings
         self.waiters = waiters
         self.runner_uids = runner_uids
+        self.draining_uids = draining_uids
         self._by_id = {j.id: j for j in jobs}
         self._ready = [
             j
@@ -183,7 +239,7 @@ class QueueView:
             if j.state is JobState.QUEUED and dependency(j, self._by_id).ready
         ]
         self._rank = {j.id: i for i, j in enumerate(self._ready)}
-        self._starting = [j for j in jobs if j.state is JobState.STARTING]
+        self._starting = [j for j in jobs if j.state is JobState.STARTING and not j.on_cpu]
 
     def why(self, job: Job) -> str:
         """Why ``job`` has not got its devices yet, or how it ended; "" for a running job
@@ -204,11 +260,15 @@ class QueueView:
         dep = dependency(job, self._by_id)
         if not dep.ready:
             return dep.text
+        if job.uid in self.draining_uids:
+            return f"the runner of user {job.user} drains: xpulaunch runner --resume"
         if job.uid not in self.runner_uids:
             return f"no runner of user {job.user} is running: xpulaunch runner"
         ahead = self._ready[: self._rank.get(job.id, 0)]
+        if job.on_cpu:  # it waits for no device, nor behind a job that does
+            ahead = [j for j in ahead if j.on_cpu]
         parts = []
-        if self._starting:
+        if self._starting and not job.on_cpu:
             parts.append(f"job {self._starting[0].id} waits for devices first")
         if ahead:
             shown = ", ".join(str(j.id) for j in ahead[:3]) + (", ..." if len(ahead) > 3 else "")

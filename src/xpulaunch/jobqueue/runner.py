@@ -9,7 +9,11 @@ once). Each turn of its loop:
 2. kills the run of a cancelled job that outlives its grace;
 3. cancels its queued jobs whose ``--after`` job failed;
 4. starts the next job of the whole queue, if it is this user's
-   (:func:`xpulaunch.jobqueue.policy.next_to_start`), as ``xpulaunch run --wait``.
+   (:func:`xpulaunch.jobqueue.policy.next_to_start`), as ``xpulaunch run --wait``, unless
+   it drains (``xpulaunch runner --drain``: then it leaves once its running jobs ended);
+5. runs the ``--notify`` command of each job of this user's that ended (``sh -c CMD``, as
+   the user, in the job's environment and directory, killed after
+   :data:`NOTIFY_TIMEOUT_S`; a failure is a line in its log, never the job's or the queue's).
 
 Between turns it sleeps in ``select()`` on its wake-up FIFO and on a pidfd per running job,
 so an idle runner costs nothing and a submit or a job's end wakes it at once; it looks more
@@ -23,17 +27,22 @@ import contextlib
 import os
 import select
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import job_process
 from xpulaunch.jobqueue.files import (
+    NOTIFIED_NAME,
+    NOTIFY_LOG,
     RunnerLock,
     WakePipe,
+    drain_requested,
     job_folder,
     live_runners,
     notify,
@@ -53,6 +62,12 @@ FALLBACK_POLL_S = 0.5  # a job watched without a pidfd (old kernels)
 IDLE_POLL_S = 5.0  # otherwise: other users' changes that missed the FIFO, dead runners
 CANCEL_MARGIN_S = 10.0  # after a cancelled job's --grace, its run itself is killed
 _MAX_FAILED_TURNS = 60
+NOTIFY_TIMEOUT_S = (
+    60.0  # a --notify command still running then is killed (XPULAUNCH_NOTIFY_TIMEOUT)
+)
+NOTIFY_POLL_S = 0.2  # while one runs: how soon its end is noted
+NOTIFY_WINDOW_S = 86400.0  # a job that ended longer ago than this is not notified any more
+_ENDED = tuple(s.value for s in JobState if s.ended)
 Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
@@ -80,6 +95,11 @@ class Runner:
         self._deadline_s: float | None = None  # a cancelled job's run is due to be killed
         self._cancels_seen: dict[int, float] = {}  # job id -> when we saw its cancel
         self._lock = RunnerLock(directory, self.uid)
+        self._started_s = time.time()
+        self._notifiers: list[_Notifier] = []
+        self._considered: set[int] = set()  # ended jobs whose --notify was looked at
+        self.notify_timeout_s = _notify_timeout(env)
+        self.draining = False
 
     def serve(self) -> bool:
         """Run until stopped (SIGTERM, SIGINT) or idle; False when another runner runs."""
@@ -125,6 +145,9 @@ class Runner:
                     raise
                 busy = True
                 time.sleep(1.0)
+            if self.draining and not self._processes and not self._notifiers:
+                self._say("drained: no job of ours runs; exiting (xpulaunch runner --resume)")
+                return
             if busy:
                 idle_since_s = time.monotonic()
             elif self._idle_for(idle_since_s):
@@ -158,8 +181,14 @@ class Runner:
             self._say(f"{store.path} was replaced: using the new one")
             changed = True
         changed |= self._watch(store)
+        self._reap_notifiers()
+        draining = drain_requested(self.directory, self.uid)
+        if draining != self.draining:
+            self.draining = draining
+            self._say("draining: starting no job" if draining else "resumed: starting jobs")
         runners = live_runners(self.directory)
-        seen = (store.data_version(), tuple(sorted(runners)))
+        starters = {uid for uid in runners if not drain_requested(self.directory, uid)}
+        seen = (store.data_version(), tuple(sorted(runners)), tuple(sorted(starters)))
         due = self._deadline_s is not None and time.monotonic() >= self._deadline_s
         if not changed and not due and seen == self._seen:
             return self._busy
@@ -167,14 +196,102 @@ class Runner:
         mine = [j for j in jobs if j.uid == self.uid]
         self._escalate(mine)
         changed |= self._drop_never_runnable(store, jobs)  # --after may name anyone's job
-        changed |= self._start_next(store, set(runners))
+        if not draining:
+            changed |= self._start_next(store, starters)
+        self._notify_ended(store)
         if changed:
             notify(self.directory)
         # A turn that changed something is followed by a full one: what we did may let the
         # next job start.
-        self._seen = None if changed else (store.data_version(), seen[1])
-        self._busy = bool(self._processes) or any(not j.state.ended for j in mine)
+        self._seen = None if changed else (store.data_version(), *seen[1:])
+        self._busy = (
+            bool(self._processes) or bool(self._notifiers) or any(not j.state.ended for j in mine)
+        )
         return self._busy
+
+    def _notify_ended(self, store: Store) -> None:
+        """Start the ``--notify`` command of each job of ours that ended (within
+        :data:`NOTIFY_WINDOW_S`: also one cancelled while no runner of ours ran) and has not
+        been notified (a ``notified`` file in its folder, made first: no runner of ours runs
+        it again)."""
+        if store.own is None:
+            return
+        marks = ", ".join("?" for _ in _ENDED)
+        ended = store.own.select(
+            f"WHERE state IN ({marks}) AND ended_s >= ?",
+            [*_ENDED, self._started_s - NOTIFY_WINDOW_S],
+        )
+        for job in ended:
+            if job.id in self._considered:
+                continue
+            self._considered.add(job.id)
+            folder = job_folder(self.directory, self.uid, job.id)
+            if os.path.lexists(folder / NOTIFIED_NAME):
+                continue
+            try:
+                spec = read_spec(folder, self.uid)
+            except QueueError:
+                continue
+            if not spec.notify:
+                continue
+            try:
+                os.close(os.open(folder / NOTIFIED_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except OSError:
+                continue  # notified already, or the folder is gone
+            self._start_notifier(job, spec.notify, spec.env, spec.cwd, folder)
+
+    def _start_notifier(
+        self, job: Job, command: str, env: Mapping[str, str], cwd: str, folder: Any
+    ) -> None:
+        variables = {
+            "XPULAUNCH_JOB_ID": str(job.id),
+            "XPULAUNCH_QUEUE_JOB": str(job.id),
+            "XPULAUNCH_JOB_NAME": job.name or "",
+            "XPULAUNCH_JOB_STATE": job.state.value,
+            "XPULAUNCH_JOB_EXIT_CODE": "" if job.exit_code is None else str(job.exit_code),
+            "XPULAUNCH_QUEUE_DIR": str(self.directory.root),
+        }
+        try:
+            fd = os.open(folder / NOTIFY_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "ab") as log:
+                process = subprocess.Popen(
+                    ["sh", "-c", command],
+                    env={**env, **variables},
+                    cwd=cwd if os.path.isdir(cwd) else "/",
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as exc:
+            self._say(f"job {job.id}: --notify could not start: {exc}")
+            return
+        deadline_s = time.monotonic() + self.notify_timeout_s
+        self._notifiers.append(_Notifier(job.id, process, deadline_s))
+
+    def _reap_notifiers(self) -> None:
+        """Note the ``--notify`` commands that ended (a failure in the log), kill those past
+        :data:`NOTIFY_TIMEOUT_S` (their whole session)."""
+        left = []
+        for notifier in self._notifiers:
+            code = notifier.process.poll()
+            if code is None and time.monotonic() >= notifier.deadline_s:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(notifier.process.pid, signal.SIGKILL)
+                notifier.process.wait()
+                self._say(
+                    f"job {notifier.job_id}: --notify still ran after "
+                    f"{self.notify_timeout_s:g} s (XPULAUNCH_NOTIFY_TIMEOUT); killed"
+                )
+            elif code is None:
+                left.append(notifier)
+            elif code != 0:
+                self._say(
+                    f"job {notifier.job_id}: --notify failed (exit status {code}); its output "
+                    f"is in {NOTIFY_LOG} of the job's folder"
+                )
+        self._notifiers = left
 
     def _watch(self, store: Store) -> bool:
         changed = False
@@ -358,6 +475,8 @@ class Runner:
             timeout_s = WAITING_POLL_S
         if any(not p.leased and not p.waiting for p in processes):
             timeout_s = STARTING_POLL_S
+        if self._notifiers:
+            timeout_s = min(timeout_s, NOTIFY_POLL_S)
         if self._deadline_s is not None:
             timeout_s = max(min(timeout_s, self._deadline_s - time.monotonic()), 0.0)
         fds = [self._wake.fd, *(p.pidfd for p in processes if p.pidfd is not None)]
@@ -375,6 +494,24 @@ class Runner:
 
     def _say(self, text: str) -> None:
         self._log(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}")
+
+
+@dataclass
+class _Notifier:
+    """A ``--notify`` command running."""
+
+    job_id: int
+    process: subprocess.Popen[bytes]
+    deadline_s: float
+
+
+def _notify_timeout(env: Mapping[str, str]) -> float:
+    """``XPULAUNCH_NOTIFY_TIMEOUT`` seconds (a positive number), else the default."""
+    try:
+        value = float(env.get("XPULAUNCH_NOTIFY_TIMEOUT", "") or NOTIFY_TIMEOUT_S)
+    except ValueError:
+        return NOTIFY_TIMEOUT_S
+    return value if 0 < value < float("inf") else NOTIFY_TIMEOUT_S
 
 
 def _stderr(line: str) -> None:

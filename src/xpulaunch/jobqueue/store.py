@@ -25,7 +25,7 @@ from typing import Any
 from xpulaunch.errors import QueueError
 from xpulaunch.jobqueue import files
 from xpulaunch.jobqueue.mounts import filesystem_type, is_network
-from xpulaunch.jobqueue.policy import Job, JobState
+from xpulaunch.jobqueue.policy import Job, JobState, depends_on
 from xpulaunch.jobqueue.user_store import DB_NAME, UserStore, lock_holders, stamp
 from xpulaunch.leases.lock_directory import LockDirectory
 
@@ -114,10 +114,10 @@ class Store:
         return self._select(f"WHERE state IN ({marks})", [s.value for s in ACTIVE_STATES])
 
     def with_dependencies(self) -> list[Job]:
-        """Active jobs, and the ended jobs they name with ``--after`` (for the ordering)."""
+        """Active jobs, and the ended jobs they name with ``--after*`` (for the ordering)."""
         active = self.jobs()
         known = {j.id for j in active}
-        missing = sorted({i for j in active for i in j.after} - known)
+        missing = sorted({i for j in active for i in depends_on(j)} - known)
         if not missing:
             return active
         marks = ", ".join("?" for _ in missing)
@@ -134,10 +134,15 @@ class Store:
         ids = [j.id for j in self.jobs(ended=True)]
         return (min(ids), max(ids)) if ids else None
 
-    def insert(self, **fields: Any) -> int:
+    def insert(self, *, above: int | None = None, **fields: Any) -> int:
         """Add a job to this user's store, under a new id (never one given before); its id.
-        Inside :meth:`write`."""
+        Inside :meth:`write`. ``above``: an id this transaction was just given (an array's
+        previous job), so the highest known id is not looked for again."""
         own = self._writable()
+        if above is not None:
+            job_id = files.allocate_id(self.directory, above, scan=False)
+            own.insert({"id": job_id, **fields})
+            return job_id
         floor = max(
             [own.highest_id(), files.highest_folder_id(self.directory, self.uid)]
             + [other.highest_id() for other in self._other_stores()]

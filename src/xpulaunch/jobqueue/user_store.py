@@ -36,7 +36,7 @@ from xpulaunch.jobqueue.policy import Job, JobState
 from xpulaunch.leases.lock_directory import allocation_lock_timeout_s
 
 DB_NAME = "queue.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESERVE_PAGES = 16
 _FILE_MODE = 0o644
 
@@ -64,14 +64,28 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel_requested_s REAL,
     grace_s REAL NOT NULL DEFAULT 10,
     lease_job TEXT,
-    job_dir TEXT NOT NULL DEFAULT ''
+    job_dir TEXT NOT NULL DEFAULT '',
+    name TEXT,
+    after_any TEXT NOT NULL DEFAULT '[]',
+    after_fail TEXT NOT NULL DEFAULT '[]',
+    array_first INTEGER,
+    array_index INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS reserve (data BLOB)
 """
-_JSON_COLUMNS = frozenset({"after", "command", "wanted", "devices"})
+# Schema 2's columns, added to a schema-1 store when its owner opens it (a reader of one not
+# opened since reads them as their defaults).
+_ADDED = {
+    "name": "TEXT",
+    "after_any": "TEXT NOT NULL DEFAULT '[]'",
+    "after_fail": "TEXT NOT NULL DEFAULT '[]'",
+    "array_first": "INTEGER",
+    "array_index": "INTEGER",
+}
+_JSON_COLUMNS = frozenset({"after", "command", "wanted", "devices", "after_any", "after_fail"})
 _COLUMNS = tuple(f.name for f in dataclasses.fields(Job))  # a Job is its row
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
+_DEFAULTS = {"after_any": "'[]'", "after_fail": "'[]'"}
 
 
 class StoreFull(QueueError):
@@ -88,6 +102,7 @@ class UserStore:
         self.user = user_name(uid)
         st = os.stat(path)
         self.identity = (st.st_dev, st.st_ino)
+        self._select_sql: str | None = None
 
     @classmethod
     def open_own(cls, folder: Path, *, create: bool) -> UserStore | None:
@@ -137,10 +152,15 @@ class UserStore:
                 f"{version}, this one knows {SCHEMA_VERSION}); upgrade xpulaunch"
             )
         with self.write():
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():  # not executescript: it would commit first
-                    self._db.execute(statement)
+            if version == 1:
+                for column, kind in _ADDED.items():
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+            else:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():  # not executescript: it would commit first
+                        self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._select_sql = None
 
     def _top_up(self) -> None:
         """Free pages back to :data:`RESERVE_PAGES` (a blob written and deleted: its pages
@@ -193,7 +213,7 @@ class UserStore:
     def select(self, where: str, params: Sequence[object] = ()) -> list[Job]:
         """This store's rows as jobs, each of its owner whatever the row says."""
         with translated(self.path):
-            rows = self._db.execute(f"{_SELECT} {where}", list(params)).fetchall()
+            rows = self._db.execute(f"{self._select()} {where}", list(params)).fetchall()
         jobs = [_job(row) for row in rows]
         return [
             j
@@ -201,6 +221,20 @@ class UserStore:
             else dataclasses.replace(j, uid=self.uid, user=self.user)
             for j in jobs
         ]
+
+    def _select(self) -> str:
+        """``SELECT`` of every :class:`Job` field; a column that an older schema lacks (a
+        store its owner has not opened since) as its default."""
+        if self._select_sql is None:
+            with translated(self.path):
+                rows = self._db.execute("PRAGMA table_info(jobs)").fetchall()
+            have = {row[1] for row in rows}
+            cells = [
+                c if c in have or not have else f"{_DEFAULTS.get(c, 'NULL')} AS {c}"
+                for c in _COLUMNS
+            ]
+            self._select_sql = f"SELECT {', '.join(cells)} FROM jobs"
+        return self._select_sql
 
     def highest_id(self) -> int:
         with translated(self.path):
@@ -274,7 +308,8 @@ def _job(row: Sequence[Any]) -> Job:
         data[name] = tuple(_json_list(data[name]))
     data["state"] = _state(data["state"])
     data["shares"] = bool(data["shares"])
-    data["after"] = tuple(int(i) for i in data["after"] if isinstance(i, int))
+    for name in ("after", "after_any", "after_fail"):
+        data[name] = tuple(int(i) for i in data[name] if isinstance(i, int))
     data["command"] = tuple(str(a) for a in data["command"])
     return Job(**data)
 
