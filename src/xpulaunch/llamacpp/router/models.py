@@ -40,7 +40,7 @@ from xpulaunch.llamacpp.router.policy import (
     no_room,
     with_readings,
 )
-from xpulaunch.llamacpp.router.setup import Setup, model_request
+from xpulaunch.llamacpp.router.setup import Setup, model_env, prepare_model
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
@@ -207,12 +207,9 @@ class ModelManager:
         if slot.prepared is not None:
             return slot.prepared
         if slot.preparing is None:
-            from xpulaunch.llamacpp.prepare import prepare_llama
-
-            request = model_request(slot.config, self.setup)
-            env = self.setup.parent_env
+            model, setup = slot.config, self.setup
             slot.preparing = asyncio.ensure_future(
-                self._blocking(lambda: prepare_llama(request, env))
+                self._blocking(lambda: prepare_model(model, setup))
             )
         try:
             slot.prepared = await asyncio.shield(slot.preparing)
@@ -351,7 +348,7 @@ class ModelManager:
         from xpulaunch.llamacpp.launch import lease_plan
 
         command = ["xpulaunch", "llama", "serve", slot.id]
-        env = self.setup.parent_env
+        env = self.setup.parent_env  # a model's env does not steer where it goes: gpus does
         return lease_plan(prepared, self._inventory, env, self._leases, command=command)
 
     def _server(self, slot: Slot, plan: LlamaPlan, lease: Lease) -> LlamaServer:
@@ -373,8 +370,9 @@ class ModelManager:
         server = server_for(
             plan,
             lease,
-            setup.parent_env,
+            model_env(slot.config, setup),
             owns_lease=False,
+            engine=slot.prepared.engine if slot.prepared is not None else None,
             health=setup.health,
             policy=setup.policy,
             grace_s=setup.grace_s,

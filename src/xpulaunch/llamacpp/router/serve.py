@@ -20,10 +20,11 @@ from xpulaunch.llamacpp.router.config import RouterConfig
 from xpulaunch.llamacpp.router.router import (
     DEFAULT_MAX_BODY_BYTES,
     Router,
+    check_engines,
     check_models,
     load_config,
 )
-from xpulaunch.llamacpp.router.setup import Setup, model_request
+from xpulaunch.llamacpp.router.setup import Setup, prepare_model
 from xpulaunch.llamacpp.server import DEFAULT_POLICY, HealthOptions
 from xpulaunch.supervisor.restart import RestartPolicy
 
@@ -74,6 +75,7 @@ def make_router(
     checked = load_config(config)
     check_models(checked)
     env = dict(os.environ) if parent_env is None else dict(parent_env)
+    check_engines(checked, env)
     reprobe = inventory is None or reprobe
     if inventory is None:
         from xpulaunch.probing.host import probe_host
@@ -134,13 +136,13 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
     this host (``this_host``; none for another machine's inventory), its estimate and the
     devices it would get."""
     from xpulaunch.leases.manager import LeaseManager
-    from xpulaunch.llamacpp.prepare import plan_prepared, prepare_llama
+    from xpulaunch.llamacpp.prepare import plan_prepared
 
     setup = router.setup
     held = LeaseManager(setup.lock_dir).unavailable() if this_host else {}
     plans: dict[str, LlamaPlan] = {}
     for model in router.config.models:
-        prepared = prepare_llama(model_request(model, setup), setup.parent_env, dry_run=True)
+        prepared = prepare_model(model, setup, dry_run=True)
         plans[model.id] = plan_prepared(
             prepared, setup.inventory, setup.parent_env, unavailable=held
         )

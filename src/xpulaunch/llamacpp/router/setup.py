@@ -4,7 +4,7 @@ request each model is (:func:`model_request`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from xpulaunch.llamacpp.plan import LlamaRequest
@@ -14,6 +14,7 @@ from xpulaunch.supervisor.restart import RestartPolicy
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.devices import LlamaBackend
+    from xpulaunch.llamacpp.prepare import Prepared
     from xpulaunch.llamacpp.router.config import ModelConfig
 
 
@@ -45,12 +46,41 @@ def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
     return LlamaRequest(
         model=model.model,
         replicas=model.replicas,
-        binary=setup.binary or "llama-server",
+        binary=(model.cmd[0] if model.cmd else None) or setup.binary or "llama-server",
         llama_backend=setup.llama_backend,
-        passthrough=_server_args(model),
+        passthrough=() if model.cmd else _server_args(model),
         gpus=model.gpus,
         backend=setup.backend,
     )
+
+
+def model_env(model: ModelConfig, setup: Setup) -> dict[str, str]:
+    """The environment the model's servers start from (and its estimate is asked in): the
+    router's, with the model's ``env`` on top; the plan's own variables, the device masks, go
+    on top of both. It does not steer the placement (planned in the router's): ``gpus``
+    does."""
+    return {**setup.parent_env, **model.env}
+
+
+def prepare_model(model: ModelConfig, setup: Setup, *, dry_run: bool = False) -> Prepared:
+    """:func:`~xpulaunch.llamacpp.prepare.prepare_llama` for a llama model; for a ``cmd``
+    engine, nothing to ask: its need is its ``memory`` (None: whole devices). A model's
+    ``memory`` is its share of a device in place of the estimate."""
+    from xpulaunch.llamacpp.devices import LlamaBackend
+    from xpulaunch.llamacpp.engine import Engine, memory_estimate
+    from xpulaunch.llamacpp.plan import Sizing
+    from xpulaunch.llamacpp.prepare import Prepared, prepare_llama
+
+    request = model_request(model, setup)
+    memory = memory_estimate(model.memory_bytes)
+    if model.cmd:
+        engine = Engine(model.cmd, model.id, model.check)
+        notes = () if memory else (f"{engine.name}: no memory given, so it gets whole devices",)
+        return Prepared(request, LlamaBackend.CPU, None, Sizing(None, memory), notes, engine)
+    prepared = prepare_llama(request, model_env(model, setup), dry_run=dry_run)
+    if memory is None:
+        return prepared
+    return replace(prepared, sizing=replace(prepared.sizing, estimate=memory))
 
 
 def _server_args(model: ModelConfig) -> tuple[str, ...]:

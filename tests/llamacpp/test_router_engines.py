@@ -1,0 +1,128 @@
+"""The router's ``cmd`` engines (any OpenAI-compatible server behind the same port), with a
+stand-in engine (``fake_engine.py``) and the official ``openai`` client: placed, pinned and
+leased like llama-server, supervised and restarted, with the model's ``env``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from router_kit import FAST, Seen, call, chat
+
+import xpulaunch
+from helpers import inventory_path, load_inventory
+from xpulaunch.errors import UsageError
+from xpulaunch.leases import LeaseManager
+from xpulaunch.llamacpp.router.events import ModelLoaded
+
+pytestmark = [pytest.mark.timeout(120)]
+
+ENGINE = str(Path(__file__).with_name("fake_engine.py"))
+TWO = inventory_path("2x-h200.json")
+GPU_UUIDS = [d["uuid"] for d in json.loads(TWO.read_text())["devices"]]
+
+
+def engine(*extra: str, **table: Any) -> dict[str, Any]:
+    cmd = [sys.executable, ENGINE, "--port", "${PORT}", "--name", "${MODEL}", *extra]
+    return {"cmd": cmd, **table}
+
+
+def serve(config: dict[str, Any], tmp_path: Path, **options: Any) -> tuple[Any, Seen]:
+    seen = Seen()
+    router = xpulaunch.serve_models(
+        config,
+        inventory=options.pop("inventory", load_inventory("cpu-only.json")),
+        lock_dir=tmp_path / "locks",
+        health=FAST,
+        grace_s=5.0,
+        on_event=seen.on_event,
+        on_message=seen.messages.append,
+        **options,
+    )
+    return router, seen
+
+
+def records(folder: Path) -> list[dict[str, str]]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def test_a_cmd_engine_with_env_and_memory_answers_streamed_and_not_on_its_gpu(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "rec").mkdir()
+    table = engine(
+        "--record",
+        str(tmp_path / "rec"),
+        memory="6GiB",
+        gpus="auto",
+        env={"ENGINE_SETTING": "on", "CUDA_VISIBLE_DEVICES": "7"},
+    )
+    router, seen = serve(
+        {"models": {"eng": table}}, tmp_path, inventory=load_inventory("2x-h200.json")
+    )
+    with router:
+        client = openai.OpenAI(base_url=router.url + "/v1", api_key="none", max_retries=0)
+        answer = client.chat.completions.create(
+            model="eng", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert answer.choices[0].message.content == "hello from the engine"
+        assert answer.model == "eng"  # ${MODEL}: the model's id
+        stream = client.chat.completions.create(
+            model="eng", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        words = [c.choices[0].delta.content for c in stream if c.choices]
+        assert "".join(w or "" for w in words) == "hello from the engine"
+        status = {m["id"]: m for m in router.status()}["eng"]
+        assert status["state"] == "ready" and status["estimate_bytes"] == 6 * 2**30
+        held = LeaseManager(tmp_path / "locks").status().leases
+        assert len(held) == 1  # one GPU leased, as for llama-server
+    (env,) = records(tmp_path / "rec")
+    assert env["ENGINE_SETTING"] == "on"
+    # The plan's mask wins over the model's env: the engine sees the GPU it was given.
+    assert env["CUDA_VISIBLE_DEVICES"] in GPU_UUIDS
+    assert not LeaseManager(tmp_path / "locks").status().leases
+
+
+def test_an_engine_without_health_is_ready_by_v1_models_and_restarted_when_killed(
+    tmp_path: Path,
+) -> None:
+    config = {"models": {"eng": engine("--no-health", gpus="none")}}
+    router, seen = serve(config, tmp_path)
+    with router:
+        status, body, _ = call(router.url, "/v1/chat/completions", chat("eng"))
+        assert status == 200, body
+        pid = next(e.pid for e, _ in seen.events if type(e).__name__ == "Started")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while len([e for e, _ in seen.events if type(e).__name__ == "Ready"]) < 2:
+            assert time.monotonic() < deadline, seen.messages
+            time.sleep(0.05)
+        status, body, _ = call(router.url, "/v1/chat/completions", chat("eng"))
+        assert status == 200, body
+    assert len(seen.of(ModelLoaded)) == 1  # restarted under its supervisor, not reloaded
+
+
+def test_a_cmd_that_is_not_executable_is_one_line_at_start(tmp_path: Path) -> None:
+    config = {"models": {"eng": {"cmd": "no-such-engine-xyz --port ${PORT}"}}}
+    with pytest.raises(
+        UsageError,
+        match=r"\[models.eng\] cmd: 'no-such-engine-xyz' is not an "
+        "executable program on PATH",
+    ):
+        xpulaunch.serve_models(
+            config, inventory=load_inventory("cpu-only.json"), lock_dir=tmp_path / "locks"
+        )
+    text = tmp_path / "engine.txt"
+    text.write_text("not a program")
+    config = {"models": {"eng": {"cmd": [str(text), "--port", "${PORT}"]}}}
+    with pytest.raises(UsageError, match="is not an executable program \\("):
+        xpulaunch.serve_models(
+            config, inventory=load_inventory("cpu-only.json"), lock_dir=tmp_path / "locks"
+        )
