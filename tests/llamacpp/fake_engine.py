@@ -4,7 +4,7 @@
 It answers ``GET /health`` (404 with ``--no-health``), ``GET /v1/models``, and ``POST
 /v1/chat/completions`` streamed (server-sent events, one word a chunk) and not. ``--record
 DIR`` writes its environment as JSON to ``DIR/PID.json``; ``--start-after S`` listens only
-after S seconds (a slow load).
+after S seconds (a slow load); ``--hold FILE``: a streamed answer begins once FILE exists.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--no-health", action="store_true")
     parser.add_argument("--start-after", type=float, default=0.0)
     parser.add_argument("--record")
+    parser.add_argument("--hold")
     options = parser.parse_args()
     if options.record:
         with open(os.path.join(options.record, f"{os.getpid()}.json"), "w") as out:
@@ -74,6 +75,11 @@ def main() -> None:
                 )
 
         def _stream(self) -> None:
+            deadline = time.monotonic() + 60
+            while options.hold and not os.path.exists(options.hold):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")

@@ -64,7 +64,7 @@ def test_a_cmd_engine_with_env_and_memory_answers_streamed_and_not_on_its_gpu(
         gpus="auto",
         env={"ENGINE_SETTING": "on", "CUDA_VISIBLE_DEVICES": "7"},
     )
-    router, seen = serve(
+    router, _ = serve(
         {"models": {"eng": table}}, tmp_path, inventory=load_inventory("2x-h200.json")
     )
     with router:

@@ -64,6 +64,15 @@ STATUS_TIMEOUT_S = 10.0
               help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.")  # fmt: skip
 @click.option("--events", metavar="FILE|-", envvar="XPULAUNCH_EVENTS",
               help="Append every model and server event to FILE as JSON lines.")  # fmt: skip
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    envvar="XPULAUNCH_API_KEY",
+    metavar="KEY",
+    help="Requests need Authorization: Bearer KEY (repeatable; with [serve] api_keys). "
+    "Prefer $XPULAUNCH_API_KEY: a command line is visible to every user.",
+)
 def serve(config_path: str | None, status: bool, as_json: bool, **options: Any) -> int:
     """Serve several llama.cpp models behind one OpenAI-compatible port. A model is loaded
     at its first request onto devices chosen and leased like any launch; when it cannot be
@@ -110,7 +119,7 @@ def _router(config_path: str, inventory: Inventory, env: dict[str, str], options
         health=health, grace_s=options["grace"], log_dir=options["log_dir"],
         max_body_bytes=options["max_request_size"] or 1,
         front_processes=options["front_processes"], reprobe=not options["inventory"],
-        room_wait_s=options["room_wait"], **extra,
+        room_wait_s=options["room_wait"], api_keys=options["api_keys"], **extra,
     )  # fmt: skip
 
 

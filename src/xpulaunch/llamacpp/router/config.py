@@ -95,7 +95,7 @@ class RouterConfig:
     models: tuple[ModelConfig, ...]
     source: str = "models.toml"
     names: Mapping[str, str] = field(default_factory=dict)  # id or alias -> id
-    serve: ServeConfig = ServeConfig()  # the [serve] table
+    serve: ServeConfig = field(default_factory=ServeConfig)  # the [serve] table
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model a client names by id or alias (None: no such model)."""

@@ -146,6 +146,7 @@ class Router:
             raise
         self._bound.set()
         manager.warm_up()
+        manager.preload()
         watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
         await self._stop.wait()
         await site.stop()  # no new connections

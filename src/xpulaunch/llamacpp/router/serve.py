@@ -10,13 +10,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.prepare import BINARY_VAR
 from xpulaunch.llamacpp.router.config import RouterConfig
+from xpulaunch.llamacpp.router.options import check_key
 from xpulaunch.llamacpp.router.router import (
     DEFAULT_MAX_BODY_BYTES,
     Router,
@@ -65,14 +67,16 @@ def make_router(
     on_message: Callable[[str], None] | None = None,
     reprobe: bool = False,
     room_wait_s: float = 10.0,
+    api_keys: Sequence[str] = (),
 ) -> Router:
     """A router, checked but not started (see :func:`serve_models`). Without an
     ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
     process; a given inventory is another machine's or a test's, and is kept as it is.
     ``room_wait_s``: how long a model's load waits for busy models of the router to become
-    idle (and evictable) when they hold the devices it needs (0: a 503 at once)."""
+    idle (and evictable) when they hold the devices it needs (0: a 503 at once).
+    ``api_keys``: keys a request may carry, beside the config's ``[serve] api_keys``."""
     require_aiohttp()
-    checked = load_config(config)
+    checked = with_api_keys(load_config(config), api_keys)
     check_models(checked)
     env = dict(os.environ) if parent_env is None else dict(parent_env)
     check_engines(checked, env)
@@ -109,6 +113,15 @@ def make_router(
         on_event=on_event,
         on_message=on_message,
     )
+
+
+def with_api_keys(config: RouterConfig, keys: Sequence[str]) -> RouterConfig:
+    """The config with more API keys (``--api-key``, ``$XPULAUNCH_API_KEY``); a bad one is a
+    one-line error that does not show it."""
+    if isinstance(keys, str):
+        keys = (keys,)
+    checked = tuple(check_key(k, "--api-key") for k in keys)
+    return replace(config, serve=config.serve.with_keys(checked)) if checked else config
 
 
 def serve_models(

@@ -4,6 +4,8 @@ Only the router's event loop changes a slot."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -43,6 +45,13 @@ class NoRoom(RouteError):
 
 class Unavailable(RouteError):
     """The model is loaded but no replica answers now (restarting), or the router stops."""
+
+
+class Busy(RouteError):
+    """The model answers ``max_concurrency`` requests, and ``max_queue`` more wait."""
+
+    status = 429
+    kind = "rate_limit_error"
 
 
 class LoadFailed(RouteError):
@@ -87,6 +96,11 @@ class Slot:
         self.turn = 0
         self.last_error: str | None = None
         self.counters = Counters()
+        # max_concurrency: requests past the limit, each told (its future done) when its turn
+        # comes; ``seated`` is how many hold a turn now.
+        self.seated = 0
+        self.queue: deque[asyncio.Future[None]] = deque()
+        self.loading_since: tuple[float, float] | None = None  # (clock, wall time)
 
     @property
     def id(self) -> str:
@@ -141,11 +155,13 @@ class Slot:
 
     def set_loaded(self, server: LlamaServer) -> None:
         self.state = ModelState.READY
+        self.loading_since = None
         self.up = {r.name: True for r in server.replicas}
         self.down_reason = {}
 
     def set_unloaded(self) -> None:
         self.state = ModelState.UNLOADED
+        self.loading_since = None
         self.server, self.lease, self.plan, self.settle = None, None, None, None
         self.readings = {}
         self.up, self.down_reason = {}, {}
@@ -181,4 +197,16 @@ class Slot:
             "loads": self.counters.loads,
             "last_load_s": self.counters.last_load_s,
             "last_error": self.last_error,
+            "engine": self.config.cmd[0] if self.config.cmd else "llama-server",
+            "max_concurrency": self.config.max_concurrency,
+            "queued": len(self.queue),
+            **self._loading(now_s),
         }
+
+    def _loading(self, now_s: float) -> dict[str, object]:
+        """Since when it loads (None when it does not), in UTC and in seconds."""
+        if self.loading_since is None:
+            return {"loading_since": None, "loading_s": None}
+        began, wall = self.loading_since
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+        return {"loading_since": since, "loading_s": round(now_s - began, 1)}
