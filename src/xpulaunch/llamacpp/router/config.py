@@ -86,7 +86,7 @@ class ModelConfig:
         """The inverse of :meth:`as_dict`."""
         given = dict(fields)
         ttl_s = given.pop("ttl")
-        tuples = {k: tuple(given.pop(k)) for k in ("aliases", "args", "cmd")}
+        tuples: dict[str, Any] = {k: tuple(given.pop(k)) for k in ("aliases", "args", "cmd")}
         return cls(**given, **tuples, ttl_s=ttl_s)
 
 

@@ -71,8 +71,9 @@ def parse_serve(table: object, source: str) -> ServeConfig:
 
 def check_key(value: object, where: str) -> str:
     """An API key: printable text without spaces (the message never shows it)."""
-    bad = any(not c.isprintable() or c.isspace() for c in value) if isinstance(value, str) else True
-    if bad or not value:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise UsageError(f"{where}: a key must be non-empty printable text without spaces")
+    if not value.isprintable():
         raise UsageError(f"{where}: a key must be non-empty printable text without spaces")
     return value
 
@@ -86,10 +87,10 @@ def _list(value: object, where: str) -> list[Any]:
 
 
 def _origin(value: object, where: str) -> str:
-    ok = isinstance(value, str) and (value == "*" or "://" in value)
-    if not ok or not value.isprintable() or " " in value:  # type: ignore[union-attr]
-        raise UsageError(f'{where}: expected origins such as "https://app.example" or "*"')
-    return str(value)
+    plain = isinstance(value, str) and value.isprintable() and " " not in value
+    if plain and isinstance(value, str) and (value == "*" or "://" in value):
+        return value
+    raise UsageError(f'{where}: expected origins such as "https://app.example" or "*"')
 
 
 def engine_fields(table: Mapping[str, Any], where: str) -> dict[str, Any]:
