@@ -119,7 +119,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         return await handler(request)
     except RouteError as exc:
-        return error_response(exc.status, exc.message, exc.kind)
+        return error_response(exc.status, exc.message, exc.kind, retry_after_s=exc.retry_after_s)
     except web.RequestPayloadError as exc:
         # Its cause says what: a body not in the Content-Encoding it names, or one cut short.
         why = getattr(exc.__cause__, "message", None) or str(exc)
