@@ -17,10 +17,11 @@ import pytest
 from router_kit import FAST, Seen, call, chat
 
 import xpulaunch
-from helpers import inventory_path, load_inventory
+from helpers import inventory_path, load_inventory, write_inventory
+from xpulaunch.api import load_inventory as load_inventory_file
 from xpulaunch.errors import UsageError
 from xpulaunch.leases import LeaseManager
-from xpulaunch.llamacpp.router.events import ModelLoaded
+from xpulaunch.llamacpp.router.events import ModelLoaded, ModelUnloaded
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -126,3 +127,20 @@ def test_a_cmd_that_is_not_executable_is_one_line_at_start(tmp_path: Path) -> No
         xpulaunch.serve_models(
             config, inventory=load_inventory("cpu-only.json"), lock_dir=tmp_path / "locks"
         )
+
+
+def test_cmd_engines_that_do_not_fit_together_evict_each_other_like_gguf_models(
+    tmp_path: Path,
+) -> None:
+    # 100 GiB each on a 141 GiB GPU: never both at once, however models are packed.
+    one = write_inventory(tmp_path / "one.json", [json.loads(TWO.read_text())["devices"][0]])
+    config = {"models": {n: engine(memory="100GiB") for n in ("a", "b")}}
+    router, seen = serve(config, tmp_path, inventory=load_inventory_file(one))
+    with router:
+        for model in ("a", "b", "a"):
+            status, body, _ = call(router.url, "/v1/chat/completions", chat(model))
+            assert status == 200 and body["model"] == model, body
+        unloads = [(e.model, e.reason, e.by) for e in seen.of(ModelUnloaded)]
+        assert unloads == [("a", "evicted", "b"), ("b", "evicted", "a")]
+        (lease,) = LeaseManager(tmp_path / "locks").status().leases
+        assert "xpulaunch llama serve a" in " ".join(lease.holder.argv)

@@ -125,6 +125,19 @@ def test_api_keys_and_cors_are_checked_before_any_model_is_touched(
         assert "data: [DONE]" in lines
         status, _, headers = call(router.url, "/health", headers={"Origin": "https://evil.example"})
         assert status == 200 and "Access-Control-Allow-Origin" not in headers
+        if fronts:  # each connection lands on the router or its front: both check
+            vias = set()
+            for _ in range(30):
+                assert call(router.url, "/v1/chat/completions", chat("eng"))[0] == 401
+                status, _, headers = call(
+                    router.url,
+                    "/v1/chat/completions",
+                    chat("eng"),
+                    headers={"Authorization": f"Bearer {KEY}"},
+                )
+                assert status == 200
+                vias.add(headers.get("Via"))
+            assert vias == {"1.1 xpulaunch", "1.1 xpulaunch-front1"}, vias
     said = "\n".join(seen.messages) + repr(seen.events)
     assert KEY not in said and "sk-other-key" not in said and "sk-wrong" not in said
 
