@@ -215,6 +215,27 @@ def test_the_dry_run_plans_each_model_with_its_estimate(
                for n in plans["small"]["notes"])  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("inventory", "mask"),
+    [
+        ("2x-h200.json", "CUDA_VISIBLE_DEVICES"),
+        ("2x-max1550.json", "ZE_AFFINITY_MASK"),
+        ("4x-mi300x.json", "ROCR_VISIBLE_DEVICES"),
+    ],
+)
+def test_the_dry_run_of_a_cmd_engine_writes_the_mask_of_its_vendor(
+    tmp_path: Path, inventory: str, mask: str
+) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text('[models.eng]\ncmd = "python3 -m x --port ${PORT}"\nmemory = "6GiB"\n')
+    args = ["--inventory", str(inventory_path(inventory)), "--dry-run", "--json"]
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["models"]["eng"]
+    assert len(plan["devices"]) == 1 and mask in plan["workers"][0]["env"]
+    assert "python3 needs 6.0 GiB (its memory in models.toml)" in plan["notes"]
+
+
 def test_the_dry_run_of_a_cmd_engine_shows_its_command_line_and_masks(tmp_path: Path) -> None:
     config = tmp_path / "models.toml"
     config.write_text(

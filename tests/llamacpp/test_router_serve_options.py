@@ -7,6 +7,8 @@ the checks made before routing are tested with front processes too."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -177,6 +179,23 @@ def test_a_streamed_request_during_a_slow_load_gets_comment_lines_then_its_answe
         until(lambda: router.status()[0]["state"] == "loading", "it never loaded")
         status = router.status()[0]
         assert status["loading_since"].endswith("Z") and status["loading_s"] >= 0
+        shown = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xpulaunch",
+                "llama",
+                "serve",
+                "--status",
+                "--port",
+                str(router.port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert re.search(r"slow +loading \(\d+ s\)", shown), shown
         client = openai.OpenAI(base_url=router.url + "/v1", api_key="none", max_retries=0)
         answer = client.chat.completions.create(
             model="slow", messages=[{"role": "user", "content": "hi"}], stream=True

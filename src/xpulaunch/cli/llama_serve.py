@@ -212,7 +212,10 @@ def _status_table(models: list[dict[str, Any]]) -> str:
         replicas = ", ".join(
             f"{r['url']}" + ("" if r.get("up") else " (down)") for r in m.get("replicas", [])
         )
-        rows.append((str(m.get("id")), str(m.get("state")), str(m.get("in_flight", 0)), idle,
+        state = str(m.get("state"))
+        if m.get("loading_s") is not None:
+            state += f" ({m['loading_s']:.0f} s)"
+        rows.append((str(m.get("id")), state, str(m.get("in_flight", 0)), idle,
                      ttl, ", ".join(m.get("devices", [])) or "-", replicas or "-"))  # fmt: skip
     errors = [f"{m['id']}: {m['last_error']}" for m in models if m.get("last_error")]
     return "\n".join([*aligned(rows), *(f"last error of {e}" for e in errors)]).rstrip()

@@ -121,7 +121,8 @@ def plan_engine(
     plan = placed.plan
     workers, replicas, notes = [], [], [*placed.notes]
     if estimate is not None:
-        notes.insert(0, f"{engine.name} needs {format_bytes(estimate.weights_bytes)} (its memory)")
+        memory = format_bytes(estimate.weights_bytes)
+        notes.insert(0, f"{engine.name} needs {memory} (its memory in models.toml)")
     for worker, port in zip(plan.workers, ports, strict=True):
         replica = Replica(worker.name, request.host, port, False, ())
         env = {k: v for k, v in worker.env.items() if k not in _DEVICE_MAP_VARS}
@@ -129,7 +130,11 @@ def plan_engine(
         replicas.append(replica)
         where = ", ".join(plan.devices[i].label() for i in worker.units) or "the CPU"
         notes.append(f"replica {worker.name}: {replica.url} ({engine.name}) on {where}")
-    final = replace(plan, workers=tuple(workers), notes=(*plan.notes, *notes), device_map=None)
+    # The planner speaks of workers and --isolate; these are servers, each on its devices.
+    shared = [n for n in plan.notes if not n.startswith("visibility: ")]
+    if plan.devices:
+        shared.append("visibility: each replica sees only its own devices, numbered from 0")
+    final = replace(plan, workers=tuple(workers), notes=(*shared, *notes), device_map=None)
     build = _BUILD.get(plan.backend, LlamaBackend.CPU)
     return LlamaPlan(final, tuple(replicas), build, estimate, placed.fits)
 
