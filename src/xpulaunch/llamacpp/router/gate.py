@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from aiohttp.typedefs import Middleware
+
     from xpulaunch.llamacpp.router.options import ServeConfig
     from xpulaunch.llamacpp.router.proxy import Handler
 
@@ -30,9 +32,9 @@ _METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 _MAX_AGE_S = "600"
 
 
-def middlewares(serve: ServeConfig) -> list[object]:
+def middlewares(serve: ServeConfig) -> list[Middleware]:
     """The middlewares to put before the router's own (outermost first)."""
-    found: list[object] = []
+    found: list[Middleware] = []
     if serve.cors:
         found.append(_preflight(serve.cors))
     if serve.api_keys:
@@ -64,7 +66,7 @@ def _allowed(request: web.Request, origins: Sequence[str]) -> str | None:
     return origin if origin in origins else None
 
 
-def _preflight(origins: Sequence[str]) -> object:
+def _preflight(origins: Sequence[str]) -> Middleware:
     @web.middleware
     async def preflight(request: web.Request, handler: Handler) -> web.StreamResponse:
         asked = request.headers.get("Access-Control-Request-Method")
@@ -84,7 +86,7 @@ def _preflight(origins: Sequence[str]) -> object:
     return preflight
 
 
-def _auth(keys: Sequence[str]) -> object:
+def _auth(keys: Sequence[str]) -> Middleware:
     wanted = [k.encode() for k in keys]
 
     @web.middleware

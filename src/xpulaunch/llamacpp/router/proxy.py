@@ -215,7 +215,7 @@ class Forwarder:
         serve = self.models.config.serve
         app = web.Application(
             client_max_size=self._max_body_bytes,
-            middlewares=[*gate.middlewares(serve), json_errors],  # type: ignore[list-item]
+            middlewares=[*gate.middlewares(serve), json_errors],
         )
         gate.install(app, serve)
         app.add_routes(
