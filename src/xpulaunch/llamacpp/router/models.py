@@ -41,14 +41,7 @@ from xpulaunch.llamacpp.router.policy import (
     with_readings,
 )
 from xpulaunch.llamacpp.router.setup import Setup, model_env, prepare_model
-from xpulaunch.llamacpp.router.slot import (
-    Busy,
-    LoadFailed,
-    NoRoom,
-    RouteError,
-    Slot,
-    Unavailable,
-)
+from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -112,8 +105,8 @@ class ModelManager:
     async def acquire(self, slot: Slot) -> Replica:
         """A replica of ``slot`` to send one request to, loading the model first when needed.
         The request counts as in flight from here until :meth:`release`; with the model's
-        ``max_concurrency``, it first waits for its turn (:meth:`_turn`)."""
-        await self._turn(slot)
+        ``max_concurrency``, it first waits for its turn (:meth:`Slot.take_turn`)."""
+        await slot.take_turn()
         slot.in_flight += 1
         try:
             for _ in range(ACQUIRE_TRIES):
@@ -135,48 +128,11 @@ class ModelManager:
 
     def release(self, slot: Slot) -> None:
         slot.in_flight -= 1
-        self._pass_turn(slot)
+        slot.pass_turn()
         slot.last_used_s = self.clock()
         self._wake.set()
         if not slot.in_flight:
             self._changed()
-
-    async def _turn(self, slot: Slot) -> None:
-        """Under ``max_concurrency``: a turn now, or a place in the model's bounded queue
-        until a request ends and passes its turn on; beyond ``max_queue``, :class:`Busy`."""
-        limit = slot.config.max_concurrency
-        if limit is None:
-            return
-        if slot.seated < limit and not slot.queue:
-            slot.seated += 1
-            return
-        if len(slot.queue) >= slot.config.max_queue:
-            raise Busy(
-                f"model {slot.id} answers {limit} request(s) at once (max_concurrency), and "
-                f"{len(slot.queue)} wait (max_queue); retry shortly",
-                retry_after_s=1.0,
-            )
-        turn = asyncio.get_running_loop().create_future()
-        slot.queue.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:  # the client left while it waited
-            if turn.cancelled():
-                slot.queue.remove(turn)
-            else:
-                self._pass_turn(slot)  # given the turn just as it left: the next one's
-            raise
-
-    def _pass_turn(self, slot: Slot) -> None:
-        """A request ended: its turn goes to the first one waiting, else it is free."""
-        if slot.config.max_concurrency is None:
-            return
-        while slot.queue:
-            turn = slot.queue.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                return
-        slot.seated -= 1
 
     def preload(self) -> None:
         """Load the models with ``preload = true`` now (a failure is said, as at a request)."""

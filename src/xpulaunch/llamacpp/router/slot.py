@@ -153,6 +153,44 @@ class Slot:
             return len(failed) == len(self.up)
         return False
 
+    async def take_turn(self) -> None:
+        """Under ``max_concurrency``: a turn now, or a place in the model's bounded queue
+        until a request ends and passes its turn on (:meth:`pass_turn`); beyond
+        ``max_queue``, :class:`Busy`."""
+        limit = self.config.max_concurrency
+        if limit is None:
+            return
+        if self.seated < limit and not self.queue:
+            self.seated += 1
+            return
+        if len(self.queue) >= self.config.max_queue:
+            raise Busy(
+                f"model {self.id} answers {limit} request(s) at once (max_concurrency), and "
+                f"{len(self.queue)} wait (max_queue); retry shortly",
+                retry_after_s=1.0,
+            )
+        turn = asyncio.get_running_loop().create_future()
+        self.queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:  # the client left while it waited
+            if turn.cancelled():
+                self.queue.remove(turn)
+            else:
+                self.pass_turn()  # given the turn just as it left: the next one's
+            raise
+
+    def pass_turn(self) -> None:
+        """A request ended: its turn goes to the first one waiting, else it is free."""
+        if self.config.max_concurrency is None:
+            return
+        while self.queue:
+            turn = self.queue.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.seated -= 1
+
     def set_loaded(self, server: LlamaServer) -> None:
         self.state = ModelState.READY
         self.loading_since = None
