@@ -98,6 +98,7 @@ def test_api_keys_and_cors_are_checked_before_any_model_is_touched(
         assert answer.choices[0].message.content == "hello from the engine"
         other = openai.OpenAI(base_url=router.url + "/v1", api_key="sk-other-key", max_retries=0)
         assert [m.id for m in other.models.list()] == ["eng"]  # --api-key's key too
+        assert call(router.url, "/v1/models", headers={"x-api-key": KEY})[0] == 200
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=router.url + "/v1", api_key="nope", max_retries=0).models.list()
         # The key is the router's: the model's server never sees it.
@@ -257,3 +258,18 @@ def test_preload_loads_at_start_and_upstream_reaches_llama_servers_web_ui(
         assert status == 200 and body["path"] == "/echo/a?b=1"
         status, body, _ = call(router.url, "/upstream/nope/x")
         assert status == 404 and "not served here" in body["error"]["message"]
+
+
+def test_a_preloaded_model_that_fails_is_one_line_and_the_router_serves_on(tmp_path: Path) -> None:
+    crash = [sys.executable, "-c", "import sys; sys.exit(4)", "${PORT}"]
+    config = {"models": {"bad": {"cmd": crash, "gpus": "none", "preload": True}, "good": engine()}}
+    router, seen = serve(config, tmp_path)
+    with router:
+        until(lambda: any("could not be loaded" in m for m in seen.messages), "no line")
+        (line,) = [m for m in seen.messages if "could not be loaded" in m]
+        assert line.startswith("model bad could not be loaded: ") and "code 4" in line, line
+        assert call(router.url, "/v1/chat/completions", chat("good"))[0] == 200
+        assert {m["id"]: m["state"] for m in router.status()} == {
+            "bad": "unloaded",
+            "good": "ready",
+        }
