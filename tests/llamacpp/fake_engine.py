@@ -1,5 +1,6 @@
 """A stand-in OpenAI-compatible engine for the router's ``cmd`` tests (standard library only):
-``python fake_engine.py --port N [--name ID] [--no-health] [--start-after S] [--record DIR]``.
+``python fake_engine.py --port N|--listen HOST:N [--name ID] [--no-health] [--start-after S]
+[--record DIR] [--hold FILE]``.
 
 It answers ``GET /health`` (404 with ``--no-health``), ``GET /v1/models``, and ``POST
 /v1/chat/completions`` streamed (server-sent events, one word a chunk) and not. ``--record
@@ -20,7 +21,8 @@ WORDS = ["hello", " from", " the", " engine"]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--listen", help="HOST:PORT, in place of --port")
     parser.add_argument("--name", default="engine")
     parser.add_argument("--no-health", action="store_true")
     parser.add_argument("--start-after", type=float, default=0.0)
@@ -101,7 +103,8 @@ def main() -> None:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", options.port), Answer)
+    port = options.port if options.listen is None else int(options.listen.rsplit(":", 1)[1])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Answer)
     server.serve_forever()
 
 

@@ -144,3 +144,34 @@ def test_cmd_engines_that_do_not_fit_together_evict_each_other_like_gguf_models(
         assert unloads == [("a", "evicted", "b"), ("b", "evicted", "a")]
         (lease,) = LeaseManager(tmp_path / "locks").status().leases
         assert "xpulaunch llama serve a" in " ".join(lease.holder.argv)
+
+
+def test_an_engine_whose_port_is_taken_after_a_crash_moves_with_port_filled_in_again(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of an engine whose port another program takes at once: no request reaches the
+    other program (the socket-owner check), and the restarted engine gets a new ${PORT}."""
+    from router_kit import Impostor
+
+    # ${PORT} inside a word: what llama-server's --port rewriting would not find.
+    cmd = [sys.executable, ENGINE, "--listen", "127.0.0.1:${PORT}", "--start-after", "0.5"]
+    config = {"models": {"eng": {"cmd": cmd, "gpus": "none"}}}
+    router, seen = serve(config, tmp_path)
+    with router:
+        assert call(router.url, "/v1/chat/completions", chat("eng"))[0] == 200
+        (first,) = router.status()[0]["replicas"]
+        port = int(first["url"].rsplit(":", 1)[1])
+        pid = next(e.pid for e, _ in seen.events if type(e).__name__ == "Started")
+        with Impostor(port) as other:
+            os.kill(pid, signal.SIGKILL)
+            other.listening()
+            answers: list[tuple[int, Any]] = []
+            deadline = time.monotonic() + 30
+            while not answers or answers[-1][0] != 200:
+                assert time.monotonic() < deadline, (answers, seen.messages)
+                status, body, _ = call(router.url, "/v1/chat/completions", chat("eng"))
+                answers.append((status, body))
+            assert all("IMPOSTOR" not in json.dumps(body) for _, body in answers), answers
+            (now,) = router.status()[0]["replicas"]
+            assert now["url"] != first["url"] and now["up"]
+            assert any(f"was taken by pid {other.pid}" in m for m in seen.messages)
