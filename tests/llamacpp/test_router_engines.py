@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from router_kit import FAST, Seen, call, chat
 
 import xpulaunch
-from helpers import inventory_path, load_inventory, write_inventory
+from helpers import inventory_path, load_inventory, processes_marked, write_inventory
 from xpulaunch.api import load_inventory as load_inventory_file
 from xpulaunch.errors import UsageError
 from xpulaunch.leases import LeaseManager
@@ -175,3 +176,36 @@ def test_an_engine_whose_port_is_taken_after_a_crash_moves_with_port_filled_in_a
             (now,) = router.status()[0]["replicas"]
             assert now["url"] != first["url"] and now["up"]
             assert any(f"was taken by pid {other.pid}" in m for m in seen.messages)
+
+
+def test_kill_9_of_the_router_ends_its_engines_and_frees_their_gpu(tmp_path: Path) -> None:
+    marker = f"engine-marker-{os.getpid()}-{time.monotonic_ns()}"
+    config = tmp_path / "models.toml"
+    cmd = [sys.executable, ENGINE, "--port", "${PORT}", "--name", marker]
+    config.write_text(f'[models.eng]\ncmd = {json.dumps(cmd)}\nmemory = "6GiB"\n')
+    xpulaunch_cli = str(Path(sys.executable).parent / "xpulaunch")
+    args = ["--config", str(config), "--port", "0", "--inventory", str(TWO)]
+    router = subprocess.Popen(
+        [xpulaunch_cli, "llama", "serve", *args, "--lock-dir", str(tmp_path / "locks")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert router.stdout is not None
+        line = router.stdout.readline()
+        url = line.split(" at ")[1].split("/v1")[0]
+        status, body, _ = call(url, "/v1/chat/completions", chat("eng"))
+        assert status == 200 and body["model"] == marker
+        assert processes_marked((marker,)) and LeaseManager(tmp_path / "locks").status().leases
+        router.kill()
+        router.wait(30)
+        until_gone = time.monotonic() + 30
+        while processes_marked((marker,)) or LeaseManager(tmp_path / "locks").status().leases:
+            assert time.monotonic() < until_gone, processes_marked((marker,))
+            time.sleep(0.05)
+    finally:
+        router.kill()
+        router.wait(30)
+        for proc in processes_marked((marker,)):
+            proc.kill()
