@@ -236,6 +236,20 @@ def test_the_dry_run_of_a_cmd_engine_writes_the_mask_of_its_vendor(
     assert "python3 needs 6.0 GiB (its memory in models.toml)" in plan["notes"]
 
 
+def test_a_cmd_engine_without_memory_gets_one_whole_device_per_replica(tmp_path: Path) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text('[models.eng]\ncmd = "python3 -m x --port ${PORT}"\n')
+    args = ["--inventory", str(inventory_path("8x-h100.json")), "--dry-run", "--json"]
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["models"]["eng"]
+    assert len(plan["devices"]) == 1, plan["devices"]
+    assert any(n.startswith("gpus auto without memory: one whole device") for n in plan["notes"])
+    config.write_text('[models.eng]\ncmd = "python3 -m x --port ${PORT}"\ngpus = "none"\n')
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0 and not json.loads(done.stdout)["models"]["eng"]["devices"]
+
+
 def test_the_dry_run_of_a_cmd_engine_shows_its_command_line_and_masks(tmp_path: Path) -> None:
     config = tmp_path / "models.toml"
     config.write_text(

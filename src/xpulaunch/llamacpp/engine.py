@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from xpulaunch.core.plan import LaunchRequest
+from xpulaunch.core.selection import GpuMode, parse_gpus
 from xpulaunch.core.units import format_bytes
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend
@@ -102,9 +103,18 @@ def plan_engine(
 ) -> LlamaPlan:
     """Plan ``request.replicas`` engine servers on disjoint devices, each with the masks of
     its devices' vendor, as for a llama-server of that vendor's build."""
+    gpus, notes = request.gpus, []
+    if estimate is None and parse_gpus(gpus).mode is GpuMode.AUTO and inventory.devices:
+        # Nothing says how much it needs (vLLM takes a share of the whole card by itself):
+        # one whole device per replica, not every free one.
+        gpus = str(request.replicas)
+        notes.append(
+            "gpus auto without memory: one whole device per replica "
+            '(memory = "6GiB" lets it share one; gpus = "N" gives it more)'
+        )
     launch = LaunchRequest(
         argv=(engine.cmd[0],),
-        gpus=request.gpus,
+        gpus=gpus,
         backend=request.backend,
         isolate=True,
         distributed=False,  # a replica is not a rank (as for llama-server)
@@ -119,7 +129,8 @@ def plan_engine(
         margin_bytes=0,  # the memory given is the engine's whole share
     )
     plan = placed.plan
-    workers, replicas, notes = [], [], [*placed.notes]
+    workers, replicas = [], []
+    notes += placed.notes
     if estimate is not None:
         memory = format_bytes(estimate.weights_bytes)
         notes.insert(0, f"{engine.name} needs {memory} (its memory in models.toml)")

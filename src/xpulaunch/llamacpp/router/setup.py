@@ -64,7 +64,7 @@ def model_env(model: ModelConfig, setup: Setup) -> dict[str, str]:
 
 def prepare_model(model: ModelConfig, setup: Setup, *, dry_run: bool = False) -> Prepared:
     """:func:`~xpulaunch.llamacpp.prepare.prepare_llama` for a llama model; for a ``cmd``
-    engine, nothing to ask: its need is its ``memory`` (None: whole devices). A model's
+    engine, nothing to ask: its need is its ``memory`` (None: a whole device). A model's
     ``memory`` is its share of a device in place of the estimate."""
     from xpulaunch.llamacpp.devices import LlamaBackend
     from xpulaunch.llamacpp.engine import Engine, memory_estimate
@@ -75,8 +75,7 @@ def prepare_model(model: ModelConfig, setup: Setup, *, dry_run: bool = False) ->
     memory = memory_estimate(model.memory_bytes)
     if model.cmd:
         engine = Engine(model.cmd, model.id, model.check)
-        notes = () if memory else (f"{engine.name}: no memory given, so it gets whole devices",)
-        return Prepared(request, LlamaBackend.CPU, None, Sizing(None, memory), notes, engine)
+        return Prepared(request, LlamaBackend.CPU, None, Sizing(None, memory), (), engine)
     prepared = prepare_llama(request, model_env(model, setup), dry_run=dry_run)
     if memory is None:
         return prepared
