@@ -394,7 +394,13 @@ class Forwarder:
             self.models.release(slot)
 
     def _stream_headers(self) -> dict[str, str]:
-        return {"Content-Type": _EVENT_STREAM, "Cache-Control": "no-cache", "Via": self._via}
+        # X-Accel-Buffering: nginx in front would otherwise hold the notes back.
+        return {
+            "Content-Type": _EVENT_STREAM,
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            "Via": self._via,
+        }
 
     async def _send(
         self,
