@@ -93,17 +93,12 @@ def _auth(keys: Sequence[str]) -> Middleware:
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS or _has_key(request, wanted):
             return await handler(request)
-        from xpulaunch.llamacpp.router.proxy import error_response
-
         given = any(h in request.headers for h in KEY_HEADERS)
         why = "a wrong API key" if given else "no API key"
-        response = error_response(
-            401,
-            f"{why}: send Authorization: Bearer KEY with a key of this router",
-            "authentication_error",
-        )
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+        message = f"{why}: send Authorization: Bearer KEY with a key of this router"
+        # The router's error shape (proxy.error_response, which imports this module).
+        body = {"error": {"message": message, "type": "authentication_error", "code": 401}}
+        return web.json_response(body, status=401, headers={"WWW-Authenticate": "Bearer"})
 
     return auth
 
