@@ -157,7 +157,7 @@ def _escape(s: Scratch, o: Outcome) -> None:
 
 
 async def _streams(url: str, count: int, tokens: int, proc: subprocess.Popen[bytes]) -> list[Any]:
-    """``count`` streamed completions; SIGTERM to the router once each has its first bytes.
+    """``count`` streamed completions; SIGTERM to the router once each has its first token.
     Each result: (whole body, or the exception of a broken one)."""
     import aiohttp
 
@@ -166,7 +166,12 @@ async def _streams(url: str, count: int, tokens: int, proc: subprocess.Popen[byt
 
     async def one(session: aiohttp.ClientSession) -> bytes:
         async with session.post(url + "/v1/completions", json=body) as answer:
-            data = await answer.content.readany()
+            data = b""
+            while b"data: " not in data:  # past the comment lines while the model loads
+                more = await answer.content.readany()
+                if not more:
+                    break
+                data += more
             first.release()
             async for chunk in answer.content.iter_any():
                 data += chunk

@@ -222,7 +222,7 @@ def test_load_and_unload_on_request_and_a_busy_model_is_not_unloaded(
 
 class long_stream:
     """A streaming completion that runs for many seconds (20000 tokens of the long model),
-    left open in the block."""
+    left open in the block once its first token came."""
 
     def __init__(self, url: str, model: str) -> None:
         host, port = url.removeprefix("http://").rsplit(":", 1)
@@ -234,6 +234,10 @@ class long_stream:
         self.sock.sendall(head + body)
         self.head = self.sock.recv(4096)  # the status line and headers, at least
         assert b" 200 " in self.head.split(b"\r\n")[0]
+        while b"data: " not in self.head:  # past the notes while it loads: being answered
+            more = self.sock.recv(4096)
+            assert more, self.head
+            self.head += more
 
     def __enter__(self) -> socket.socket:
         return self.sock

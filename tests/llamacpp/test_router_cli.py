@@ -41,6 +41,62 @@ def model(tmp_path: Path, tiny_model: Path) -> Path:
         ("[other]\n", "unknown top-level key 'other'; expected [models.ID] tables"),
         # The id names its log folder: one that leads out of --log-dir is refused.
         ('[models."../../escaped"]\nmodel = "m.gguf"\n', "{dir}/models.toml: [models.../../e"),
+        # The keys of other engines, env, preload, concurrency, and [serve].
+        (
+            '[models.a]\ncmd = "x --port ${PORT}"\nmax_concurency = 2\n',
+            "[models.a]: unknown key 'max_concurency'; did you mean 'max_concurrency'?",
+        ),
+        (
+            '[serve]\napi_key = ["k"]\n[models.a]\nmodel = "m.gguf"\n',
+            "[serve]: unknown key 'api_key'; did you mean 'api_keys'?",
+        ),
+        (
+            '[sevre]\n[models.a]\nmodel = "m.gguf"\n',
+            "unknown top-level key 'sevre'; did you mean 'serve'?",
+        ),
+        (
+            '[models.a]\ncmd = "no-such-engine-xyz --port ${PORT}"\n',
+            "[models.a] cmd: 'no-such-engine-xyz' is not an executable program on PATH (checked "
+            "when the router starts)",
+        ),
+        (
+            '[models.a]\ncmd = "python3 e.py"\n',
+            "[models.a] cmd: no ${{PORT}}; the router chooses the port",
+        ),
+        (
+            '[models.a]\ncmd = "python3 \'e.py --port ${PORT}"\n',
+            "[models.a] cmd: cannot be split into words (No closing quotation)",
+        ),
+        (
+            '[models.a]\ncmd = "python3 --port ${PORT}"\nmodel = "m.gguf"\n',
+            "[models.a] model: goes with llama-server; a cmd engine takes its own command line",
+        ),
+        ('[models.a]\nmodel = "m.gguf"\ncheck = "/ready"\n', "[models.a] check: goes with cmd"),
+        (
+            '[models.a]\nmodel = "m.gguf"\nmemory = "lots"\n',
+            "[models.a] memory: 'lots' is not a size",
+        ),
+        (
+            '[models.a]\nmodel = "m.gguf"\nmax_queue = 3\n',
+            "[models.a] max_queue: goes with max_concurrency",
+        ),
+        (
+            '[models.a]\nmodel = "m.gguf"\nmax_concurrency = 0\n',
+            "[models.a] max_concurrency: expected a whole number >= 1, got 0",
+        ),
+        (
+            '[models.a]\nmodel = "m.gguf"\nenv = { A = true }\n',
+            "[models.a] env A: expected text or a number, got True",
+        ),
+        ('[models.a]\nmodel = "m.gguf"\npreload = "yes"\n', "[models.a] preload: expected true"),
+        (
+            '[serve]\napi_keys = ["sk secret"]\n[models.a]\nmodel = "m.gguf"\n',
+            "[serve] api_keys: a key must be non-empty printable text without spaces",
+        ),
+        (
+            '[serve]\ncors = ["app.example"]\n[models.a]\nmodel = "m.gguf"\n',
+            '[serve] cors: expected origins such as "https://app.example" or "*"',
+        ),
     ],
 )
 def test_a_bad_config_is_one_line(model: Path, tmp_path: Path, text: str, message: str) -> None:
@@ -51,6 +107,7 @@ def test_a_bad_config_is_one_line(model: Path, tmp_path: Path, text: str, messag
     assert done.returncode == 2
     line = one_line_error(done.stderr)
     assert message.format(dir=tmp_path) in line, line
+    assert "secret" not in done.stderr  # an API key is never shown
 
 
 def test_config_is_needed_and_json_goes_with_dry_run(model: Path, tmp_path: Path) -> None:
@@ -160,6 +217,58 @@ def test_the_dry_run_plans_each_model_with_its_estimate(
     # asks for devices, whole.
     assert plans["small"]["share"]["gpu_memory_bytes"] > 2**30
     assert plans["pair"]["share"] is None
+
+
+@pytest.mark.parametrize(
+    ("inventory", "mask"),
+    [
+        ("2x-h200.json", "CUDA_VISIBLE_DEVICES"),
+        ("2x-max1550.json", "ZE_AFFINITY_MASK"),
+        ("4x-mi300x.json", "ROCR_VISIBLE_DEVICES"),
+    ],
+)
+def test_the_dry_run_of_a_cmd_engine_writes_the_mask_of_its_vendor(
+    tmp_path: Path, inventory: str, mask: str
+) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text('[models.eng]\ncmd = "python3 -m x --port ${PORT}"\nmemory = "6GiB"\n')
+    args = ["--inventory", str(inventory_path(inventory)), "--dry-run", "--json"]
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["models"]["eng"]
+    assert len(plan["devices"]) == 1 and mask in plan["workers"][0]["env"]
+    assert "python3 needs 6.0 GiB (its memory in models.toml)" in plan["notes"]
+
+
+def test_a_cmd_engine_without_memory_gets_one_whole_device_per_replica(tmp_path: Path) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text('[models.eng]\ncmd = "python3 -m x --port ${PORT}"\n')
+    args = ["--inventory", str(inventory_path("8x-h100.json")), "--dry-run", "--json"]
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["models"]["eng"]
+    assert len(plan["devices"]) == 1, plan["devices"]
+    assert any(n.startswith("gpus auto without memory: one whole device") for n in plan["notes"])
+    config.write_text('[models.eng]\ncmd = "python3 -m x --port ${PORT}"\ngpus = "none"\n')
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0 and not json.loads(done.stdout)["models"]["eng"]["devices"]
+
+
+def test_the_dry_run_of_a_cmd_engine_shows_its_command_line_and_masks(tmp_path: Path) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text(
+        '[models.eng]\ncmd = "python3 -m vllm_like --port ${PORT} --served ${MODEL}"\n'
+        'memory = "6GiB"\nenv = { ENGINE_SETTING = "1" }\n[serve]\napi_keys = ["sk-hidden1"]\n'
+    )
+    inventory = str(inventory_path("2x-h200.json"))
+    args = ["--inventory", inventory, "--dry-run", "--json", "--api-key", "sk-hidden2"]
+    done = xpulaunch("llama", "serve", "--config", str(config), *args)
+    assert done.returncode == 0, done.stderr
+    (worker,) = json.loads(done.stdout)["models"]["eng"]["workers"]
+    assert worker["argv"][:3] == ["python3", "-m", "vllm_like"]
+    assert worker["argv"][-1] == "eng" and worker["argv"][-3].isdigit()
+    assert worker["env"]["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+    assert "sk-hidden" not in done.stdout + done.stderr
 
 
 @pytest.mark.llama

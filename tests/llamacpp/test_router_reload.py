@@ -137,3 +137,15 @@ def test_front_processes_serve_a_model_added_by_a_reload(
         # New connections are spread over the router and its two fronts.
         answers = {call(served.url, "/v1/chat/completions", chat("b"))[0] for _ in range(12)}
         assert answers == {200}
+
+
+def test_a_reload_keeps_the_api_keys_given_outside_the_file(
+    llama_server: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "models.toml", tiny_model, a={})
+    key = {"Authorization": "Bearer sk-outside-the-file"}
+    with router(config, llama_server, tmp_path, api_keys=["sk-outside-the-file"]) as (served, _):  # type: ignore[arg-type]
+        assert call(served.url, "/models/reload", {})[0] == 401  # the reload route is guarded
+        assert call(served.url, "/models/reload", {}, headers=key)[0] == 200
+        assert call(served.url, "/v1/chat/completions", chat("a"))[0] == 401
+        assert call(served.url, "/v1/chat/completions", chat("a"), headers=key)[0] == 200

@@ -140,7 +140,7 @@ def test_sigterm_lets_every_stream_in_flight_finish(
 
 async def raw_streams(url: str, count: int, proc: subprocess.Popen[str]) -> Any:
     """``count`` streams far longer than the grace, read by aiohttp: SIGTERM once each has
-    its first bytes; each result: the whole body and its Via header, or the exception (a
+    its first token; each result: the whole body and its Via header, or the exception (a
     body cut without its last chunk is ``ClientPayloadError``)."""
     import aiohttp
 
@@ -150,7 +150,11 @@ async def raw_streams(url: str, count: int, proc: subprocess.Popen[str]) -> Any:
     async def one(session: aiohttp.ClientSession) -> tuple[bytes, str]:
         async with session.post(url + "/v1/completions", json=body) as answer:
             assert answer.status == 200
-            data = await answer.content.readany()
+            data = b""
+            while b"data: " not in data:  # past the comment lines while the model loads
+                more = await answer.content.readany()
+                assert more, data
+                data += more
             first.release()
             async for chunk in answer.content.iter_any():
                 data += chunk

@@ -79,6 +79,15 @@ STATUS_TIMEOUT_S = 10.0
               help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.")  # fmt: skip
 @click.option("--events", metavar="FILE|-", envvar="XPULAUNCH_EVENTS",
               help="Append every model and server event to FILE as JSON lines.")  # fmt: skip
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    envvar="XPULAUNCH_API_KEY",
+    metavar="KEY",
+    help="Requests need Authorization: Bearer KEY (repeatable; with [serve] api_keys). "
+    "Prefer $XPULAUNCH_API_KEY: a command line is visible to every user.",
+)
 def serve(
     config_path: str | None, status: bool, reload: bool, as_json: bool, **options: Any
 ) -> int:
@@ -98,9 +107,9 @@ def serve(
     xpulaunch llama serve --status --port 8080
     """
     if status:
-        return _status(options["host"], options["port"], as_json)
+        return _status(options["host"], options["port"], as_json, _auth(options["api_keys"]))
     if reload:
-        return _reload(options["host"], options["port"], as_json)
+        return _reload(options["host"], options["port"], as_json, _auth(options["api_keys"]))
     if config_path is None:
         raise UsageError("--config FILE is needed (or --status to look at a running router)")
     from xpulaunch.llamacpp.router.router import check_models, load_config
@@ -129,7 +138,8 @@ def _router(config_path: str, inventory: Inventory, env: dict[str, str], options
         health=health, grace_s=options["grace"], log_dir=options["log_dir"],
         max_body_bytes=options["max_request_size"] or 1,
         front_processes=options["front_processes"], reprobe=not options["inventory"],
-        room_wait_s=options["room_wait"], yield_to_jobs=options["yield_to_jobs"], **extra,
+        room_wait_s=options["room_wait"], yield_to_jobs=options["yield_to_jobs"],
+        api_keys=options["api_keys"], **extra,
     )  # fmt: skip
 
 
@@ -187,7 +197,12 @@ def _writer(stream: EventStream | None) -> Any:
     return write
 
 
-def _reload(host: str, port: int, as_json: bool) -> int:
+def _auth(keys: tuple[str, ...]) -> dict[str, str]:
+    """The header that asks a router with API keys (``--api-key``, ``$XPULAUNCH_API_KEY``)."""
+    return {"Authorization": f"Bearer {keys[0]}"} if keys else {}
+
+
+def _reload(host: str, port: int, as_json: bool, headers: dict[str, str]) -> int:
     """Ask the router at host:port to read its config again (standard library only)."""
     import http.client
     import urllib.error
@@ -196,7 +211,7 @@ def _reload(host: str, port: int, as_json: bool) -> int:
     from xpulaunch.llamacpp.plan import url_host
 
     url = f"http://{url_host(host)}:{port}/models/reload"
-    request = urllib.request.Request(url, data=b"{}", method="POST")
+    request = urllib.request.Request(url, data=b"{}", headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=STATUS_TIMEOUT_S) as answer:
             document = json.loads(answer.read())
@@ -221,7 +236,7 @@ def _error_message(body: bytes) -> str:
         return body.decode(errors="replace")[:200]
 
 
-def _status(host: str, port: int, as_json: bool) -> int:
+def _status(host: str, port: int, as_json: bool, headers: dict[str, str]) -> int:
     """Ask the router at host:port (standard library: no aiohttp needed to look)."""
     import http.client
     import urllib.error
@@ -231,7 +246,8 @@ def _status(host: str, port: int, as_json: bool) -> int:
 
     url = f"http://{url_host(host)}:{port}/models/status"
     try:
-        with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_S) as answer:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=STATUS_TIMEOUT_S) as answer:
             document = json.loads(answer.read())
     # HTTPException: what answers is no HTTP server (BadStatusLine), or the URL cannot be
     # sent (InvalidURL: a --host with a space); neither is an OSError or a ValueError.
@@ -262,7 +278,10 @@ def _status_table(models: list[dict[str, Any]]) -> str:
         replicas = ", ".join(
             f"{r['url']}" + ("" if r.get("up") else " (down)") for r in m.get("replicas", [])
         )
-        rows.append((str(m.get("id")), str(m.get("state")), str(m.get("in_flight", 0)), idle,
+        state = str(m.get("state"))
+        if m.get("loading_s") is not None:
+            state += f" ({m['loading_s']:.0f} s)"
+        rows.append((str(m.get("id")), state, str(m.get("in_flight", 0)), idle,
                      ttl, ", ".join(m.get("devices", [])) or "-", replicas or "-"))  # fmt: skip
     errors = [f"{m['id']}: {m['last_error']}" for m in models if m.get("last_error")]
     return "\n".join([*aligned(rows), *(f"last error of {e}" for e in errors)]).rstrip()

@@ -9,7 +9,7 @@ wedged server accepts connections (the kernel queues them) but never answers.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from xpulaunch.llamacpp.plan import url_host
 from xpulaunch.processes import ports
@@ -17,17 +17,27 @@ from xpulaunch.processes import ports
 HEALTH_PATH = "/health"
 
 
-def health_status(host: str, port: int, timeout_s: float) -> int:
-    """The HTTP status of ``GET /health``; raises ``OSError`` when there is no answer, or
-    when the whole answer took longer than ``timeout_s``."""
+def health_status(host: str, port: int, timeout_s: float, path: str = HEALTH_PATH) -> int:
+    """The HTTP status of ``GET /health`` (or ``path``); raises ``OSError`` when there is no
+    answer, or when the whole answer took longer than ``timeout_s``."""
     began = time.monotonic()
-    status, _ = _request(url_host(host), port, "GET", HEALTH_PATH, timeout_s=timeout_s)
+    status, _ = _request(url_host(host), port, "GET", path, timeout_s=timeout_s)
     took_s = time.monotonic() - began
     if took_s > timeout_s:
         # The socket timeout bounds each read, not the answer: a server too busy to serve
         # /health promptly trickles it out. Slow is unhealthy too.
-        raise TimeoutError(f"/health answered in {took_s:.1f} s, over {timeout_s:g} s")
+        raise TimeoutError(f"{path} answered in {took_s:.1f} s, over {timeout_s:g} s")
     return status
+
+
+def answers_checks(host: str, port: int, timeout_s: float, paths: Sequence[str]) -> bool:
+    """Whether the first of ``paths`` the server has answers 200: a 404 moves on to the
+    next (an engine without ``/health`` has ``/v1/models``)."""
+    for index, path in enumerate(paths):
+        status = health_status(host, port, timeout_s, path)
+        if status != 404 or index == len(paths) - 1:
+            return status == 200
+    return False
 
 
 def fetch_metrics(url: str, timeout_s: float) -> str:

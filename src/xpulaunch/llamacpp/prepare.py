@@ -17,6 +17,7 @@ from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
 from xpulaunch.llamacpp.binary import build_features, not_this_build, resolve_binary, which_build
 from xpulaunch.llamacpp.devices import DeviceList, LlamaBackend
+from xpulaunch.llamacpp.engine import Engine, plan_engine
 from xpulaunch.llamacpp.estimate import estimate_model
 from xpulaunch.llamacpp.health import free_port
 from xpulaunch.llamacpp.plan import (
@@ -77,6 +78,7 @@ class Prepared:
     listing: DeviceList | None
     sizing: Sizing
     notes: tuple[str, ...]
+    engine: Engine | None = None  # a model's own server (``cmd``) instead of llama-server
 
 
 def prepare_llama(
@@ -139,6 +141,16 @@ def plan_prepared(
     unavailable: Mapping[str, str] | None = None,
 ) -> LlamaPlan:
     """Ports and devices of every replica (quick: fit for the lease lock)."""
+    if prepared.engine is not None:
+        return plan_engine(
+            prepared.engine,
+            prepared.request,
+            prepared.sizing.estimate,
+            inventory,
+            parent_env,
+            ports=choose_ports(prepared.request),
+            unavailable=unavailable,
+        )
     return make_llama_plan(
         prepared.request,
         inventory,

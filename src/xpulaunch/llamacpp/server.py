@@ -45,7 +45,7 @@ from xpulaunch.events import (
 )
 from xpulaunch.joblog.logs import LogConfig
 from xpulaunch.llamacpp.args import with_port
-from xpulaunch.llamacpp.health import free_port, health_status
+from xpulaunch.llamacpp.health import answers_checks, free_port, health_status
 from xpulaunch.llamacpp.plan import LlamaPlan, Replica
 from xpulaunch.processes import records
 from xpulaunch.processes.ports import PortOwner, taken
@@ -55,6 +55,7 @@ from xpulaunch.supervisor.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from xpulaunch.leases.manager import Lease
+    from xpulaunch.llamacpp.engine import Engine
 
 BIND_FAILURE = "couldn't bind HTTP server socket"  # tools/server/server-http.cpp
 # llama.cpp log lines: "0.00.006.413 E srv  load_model: failed ..." (time, level, text).
@@ -136,6 +137,7 @@ class LlamaServer:
         record_dir: str | os.PathLike[str] | None = None,
         job_id: str | None = None,
         lease: Lease | None = None,
+        engine: Engine | None = None,
     ) -> None:
         """``job_id``: the lease's (see :class:`~xpulaunch.supervisor.supervisor.Supervisor`).
         ``on_ready(replica)`` runs on the supervisor's thread each time a replica becomes
@@ -145,8 +147,12 @@ class LlamaServer:
         ``release_leases``: unlock ``lease_fds`` as soon as every process is gone (see
         :class:`~xpulaunch.supervisor.supervisor.Supervisor`), for a caller that frees the
         devices while it runs on (the model router). ``lease``: the lease of ``lease_fds``,
-        which this server owns (``serve_llama``): :meth:`stop` releases it."""
+        which this server owns (``serve_llama``): :meth:`stop` releases it. ``engine``: the
+        replicas run a model's own server (:mod:`~xpulaunch.llamacpp.engine`), not
+        llama-server: its command line on each port, ready once its check path answers."""
         self.plan = plan
+        self.engine = engine
+        self._what = "llama-server" if engine is None else engine.name
         self._lease = lease
         self._health = health
         self._on_ready, self._on_message, self._on_event = on_ready, on_message, on_event
@@ -185,6 +191,8 @@ class LlamaServer:
 
         def answers() -> bool:
             now = self._slots[name].replica  # its port may have moved
+            if self.engine is not None:
+                return answers_checks(now.host, now.port, health.timeout_s, self.engine.checks)
             return health_status(now.host, now.port, health.timeout_s) == 200  # 503: loading
 
         ready = HealthCheck(
@@ -226,7 +234,7 @@ class LlamaServer:
             self._event(Unhealthy(time.monotonic(), name, problem))
         elif not live and replica.port_fixed and not slot.ready_once:
             self._fail(
-                f"llama-server {name}: port {problem}; choose another --port, or leave "
+                f"{self._what} {name}: port {problem}; choose another --port, or leave "
                 "--port out for free ports"
             )
         raise ConnectionError(problem)
@@ -244,7 +252,8 @@ class LlamaServer:
             by = f" by {holder}" if holder else ""
             self._say(f"replica {name}: port {slot.replica.port} was taken{by}; now on {port}")
             slot.replica = replace(slot.replica, port=port)
-        argv = with_port(slot.spec.argv, slot.replica.port)
+        port = slot.replica.port
+        argv = self.engine.argv(port) if self.engine else with_port(slot.spec.argv, port)
         return replace(slot.spec, argv=argv, prepare=None)
 
     # -- events (on the supervisor's loop thread) ---------------------------------------
@@ -307,14 +316,14 @@ class LlamaServer:
         for line in tail[-10:]:
             self._say(f"  [{event.name}] {line}")
         why = error_line(tail) or "no output"
-        self._fail(f"llama-server {event.name} {how} before it was ready: {why}")
+        self._fail(f"{self._what} {event.name} {how} before it was ready: {why}")
 
     def _unhealthy(self, event: Unhealthy) -> None:
         slot = self._slots[event.name]
         if slot.ready_once:
             self._say(f"replica {event.name} ({slot.replica.url}) is unhealthy: {event.reason}")
         else:
-            self._fail(f"llama-server {event.name} at {slot.replica.url}: {event.reason}")
+            self._fail(f"{self._what} {event.name} at {slot.replica.url}: {event.reason}")
 
     def _restart_news(self, event: Restarting | GaveUp) -> None:
         """After start-up, say what the supervisor does; before it, a give-up is fatal."""
@@ -324,7 +333,7 @@ class LlamaServer:
                 last = slot.last_exit
                 why = error_line(last.stderr_tail) if last else None
                 detail = f" (last run: {why})" if why else ""
-                self._fail(f"llama-server {name} could not be started{detail}: {event.reason}")
+                self._fail(f"{self._what} {name} could not be started{detail}: {event.reason}")
             elif isinstance(event, GaveUp):
                 self._say(f"replica {name} failed for good: {event.reason}")
             elif slot.ready_once:

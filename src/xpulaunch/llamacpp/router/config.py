@@ -14,6 +14,9 @@ the id clients send. Pure: :func:`parse_config` takes the parsed TOML document.
     args = ["-c", "8192"]  # llama-server's own options, as after `--`
     memory = "6GiB"        # its share of a GPU (default: its estimate plus --fit-target)
 
+The keys of another engine (``cmd``), a model's ``env``, ``preload`` and concurrency, and the
+``[serve]`` table are :mod:`~xpulaunch.llamacpp.router.options`'.
+
 Every error names the file, the table and the key, and says what would be valid.
 """
 
@@ -29,8 +32,12 @@ from typing import Any
 from xpulaunch.core.selection import parse_gpus
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
+from xpulaunch.llamacpp.router.options import ServeConfig, engine_fields, parse_serve
 
-KEYS = ("model", "gpus", "topology", "replicas", "ttl", "pinned", "aliases", "args", "memory")
+# The keys of options.py: a model's own engine, its environment, preload and concurrency.
+ENGINE_KEYS = ("cmd", "check", "memory", "env", "preload", "max_concurrency", "max_queue")
+
+KEYS = ("model", "gpus", "topology", "replicas", "ttl", "pinned", "aliases", "args", *ENGINE_KEYS)
 # The router chooses where each server listens and what it serves: these would break routing.
 _RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
 MAX_REPLICAS = 64
@@ -49,9 +56,15 @@ class ModelConfig:
     pinned: bool = False
     aliases: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    topology: str = "prefer"
+    cmd: tuple[str, ...] = ()  # a model's own server (options.py); () for llama-server
+    check: str | None = None
     # Its share of each GPU it is packed on beside other models (None: its estimate).
     memory_bytes: int | None = None
-    topology: str = "prefer"
+    env: Mapping[str, str] = field(default_factory=dict)
+    preload: bool = False
+    max_concurrency: int | None = None
+    max_queue: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -63,9 +76,23 @@ class ModelConfig:
             "pinned": self.pinned,
             "aliases": list(self.aliases),
             "args": list(self.args),
-            "memory_bytes": self.memory_bytes,
             "topology": self.topology,
+            "cmd": list(self.cmd),
+            "check": self.check,
+            "memory_bytes": self.memory_bytes,
+            "env": dict(self.env),
+            "preload": self.preload,
+            "max_concurrency": self.max_concurrency,
+            "max_queue": self.max_queue,
         }
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> ModelConfig:
+        """The inverse of :meth:`as_dict`."""
+        given = dict(fields)
+        ttl_s = given.pop("ttl")
+        tuples: dict[str, Any] = {k: tuple(given.pop(k)) for k in ("aliases", "args", "cmd")}
+        return cls(**given, **tuples, ttl_s=ttl_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +100,7 @@ class RouterConfig:
     models: tuple[ModelConfig, ...]
     source: str = "models.toml"
     names: Mapping[str, str] = field(default_factory=dict)  # id or alias -> id
+    serve: ServeConfig = field(default_factory=ServeConfig)  # the [serve] table
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model a client names by id or alias (None: no such model)."""
@@ -92,10 +120,13 @@ def parse_config(
 ) -> RouterConfig:
     """Check a parsed ``models.toml``; relative model paths are relative to ``base_dir``
     (the file's folder)."""
-    unknown = sorted(set(document) - {"models"})
+    unknown = sorted(set(document) - {"models", "serve"})
     if unknown:
+        close = difflib.get_close_matches(unknown[0], ("models", "serve"), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise UsageError(
-            f"{source}: unknown top-level key {unknown[0]!r}; expected [models.ID] tables"
+            f"{source}: unknown top-level key {unknown[0]!r}; {hint}expected [models.ID] "
+            "tables and a [serve] table"
         )
     tables = document.get("models")
     if not isinstance(tables, Mapping) or not tables:
@@ -104,7 +135,8 @@ def parse_config(
             '[models.qwen] with model = "/models/qwen.gguf"'
         )
     models = tuple(_model(str(name), table, source, base_dir) for name, table in tables.items())
-    return RouterConfig(models, source, _names(models, source))
+    serve = parse_serve(document.get("serve", {}), source)
+    return RouterConfig(models, source, _names(models, source), serve)
 
 
 def _model(name: str, table: object, source: str, base_dir: str | None) -> ModelConfig:
@@ -117,8 +149,9 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
         close = difflib.get_close_matches(unknown[0], KEYS, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UsageError(f"{where}: unknown key {unknown[0]!r}; {hint}expected {', '.join(KEYS)}")
+    engine = engine_fields(table, where)
     args = _strings(table.get("args", []), f"{where} args")
-    model = _model_path(table.get("model"), args, where, base_dir)
+    model = None if "cmd" in engine else _model_path(table.get("model"), args, where, base_dir)
     return ModelConfig(
         id=name,
         model=model,
@@ -128,8 +161,8 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
         pinned=_bool(table.get("pinned", False), f"{where} pinned"),
         aliases=_strings(table.get("aliases", []), f"{where} aliases"),
         args=args,
-        memory_bytes=_memory(table.get("memory"), where),
         topology=_topology(table.get("topology", "prefer"), where),
+        **engine,
     )
 
 
@@ -140,21 +173,6 @@ def _topology(value: object, where: str) -> str:
     if value not in words:
         raise UsageError(f"{where} topology: {value!r}; expected one of {', '.join(words)}")
     return str(value)
-
-
-def _memory(value: object, where: str) -> int | None:
-    """A size (``"6GiB"``, or bytes as a number) > 0; None when not given."""
-    if value is None:
-        return None
-    from xpulaunch.core.units import parse_size
-
-    try:
-        size = parse_size(str(value)) if not isinstance(value, bool) else -1
-    except UsageError:
-        size = -1
-    if not isinstance(value, str | int) or isinstance(value, bool) or size <= 0:
-        raise UsageError(f'{where} memory: expected a size such as "6GiB", got {value!r}')
-    return size
 
 
 def check_id(name: str, where: str) -> None:

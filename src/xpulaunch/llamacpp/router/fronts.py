@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.plan import Replica
 from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
+from xpulaunch.llamacpp.router.options import ServeConfig
 from xpulaunch.llamacpp.router.slot import RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
@@ -389,15 +390,16 @@ def _config_document(config: RouterConfig) -> dict[str, Any]:
         "models": [m.as_dict() for m in config.models],
         "names": dict(config.names),
         "source": config.source,
+        # Over the pipe only (never on a command line, which ps shows to anyone).
+        "api_keys": list(config.serve.api_keys),
+        "cors": list(config.serve.cors),
     }
 
 
 def _config(document: Mapping[str, Any]) -> RouterConfig:
-    models = []
-    for fields in document["models"]:  # ModelConfig.as_dict's
-        ttl_s, aliases, args = fields.pop("ttl"), fields.pop("aliases"), fields.pop("args")
-        models.append(ModelConfig(**fields, ttl_s=ttl_s, aliases=tuple(aliases), args=tuple(args)))
-    return RouterConfig(tuple(models), source=document["source"], names=dict(document["names"]))
+    models = tuple(ModelConfig.from_dict(fields) for fields in document["models"])
+    serve = ServeConfig(tuple(document["api_keys"]), tuple(document["cors"]))
+    return RouterConfig(models, document["source"], dict(document["names"]), serve)
 
 
 async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:

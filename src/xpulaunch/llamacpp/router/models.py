@@ -41,7 +41,7 @@ from xpulaunch.llamacpp.router.policy import (
     no_room,
     with_readings,
 )
-from xpulaunch.llamacpp.router.setup import Setup, model_request, packed
+from xpulaunch.llamacpp.router.setup import Setup, model_env, packed, prepare_model
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
@@ -106,7 +106,9 @@ class ModelManager:
     # -- requests --------------------------------------------------------------------------
     async def acquire(self, slot: Slot) -> Replica:
         """A replica of ``slot`` to send one request to, loading the model first when needed.
-        The request counts as in flight from here until :meth:`release`."""
+        The request counts as in flight from here until :meth:`release`; with the model's
+        ``max_concurrency``, it first waits for its turn (:meth:`Slot.take_turn`)."""
+        await slot.take_turn()
         slot.in_flight += 1
         try:
             for _ in range(ACQUIRE_TRIES):
@@ -128,16 +130,24 @@ class ModelManager:
 
     def release(self, slot: Slot) -> None:
         slot.in_flight -= 1
+        slot.pass_turn()
         slot.last_used_s = self.clock()
         self._retire_if_idle(slot)
         self._wake.set()
         if not slot.in_flight:
             self._changed()
 
+    def preload(self) -> None:
+        """Load the models with ``preload = true`` now (a failure is said, as at a request)."""
+        for slot in self.slots.values():
+            if slot.config.preload and slot.state is ModelState.UNLOADED:
+                self.start_load(slot)
+
     # -- loading ---------------------------------------------------------------------------
     def start_load(self, slot: Slot) -> asyncio.Task[Any]:
         if slot.state is ModelState.UNLOADED:
             slot.state = ModelState.LOADING
+            slot.loading_since = (self.clock(), time.time())
             slot.unloaded.clear()
             slot.loading = self._spawn(self._load(slot))
         if slot.loading is None:
@@ -211,12 +221,9 @@ class ModelManager:
         if slot.prepared is not None:
             return slot.prepared
         if slot.preparing is None:
-            from xpulaunch.llamacpp.prepare import prepare_llama
-
-            request = model_request(slot.config, self.setup)
-            env = self.setup.parent_env
+            model, setup = slot.config, self.setup
             slot.preparing = asyncio.ensure_future(
-                self._blocking(lambda: prepare_llama(request, env))
+                self._blocking(lambda: prepare_model(model, setup))
             )
         try:
             slot.prepared = await asyncio.shield(slot.preparing)
@@ -370,7 +377,7 @@ class ModelManager:
         from xpulaunch.llamacpp.launch import lease_plan
 
         command = ["xpulaunch", "llama", "serve", slot.id]
-        env = self.setup.parent_env
+        env = self.setup.parent_env  # a model's env does not steer where it goes: gpus does
         return lease_plan(
             prepared, self._inventory, env, self._leases, command=command, avoid=avoid
         )
@@ -411,8 +418,9 @@ class ModelManager:
         server = server_for(
             plan,
             lease,
-            setup.parent_env,
+            model_env(slot.config, setup),
             owns_lease=False,
+            engine=slot.prepared.engine if slot.prepared is not None else None,
             health=setup.health,
             policy=setup.policy,
             grace_s=setup.grace_s,

@@ -19,6 +19,7 @@ client reads an error where it read a broken body.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -30,6 +31,8 @@ from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
 from xpulaunch.errors import UsageError
+from xpulaunch.llamacpp.router.gate import KEY_HEADERS
+from xpulaunch.llamacpp.router.policy import ModelState
 from xpulaunch.llamacpp.router.slot import LoadFailed, RouteError, Unavailable
 
 if TYPE_CHECKING:
@@ -79,6 +82,11 @@ NOT_FORWARDED = frozenset(
 # A request's body is read decoded (aiohttp undoes its Content-Encoding), and sent on so.
 NOT_FORWARDED_UP = NOT_FORWARDED | {"content-encoding"}
 _EVENT_STREAM = "text/event-stream"
+SHOWN_ERROR_CHARS = 500  # of a refusal that is not JSON, in the error event
+# A streamed request whose model is not ready yet: its stream begins after NOTE_AFTER_S, with
+# a comment line every NOTE_EVERY_S (see Forwarder._answer_after_wait).
+NOTE_AFTER_S = 0.5
+NOTE_EVERY_S = 1.0
 SHOWN_NAME_CHARS = 100  # of a name no model has, in its 404 (a 2 MB name got a 2 MB answer)
 _KINDS = {
     400: "invalid_request_error",
@@ -112,7 +120,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         return await handler(request)
     except RouteError as exc:
-        return error_response(exc.status, exc.message, exc.kind)
+        return error_response(exc.status, exc.message, exc.kind, retry_after_s=exc.retry_after_s)
     except web.RequestPayloadError as exc:
         # Its cause says what: a body not in the Content-Encoding it names, or one cut short.
         why = getattr(exc.__cause__, "message", None) or str(exc)
@@ -203,8 +211,21 @@ class Forwarder:
 
     def make_app(self, routes: Sequence[web.RouteDef] = ()) -> web.Application:
         """Forwarding on :data:`PROXIED`, and ``routes``; the client session lives as long."""
-        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[json_errors])
-        app.add_routes([*(web.post(path, self.forward) for path in PROXIED), *routes])
+        from xpulaunch.llamacpp.router import gate
+
+        serve = self.models.config.serve
+        app = web.Application(
+            client_max_size=self._max_body_bytes,
+            middlewares=[*gate.middlewares(serve), json_errors],
+        )
+        gate.install(app, serve)
+        app.add_routes(
+            [
+                *(web.post(path, self.forward) for path in PROXIED),
+                web.route("*", "/upstream/{tail:.*}", self.upstream),
+                *routes,
+            ]
+        )
         app.cleanup_ctx.append(self._client)
         return app
 
@@ -253,7 +274,37 @@ class Forwarder:
     # -- forwarding --------------------------------------------------------------------------
     async def forward(self, request: web.Request) -> web.StreamResponse:
         body, slot, streamed = await self._body_model(request)
+        return await self._answer(request, slot, body, streamed, request.path_qs)
+
+    async def upstream(self, request: web.Request) -> web.StreamResponse:
+        """``/upstream/MODEL/PATH``: any request, to PATH of the model's server (loading it
+        first), e.g. llama-server's web UI at ``/upstream/MODEL/``."""
+        tail = request.match_info["tail"]
+        slot, rest = self._upstream_target(tail)
+        if rest is None:  # the page's relative links need the slash
+            query = f"?{request.query_string}" if request.query_string else ""
+            raise web.HTTPPermanentRedirect(location=f"/upstream/{tail}/{query}")
+        body = await request.read()
+        path = rest + (f"?{request.query_string}" if request.query_string else "")
+        return await self._answer(request, slot, body, _asks_stream(body), path)
+
+    def _upstream_target(self, tail: str) -> tuple[Slot, str | None]:
+        """The model a ``/upstream/`` path names (its id may hold slashes: the longest that
+        names one wins), and the path after it (None: nothing after it, not even a slash)."""
+        parts = tail.split("/")
+        for end in range(len(parts), 0, -1):
+            found = self.models.config.resolve("/".join(parts[:end]))
+            if found is not None:
+                rest = "/" + "/".join(parts[end:]) if end < len(parts) else None
+                return self.models.slots[found.id], rest
+        return self._slot(parts[0]), None  # the 404 naming the models
+
+    async def _answer(
+        self, request: web.Request, slot: Slot, body: bytes, streamed: bool, path: str
+    ) -> web.StreamResponse:
         began = time.monotonic()
+        if streamed and not _ready_now(slot):
+            return await self._answer_after_wait(request, slot, body, path, began)
         try:
             replica = await self.models.acquire(slot)
         except RouteError as exc:
@@ -264,30 +315,117 @@ class Forwarder:
         except asyncio.CancelledError:  # the client left while the model loaded
             self._on_request(slot, "", 499, time.monotonic() - began)
             raise
+        return await self._relayed(request, slot, replica, body, streamed, path=path, began=began)
+
+    async def _relayed(
+        self,
+        request: web.Request,
+        slot: Slot,
+        replica: Replica,
+        body: bytes,
+        streamed: bool,
+        *,
+        path: str,
+        began: float,
+        into: web.StreamResponse | None = None,
+    ) -> web.StreamResponse:
+        """Send to ``replica`` and relay its answer (into ``into``, a stream already begun),
+        then release the model and count the request."""
         status = 499  # nginx's "client closed request": what a cancelled handler counts as
         try:
-            response = await self._send(request, slot, replica, body, streamed)
+            response = await self._send(
+                request, slot, replica, body, streamed, path=path, into=into
+            )
             status = response.status
             return response
         except RouteError as exc:
             status = exc.status
+            if into is not None:
+                await _error_event(into, exc)
+                return into
             return error_response(exc.status, exc.message, exc.kind)
         finally:
             self.models.release(slot)
             self._on_request(slot, replica.name, status, time.monotonic() - began)
 
+    async def _answer_after_wait(
+        self, request: web.Request, slot: Slot, body: bytes, path: str, began: float
+    ) -> web.StreamResponse:
+        """A streamed request whose model is not ready (loading, or every turn taken): after
+        :data:`NOTE_AFTER_S` the stream begins, with an SSE comment line every
+        :data:`NOTE_EVERY_S` (``: loading MODEL, 12 s``; OpenAI clients skip comments) until
+        the model takes the request; then its answer follows in the same stream (an error as
+        an error event). A client then sees progress, not dead air, and no read timeout."""
+        acquiring = asyncio.ensure_future(self.models.acquire(slot))
+        response: web.StreamResponse | None = None
+        try:
+            await asyncio.wait([acquiring], timeout=NOTE_AFTER_S)
+            if not acquiring.done():
+                response = web.StreamResponse(status=200, headers=self._stream_headers())
+                await response.prepare(request)
+            while not acquiring.done():
+                assert response is not None
+                what = "waiting for a turn of" if slot.state is ModelState.READY else "loading"
+                note = f": {what} {slot.id}, {time.monotonic() - began:.0f} s\n\n"
+                await response.write(note.encode())
+                await asyncio.wait([acquiring], timeout=NOTE_EVERY_S)
+        except BaseException:  # the client left (cancelled, or its connection reset)
+            self._abandon(slot, acquiring)
+            self._on_request(slot, "", 499, time.monotonic() - began)
+            raise
+        try:
+            replica = acquiring.result()
+        except RouteError as exc:
+            self._on_request(slot, "", exc.status, time.monotonic() - began)
+            if response is None:
+                return error_response(
+                    exc.status, exc.message, exc.kind, retry_after_s=exc.retry_after_s
+                )
+            await _error_event(response, exc)
+            return response
+        return await self._relayed(
+            request, slot, replica, body, True, path=path, began=began, into=response
+        )
+
+    def _abandon(self, slot: Slot, acquiring: asyncio.Future[Replica]) -> None:
+        """The request is gone: stop waiting for the model, or give back what it got."""
+        if not acquiring.done():
+            acquiring.cancel()  # acquire() releases what it took
+        elif not acquiring.cancelled() and acquiring.exception() is None:
+            self.models.release(slot)
+
+    def _stream_headers(self) -> dict[str, str]:
+        # X-Accel-Buffering: nginx in front would otherwise hold the notes back.
+        return {
+            "Content-Type": _EVENT_STREAM,
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            "Via": self._via,
+        }
+
     async def _send(
-        self, request: web.Request, slot: Slot, replica: Replica, body: bytes, streamed: bool
+        self,
+        request: web.Request,
+        slot: Slot,
+        replica: Replica,
+        body: bytes,
+        streamed: bool,
+        *,
+        path: str,
+        into: web.StreamResponse | None = None,
     ) -> web.StreamResponse:
         assert self.session is not None  # opened at startup
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED_UP}
+        hidden = NOT_FORWARDED_UP
+        if self.models.config.serve.api_keys:  # the router's key: no model's server sees it
+            hidden = NOT_FORWARDED_UP | set(KEY_HEADERS)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in hidden}
         if streamed:
             # llama-server closes its connection after a streamed answer although it says
             # keep-alive (cpp-httplib), and aiohttp would pool it again at the answer's end:
             # the next request would then meet a closed connection. Asked to close, neither
             # side keeps it.
             headers["Connection"] = "close"
-        url = replica.url + request.path_qs
+        url = replica.url + path
         try:
             upstream = await self.session.request(request.method, url, data=body, headers=headers)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -300,7 +438,7 @@ class Forwarder:
         whole = False
         self._upstreams.add(upstream)
         try:
-            response = await self._relay(request, slot, replica, upstream)
+            response = await self._relay(request, slot, replica, upstream, into)
             whole = True
             return response
         finally:
@@ -316,18 +454,23 @@ class Forwarder:
         slot: Slot,
         replica: Replica,
         upstream: aiohttp.ClientResponse,
+        into: web.StreamResponse | None = None,
     ) -> web.StreamResponse:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in NOT_FORWARDED}
         headers["Via"] = self._via
         streamed = upstream.content_type == _EVENT_STREAM or upstream.content_length is None
+        if into is not None and (upstream.status != 200 or upstream.content_type != _EVENT_STREAM):
+            return await self._refusal_into(into, slot, replica, upstream)
         if not streamed:
             try:
                 data = await upstream.read()
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 raise _broken(slot, replica, exc) from None
             return web.Response(status=upstream.status, body=data, headers=headers)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(request)
+        response = into
+        if response is None:
+            response = web.StreamResponse(status=upstream.status, headers=headers)
+            await response.prepare(request)
         while True:
             try:
                 chunk = await upstream.content.readany()
@@ -340,6 +483,27 @@ class Forwarder:
             await response.write(chunk)  # the client gone: ConnectionResetError, then cancel
         await response.write_eof()
         return response
+
+    async def _refusal_into(
+        self,
+        into: web.StreamResponse,
+        slot: Slot,
+        replica: Replica,
+        upstream: aiohttp.ClientResponse,
+    ) -> web.StreamResponse:
+        """The server refused a request whose stream had begun (its status is sent): its
+        error as an error event (its own message when it gave one)."""
+        try:
+            data = await upstream.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise _broken(slot, replica, exc) from None
+        message = data.decode(errors="replace")[:SHOWN_ERROR_CHARS]
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            message = str(json.loads(data)["error"]["message"])
+        error = RouteError(f"model {slot.id}: {message}")
+        error.status, error.kind = upstream.status, _KINDS.get(upstream.status, "server_error")
+        await _error_event(into, error)
+        return into
 
 
 class Proxy(Forwarder):
@@ -435,6 +599,33 @@ class Proxy(Forwarder):
         except UsageError as exc:
             return error_response(400, exc.cli_message(), "invalid_request_error")
         return web.json_response({"changes": said})
+
+
+def _ready_now(slot: Slot) -> bool:
+    """Whether a request for the model is sent on at once (in a front, whose slots are
+    copies, never known: the router's answer over the pipe says)."""
+    limit = slot.config.max_concurrency
+    full = limit is not None and (slot.seated >= limit or bool(slot.queue))
+    return slot.state is ModelState.READY and not full
+
+
+def _asks_stream(body: bytes) -> bool:
+    """Whether a passthrough body asks for a streamed answer (any other body: no)."""
+    if not body.startswith(b"{"):
+        return False
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return isinstance(payload, dict) and payload.get("stream") is True
+
+
+async def _error_event(response: web.StreamResponse, error: RouteError) -> None:
+    """An error event and the stream's end, for a stream whose status is sent already."""
+    event = {"error": {"message": error.message, "type": error.kind, "code": error.status}}
+    with contextlib.suppress(ConnectionResetError):  # the client is gone too
+        await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write_eof()
 
 
 class _NotServed(RouteError):

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError, XpulaunchError
@@ -88,6 +89,8 @@ class Router:
         self._signum: int | None = None
         self.manager: ModelManager | None = None
         self._fronts: Fronts | None = None
+        # API keys from outside the file (--api-key, $XPULAUNCH_API_KEY): a reload keeps them.
+        self.extra_api_keys: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -148,6 +151,7 @@ class Router:
             raise
         self._bound.set()
         manager.warm_up()
+        manager.preload()
         watcher = asyncio.get_running_loop().create_task(manager.watch_ttl())
         yielding = asyncio.get_running_loop().create_task(manager.watch_jobs())
         await self._stop.wait()
@@ -285,6 +289,7 @@ class Router:
         try:
             loop = asyncio.get_running_loop()
             config = await loop.run_in_executor(None, _checked_config, source)
+            config = replace(config, serve=config.serve.with_keys(self.extra_api_keys))
         except UsageError as exc:
             self._on_message(f"reload: {exc.cli_message()}; serving the config before it")
             raise
@@ -368,3 +373,21 @@ def check_models(config: RouterConfig) -> None:
             except XpulaunchError as exc:
                 where = f"{config.source}: [models.{model.id}] model {model.model}"
                 raise UsageError(f"{where}: {exc.detail}") from None
+
+
+def check_engines(config: RouterConfig, env: Mapping[str, str]) -> None:
+    """Every ``cmd`` engine's program can be run (on the model's PATH): checked once, when
+    the router starts, so a typo is one line then, not a 502 at the model's first request."""
+    import shutil
+
+    for model in config.models:
+        if not model.cmd:
+            continue
+        program = model.cmd[0]
+        path = {**env, **model.env}.get("PATH", os.defpath)
+        if shutil.which(program, path=path) is None:
+            where = "" if "/" in program else " on PATH"
+            raise UsageError(
+                f"{config.source}: [models.{model.id}] cmd: {program!r} is not an executable "
+                f"program{where} (checked when the router starts)"
+            )

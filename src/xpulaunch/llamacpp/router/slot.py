@@ -4,6 +4,8 @@ Only the router's event loop changes a slot."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -43,6 +45,13 @@ class NoRoom(RouteError):
 
 class Unavailable(RouteError):
     """The model is loaded but no replica answers now (restarting), or the router stops."""
+
+
+class Busy(RouteError):
+    """The model answers ``max_concurrency`` requests, and ``max_queue`` more wait."""
+
+    status = 429
+    kind = "rate_limit_error"
 
 
 class LoadFailed(RouteError):
@@ -90,6 +99,11 @@ class Slot:
         self.turn = 0
         self.last_error: str | None = None
         self.counters = Counters()
+        # max_concurrency: requests past the limit, each told (its future done) when its turn
+        # comes; ``seated`` is how many hold a turn now.
+        self.seated = 0
+        self.queue: deque[asyncio.Future[None]] = deque()
+        self.loading_since: tuple[float, float] | None = None  # (clock, wall time)
 
     @property
     def id(self) -> str:
@@ -138,13 +152,53 @@ class Slot:
             return len(failed) == len(self.up)
         return False
 
+    async def take_turn(self) -> None:
+        """Under ``max_concurrency``: a turn now, or a place in the model's bounded queue
+        until a request ends and passes its turn on (:meth:`pass_turn`); beyond
+        ``max_queue``, :class:`Busy`."""
+        limit = self.config.max_concurrency
+        if limit is None:
+            return
+        if self.seated < limit and not self.queue:
+            self.seated += 1
+            return
+        if len(self.queue) >= self.config.max_queue:
+            raise Busy(
+                f"model {self.id} answers {limit} request(s) at once (max_concurrency), and "
+                f"{len(self.queue)} wait (max_queue); retry shortly",
+                retry_after_s=1.0,
+            )
+        turn = asyncio.get_running_loop().create_future()
+        self.queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:  # the client left while it waited
+            if turn.cancelled():
+                self.queue.remove(turn)
+            else:
+                self.pass_turn()  # given the turn just as it left: the next one's
+            raise
+
+    def pass_turn(self) -> None:
+        """A request ended: its turn goes to the first one waiting, else it is free."""
+        if self.config.max_concurrency is None:
+            return
+        while self.queue:
+            turn = self.queue.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.seated -= 1
+
     def set_loaded(self, server: LlamaServer) -> None:
         self.state = ModelState.READY
+        self.loading_since = None
         self.up = {r.name: True for r in server.replicas}
         self.down_reason = {}
 
     def set_unloaded(self) -> None:
         self.state = ModelState.UNLOADED
+        self.loading_since = None
         self.server, self.lease, self.plan, self.settle = None, None, None, None
         self.readings = {}
         self.up, self.down_reason = {}, {}
@@ -180,4 +234,16 @@ class Slot:
             "loads": self.counters.loads,
             "last_load_s": self.counters.last_load_s,
             "last_error": self.last_error,
+            "engine": self.config.cmd[0] if self.config.cmd else "llama-server",
+            "max_concurrency": self.config.max_concurrency,
+            "queued": len(self.queue),
+            **self._loading(now_s),
         }
+
+    def _loading(self, now_s: float) -> dict[str, object]:
+        """Since when it loads (None when it does not), in UTC and in seconds."""
+        if self.loading_since is None:
+            return {"loading_since": None, "loading_s": None}
+        began, wall = self.loading_since
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+        return {"loading_since": since, "loading_s": round(now_s - began, 1)}
