@@ -29,30 +29,60 @@ STATUS_TIMEOUT_S = 10.0
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--config", "config_path", metavar="FILE", help="models.toml: [models.ID] tables.")
-@click.option("--port", type=ANY_PORT, default=8080, show_default=True,
-              help="The one port clients use (0: a free port, printed).")  # fmt: skip
+@click.option(
+    "--port",
+    type=ANY_PORT,
+    default=8080,
+    show_default=True,
+    help="The one port clients use (0: a free port, printed).",
+)
 @click.option("--host", type=HOST, default="127.0.0.1", show_default=True, help="Address to bind.")
 @llama_binary_options
-@click.option("--backend", envvar="XPULAUNCH_BACKEND", default="auto", show_default=True,
-              metavar="auto|cuda|xpu|rocm|cpu", help="Vendor stack to use.")  # fmt: skip
-@click.option("--inventory", envvar="XPULAUNCH_INVENTORY", metavar="FILE",
-              help="Use this inventory document instead of probing.")  # fmt: skip
+@click.option(
+    "--backend",
+    envvar="XPULAUNCH_BACKEND",
+    default="auto",
+    show_default=True,
+    metavar="auto|cuda|xpu|rocm|cpu",
+    help="Vendor stack to use.",
+)
+@click.option(
+    "--inventory",
+    envvar="XPULAUNCH_INVENTORY",
+    metavar="FILE",
+    help="Use this inventory document instead of probing.",
+)
 @lock_dir_option
 @click.option("--dry-run", is_flag=True, help="Print each model's plan as if it loaded now.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run or --status: JSON.")
-@click.option("--status", is_flag=True,
-              help="Show the models of the router running at --host/--port, and exit.")  # fmt: skip
+@click.option(
+    "--status",
+    is_flag=True,
+    help="Show the models of the router running at --host/--port, and exit.",
+)
 @click.option(
     "--reload",
     is_flag=True,
     help="Make the router running at --host/--port read its config file again (as SIGHUP "
     "does), say what changed, and exit.",
 )
-@click.option("--ready-timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True,
-              metavar="SECONDS", help="How long one model may take to answer /health.")  # fmt: skip
-@click.option("--grace", type=SECONDS, default=10.0, show_default=True, metavar="SECONDS",
-              help="On SIGTERM, answers under way get this long to finish; then each "
-              "server gets SIGTERM, and this long before SIGKILL.")  # fmt: skip
+@click.option(
+    "--ready-timeout",
+    type=POSITIVE_SECONDS,
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long one model may take to answer /health.",
+)
+@click.option(
+    "--grace",
+    type=SECONDS,
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGTERM, answers under way get this long to finish; then each "
+    "server gets SIGTERM, and this long before SIGKILL.",
+)
 @click.option(
     "--room-wait",
     type=SECONDS,
@@ -70,15 +100,34 @@ STATUS_TIMEOUT_S = 10.0
     help="Unload idle, unpinned models from the GPUs a launch or queued job waits for "
     "(--wait), and place no model there meanwhile.",
 )
-@click.option("--max-request-size", type=Size(), default="32MiB", show_default=True, metavar="SIZE",
-              help="Larger request bodies get 413.")  # fmt: skip
-@click.option("--front-processes", type=click.IntRange(min=0), default=0, show_default=True,
-              metavar="N", help="Processes that forward on the port beside the router's own "
-              "(for many requests at once).")  # fmt: skip
-@click.option("--log-dir", type=click.Path(file_okay=False), envvar="XPULAUNCH_LOG_DIR",
-              help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.")  # fmt: skip
-@click.option("--events", metavar="FILE|-", envvar="XPULAUNCH_EVENTS",
-              help="Append every model and server event to FILE as JSON lines.")  # fmt: skip
+@click.option(
+    "--max-request-size",
+    type=Size(),
+    default="32MiB",
+    show_default=True,
+    metavar="SIZE",
+    help="Larger request bodies get 413.",
+)
+@click.option(
+    "--front-processes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Processes that forward on the port beside the router's own (for many requests at once).",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False),
+    envvar="XPULAUNCH_LOG_DIR",
+    help="Write DIR/MODEL/attempt_N/REPLICA.log for every server.",
+)
+@click.option(
+    "--events",
+    metavar="FILE|-",
+    envvar="XPULAUNCH_EVENTS",
+    help="Append every model and server event to FILE as JSON lines.",
+)
 @click.option(
     "--api-key",
     "api_keys",
@@ -125,26 +174,47 @@ def serve(
     return _serve(config_path, inventory, env, options)
 
 
-def _router(config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any],
-            **extra: Any) -> Router:  # fmt: skip
+def _router(
+    config_path: str,
+    inventory: Inventory,
+    env: dict[str, str],
+    options: dict[str, Any],
+    **extra: Any,
+) -> Router:
     from xpulaunch.llamacpp.router.serve import make_router
     from xpulaunch.llamacpp.server import HealthOptions
 
     health = HealthOptions(ready_timeout_s=options["ready_timeout"], ready_interval_s=0.1)
     return make_router(
-        config_path, host=options["host"], port=options["port"], binary=options["binary"],
-        llama_backend=options["llama_backend"], inventory=inventory, lock_dir=options["lock_dir"],
-        backend=None if options["backend"] == "auto" else options["backend"], parent_env=env,
-        health=health, grace_s=options["grace"], log_dir=options["log_dir"],
+        config_path,
+        host=options["host"],
+        port=options["port"],
+        binary=options["binary"],
+        llama_backend=options["llama_backend"],
+        inventory=inventory,
+        lock_dir=options["lock_dir"],
+        backend=None if options["backend"] == "auto" else options["backend"],
+        parent_env=env,
+        health=health,
+        grace_s=options["grace"],
+        log_dir=options["log_dir"],
         max_body_bytes=options["max_request_size"] or 1,
-        front_processes=options["front_processes"], reprobe=not options["inventory"],
-        room_wait_s=options["room_wait"], yield_to_jobs=options["yield_to_jobs"],
-        api_keys=options["api_keys"], **extra,
-    )  # fmt: skip
+        front_processes=options["front_processes"],
+        reprobe=not options["inventory"],
+        room_wait_s=options["room_wait"],
+        yield_to_jobs=options["yield_to_jobs"],
+        api_keys=options["api_keys"],
+        **extra,
+    )
 
 
-def _dry_run(config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any],
-             as_json: bool) -> int:  # fmt: skip
+def _dry_run(
+    config_path: str,
+    inventory: Inventory,
+    env: dict[str, str],
+    options: dict[str, Any],
+    as_json: bool,
+) -> int:
     from xpulaunch import api
     from xpulaunch.llamacpp.router.serve import dry_run_plans
 
@@ -281,7 +351,16 @@ def _status_table(models: list[dict[str, Any]]) -> str:
         state = str(m.get("state"))
         if m.get("loading_s") is not None:
             state += f" ({m['loading_s']:.0f} s)"
-        rows.append((str(m.get("id")), state, str(m.get("in_flight", 0)), idle,
-                     ttl, ", ".join(m.get("devices", [])) or "-", replicas or "-"))  # fmt: skip
+        rows.append(
+            (
+                str(m.get("id")),
+                state,
+                str(m.get("in_flight", 0)),
+                idle,
+                ttl,
+                ", ".join(m.get("devices", [])) or "-",
+                replicas or "-",
+            )
+        )
     errors = [f"{m['id']}: {m['last_error']}" for m in models if m.get("last_error")]
     return "\n".join([*aligned(rows), *(f"last error of {e}" for e in errors)]).rstrip()

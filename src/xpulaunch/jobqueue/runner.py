@@ -341,10 +341,13 @@ class Runner:
             return False
         with store.write():
             store.update(
-                job_id, state=JobState.RUNNING, devices=labels, reason=None,
+                job_id,
+                state=JobState.RUNNING,
+                devices=labels,
+                reason=None,
                 leased_s=job_process.event_time_s(record) or time.time(),
                 lease_job=str(record.get("job_id") or "") or None,
-            )  # fmt: skip
+            )
         where = ", ".join(labels) or "the CPU"
         self._say(f"job {job_id} running on {where}")
         return True

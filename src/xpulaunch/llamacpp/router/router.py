@@ -70,8 +70,7 @@ class Router:
         its model's id); ``on_message`` one line at a time of what happens (default:
         ``xpulaunch: ...`` lines on stderr). Both run on the router's thread."""
         if front_processes < 0:
-            raise UsageError("must be 0 or more", option="front_processes",
-                             value=front_processes)  # fmt: skip
+            raise UsageError("must be 0 or more", option="front_processes", value=front_processes)
         self.config, self.setup = config, setup
         self.host, self.port = host, port
         self.front_processes = front_processes
@@ -127,21 +126,31 @@ class Router:
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         self._hurry = asyncio.Event()
-        manager = ModelManager(self.config, self.setup, on_event=self._on_event,
-                               on_message=self._on_message)  # fmt: skip
+        manager = ModelManager(
+            self.config, self.setup, on_event=self._on_event, on_message=self._on_message
+        )
         self.manager = manager
 
         async def metrics() -> str:
             assert proxy.session is not None
             return await scrape(proxy.session, manager.slots.values())
 
-        proxy = Proxy(manager, max_body_bytes=self._max_body_bytes, metrics=metrics,
-                      on_request=_count, reload=self.reload_now)  # fmt: skip
+        proxy = Proxy(
+            manager,
+            max_body_bytes=self._max_body_bytes,
+            metrics=metrics,
+            on_request=_count,
+            reload=self.reload_now,
+        )
         # handler_cancellation: a client that disconnects cancels its handler, which closes
         # the upstream request (aiohttp >= 3.9 leaves handlers running unless asked).
-        runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None,
-                               logger=server_logger(self._on_message),
-                               shutdown_timeout=self.setup.grace_s)  # fmt: skip
+        runner = web.AppRunner(
+            proxy.app(),
+            handler_cancellation=True,
+            access_log=None,
+            logger=server_logger(self._on_message),
+            shutdown_timeout=self.setup.grace_s,
+        )
         await runner.setup()
         try:
             site, fronts = await self._listen(runner, manager)
@@ -207,8 +216,10 @@ class Router:
             except OSError as exc:
                 raise UsageError(
                     f"cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); choose "
-                    "another --port", option="port", value=self.port,
-                ) from None  # fmt: skip
+                    "another --port",
+                    option="port",
+                    value=self.port,
+                ) from None
             self.port = _bound_port(site, self.port)
             return site, None
         from xpulaunch.llamacpp.router.fronts import Fronts, listening_sockets
@@ -222,8 +233,9 @@ class Router:
             await shared.start()
             await private.start()
             private_url = f"http://127.0.0.1:{_bound_port(private, 0)}"
-            await fronts.start(sockets[1:], max_body_bytes=self._max_body_bytes,
-                               private_url=private_url)  # fmt: skip
+            await fronts.start(
+                sockets[1:], max_body_bytes=self._max_body_bytes, private_url=private_url
+            )
         except BaseException:
             for sock in sockets:
                 sock.close()
@@ -348,8 +360,9 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfi
     if not isinstance(config, str | os.PathLike):
         raise UsageError(
             "expected a models.toml path, its parsed document or a RouterConfig",
-            option="config", value=config,
-        )  # fmt: skip
+            option="config",
+            value=config,
+        )
     return read_config(config)
 
 
