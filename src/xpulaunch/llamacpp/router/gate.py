@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from aiohttp.typedefs import Middleware
+    from aiohttp.typedefs import Handler, Middleware
 
     from xpulaunch.llamacpp.router.options import ServeConfig
-    from xpulaunch.llamacpp.router.proxy import Handler
 
 OPEN_PATHS = frozenset({"/health"})
 KEY_HEADERS = ("authorization", "x-api-key")
