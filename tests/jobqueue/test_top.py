@@ -5,6 +5,7 @@ clearing the screen (no flicker)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -144,3 +145,31 @@ def test_live_view_in_a_real_terminal(box: QueueBox, tmux: Tmux) -> None:
     elapsed_s = time.monotonic() - started_s
     assert not any(clear in sent for clear in CLEARS), "the screen was cleared (flicker)"
     assert 0 < len(sent) < 4 * 80 * 24 + 300 * elapsed_s, (len(sent), elapsed_s)
+
+
+def test_ten_jobs_sharing_devices_keep_every_id_whole_in_a_pipe(box: QueueBox) -> None:
+    """Jobs 10 and up sharing a GPU: ``queue``, ``status`` and ``top --once`` written to a pipe
+    name every one of them whole (cut at 80 columns, ``shared by job 1`` stood for 11, 12...)."""
+    ids = [
+        box.submit("--gpus", "1", "--slots-per-gpu", "16", *box.audit_job(f"t{n}", 60.0))
+        for n in range(12)
+    ]
+    waiting = box.submit("--gpus", "2", *box.audit_job("whole", 0.0))
+    box.wait_states(dict.fromkeys(ids, "running") | {waiting: "waiting"}, timeout_s=90)
+    try:
+        at = ("--lock-dir", box.lock_dir)
+        outputs = {
+            "queue": box.cli("queue", *at).stdout,
+            "status": box.cli("status", *at).stdout,
+            "top": box.cli("top", "--once", *at, "--inventory", box.inventory).stdout,
+        }
+        for name in ("queue", "top"):  # every job by its id, whole
+            for job in ids:
+                found = re.search(rf"\bjob {job}\b|^{job}\b", outputs[name], re.MULTILINE)
+                assert found, (name, job, outputs[name])
+        for n in range(12):  # status names holders by command: every one whole
+            assert f"t{n} 60" in outputs["status"], outputs["status"]
+        for name in ("queue", "top"):  # a pipe gets whole lines (a waiter's own message, in
+            assert "…" not in outputs[name], outputs[name]  # status, names holders shortly)
+    finally:
+        box.cli("cancel", "--all", *("--lock-dir", box.lock_dir), check=False)

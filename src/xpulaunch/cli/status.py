@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime
 
@@ -124,7 +125,7 @@ def _lease_row(lease: LeaseRecord) -> tuple[str, ...]:
     if holder is None:
         return (lease.key, "?", "?", "?", "?", "(holder record missing)")
     pid = str(holder.pid) if lease.holder_alive is not False else f"{holder.pid} (exited)"
-    return (lease.key, pid, holder.user, holder.since(), holder.job_id, holder.command())
+    return (lease.key, pid, holder.user, holder.since(), holder.job_id, holder.command(_width()))
 
 
 def _slot_row(slot: SlotRecord) -> tuple[str, ...]:
@@ -132,7 +133,7 @@ def _slot_row(slot: SlotRecord) -> tuple[str, ...]:
     holder = slot.holder
     if holder is None:
         return (slot.key, f"{slot.slot}{of}", "?", "?", "?", "?", "(holder record missing)")
-    cells = (str(holder.pid), holder.user, holder.since(), holder.job_id, holder.command())
+    cells = (str(holder.pid), holder.user, holder.since(), holder.job_id, holder.command(_width()))
     return (slot.key, f"{slot.slot}{of}", *cells)
 
 
@@ -143,5 +144,11 @@ def _waiter_row(waiter: WaiterRecord) -> tuple[str, ...]:
         owner = waiter.owner.removeprefix("user ") or "?"
         return (str(waiter.position), "?", owner, "?", "?", "?", reason)
     waited = f"{max(time.time() - holder.since_s, 0):.0f} s"
-    cells = (str(holder.pid), holder.user, waited, holder.job_id, holder.command(40))
+    cells = (str(holder.pid), holder.user, waited, holder.job_id, holder.command(_width(40)))
     return (str(waiter.position), *cells, reason)
+
+
+def _width(on_a_terminal: int = 60) -> int | None:
+    """How much of a command a row shows: cut to fit a terminal, whole in a pipe or a file
+    (a script reading the table must not get a command cut short)."""
+    return on_a_terminal if sys.stdout.isatty() else None

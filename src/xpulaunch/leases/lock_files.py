@@ -105,12 +105,12 @@ class HolderInfo:
         started_s = float(started) if isinstance(started, (int, float)) else None
         return cls(pid, tuple(argv), user, float(since), job_id, host, started_s)
 
-    def command(self, width: int = 60) -> str:
-        """Short command line: ``xpulaunch --gpus 1 train.py``."""
+    def command(self, width: int | None = 60) -> str:
+        """Short command line: ``xpulaunch --gpus 1 train.py``; cut to ``width`` (None: whole)."""
         if not self.argv:
             return "?"
         text = shlex.join([PurePosixPath(self.argv[0]).name, *self.argv[1:]])
-        return text if len(text) <= width else text[: width - 3] + "..."
+        return text if width is None or len(text) <= width else text[: width - 3] + "..."
 
     def since(self) -> str:
         """Local start time: ``10:02`` today, else ``2025-11-21 10:02``."""
