@@ -385,3 +385,17 @@ def test_kill_9_of_the_router_leaves_no_server_and_no_lease(
     wait_for(lambda: all(process_gone(p) for p in servers), "the guardians to kill the servers",
              timeout_s=20)  # fmt: skip
     wait_for(lambda: leased(tmp_path) == {}, "the leases to end", timeout_s=20)
+
+
+def test_serve_yield_to_jobs_false_in_the_config_turns_it_off(tiny_model: Path) -> None:
+    from xpulaunch.errors import UsageError
+    from xpulaunch.llamacpp.router.serve import make_router
+
+    def setup_of(serve: dict[str, Any]) -> Any:
+        document = {"serve": serve, "models": {"a": {"model": str(tiny_model)}}}
+        return make_router(document, inventory=load_inventory("cpu-only.json")).setup
+
+    assert setup_of({}).yield_to_jobs is True
+    assert setup_of({"yield_to_jobs": False}).yield_to_jobs is False
+    with pytest.raises(UsageError, match=r"\[serve\] yield_to_jobs: expected true or false"):
+        setup_of({"yield_to_jobs": "no"})

@@ -31,7 +31,7 @@ from xpulaunch.core.units import parse_size
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.engine import check_path, split_cmd
 
-SERVE_KEYS = ("api_keys", "cors")
+SERVE_KEYS = ("api_keys", "cors", "yield_to_jobs")
 MAX_CONCURRENCY = 4096
 API_KEY_VAR = "XPULAUNCH_API_KEY"
 
@@ -42,12 +42,16 @@ class ServeConfig:
 
     api_keys: tuple[str, ...] = ()
     cors: tuple[str, ...] = ()
+    # Unload idle models from the GPUs a waiting launch wants (False: never; the router's
+    # --no-yield-to-jobs says the same).
+    yield_to_jobs: bool = True
 
     def __repr__(self) -> str:  # never a key, even in a traceback's locals
         return f"ServeConfig(api_keys=<{len(self.api_keys)} hidden>, cors={self.cors!r})"
 
     def with_keys(self, keys: tuple[str, ...]) -> ServeConfig:
-        return ServeConfig(tuple(dict.fromkeys((*self.api_keys, *keys))), self.cors)
+        keys = tuple(dict.fromkeys((*self.api_keys, *keys)))
+        return ServeConfig(keys, self.cors, self.yield_to_jobs)
 
 
 def parse_serve(table: object, source: str) -> ServeConfig:
@@ -63,9 +67,13 @@ def parse_serve(table: object, source: str) -> ServeConfig:
         )
     keys = _list(table.get("api_keys", []), f"{where} api_keys")
     origins = _list(table.get("cors", []), f"{where} cors")
+    yielding = table.get("yield_to_jobs", True)
+    if not isinstance(yielding, bool):
+        raise UsageError(f"{where} yield_to_jobs: expected true or false, got {yielding!r}")
     return ServeConfig(
         tuple(check_key(k, f"{where} api_keys") for k in keys),
         tuple(_origin(o, f"{where} cors") for o in origins),
+        yielding,
     )
 
 

@@ -105,7 +105,7 @@ def make_router(
         log_dir=os.fspath(log_dir) if log_dir else None,
         reprobe=reprobe,
         room_wait_s=room_wait_s,
-        yield_to_jobs=bool(yield_to_jobs),
+        yield_to_jobs=bool(yield_to_jobs) and checked.serve.yield_to_jobs,
     )
     router = Router(
         checked,
