@@ -120,9 +120,20 @@ def test_sighup_and_the_reload_command(
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout == "xpulaunch: reload: model c added\n", done
     assert proc.poll() is None  # SIGHUP did not stop it
+    config.write_text("[models.a]\nunknown = 1\n")  # a file that does not load
+    os.kill(proc.pid, signal.SIGHUP)
+    done = subprocess.run(
+        [XPULAUNCH, "llama", "serve", "--reload", "--port", port],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "kept its config" in done.stderr, done
+    assert call(url, "/v1/chat/completions", chat("c"))[0] == 200  # the old config serves
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert "reload: model b added" in err and proc.returncode == 128 + signal.SIGTERM, err
+    # Said once for the signal and once for --reload; a signal's failed reload is no traceback.
+    assert err.count("serving the config before it") == 2, err
+    assert "Traceback" not in err and "exception was never retrieved" not in err, err
 
 
 def test_front_processes_serve_a_model_added_by_a_reload(

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from xpulaunch.llamacpp.launch import LlamaRunRequest
-    from xpulaunch.model import Inventory
 
 llama_binary_options = option_group(
     click.option(
@@ -33,13 +32,6 @@ llama_binary_options = option_group(
         help="Which build the binary is; auto asks it with --list-devices.",
     ),
 )
-
-
-def load_or_probe(path: str | None, env: Mapping[str, str]) -> Inventory:
-    """The ``--inventory`` file's devices, else this host's (probed in a forked child)."""
-    from xpulaunch.llamacpp.launch import load_or_probe as load
-
-    return load(path, env)
 
 
 def to_llama_request(server_args: tuple[str, ...], values: Mapping[str, Any]) -> LlamaRunRequest:

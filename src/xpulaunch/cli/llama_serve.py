@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpulaunch.cli.commands import CONTEXT_SETTINGS
-from xpulaunch.cli.llama_options import llama_binary_options, load_or_probe
+from xpulaunch.cli.llama_options import llama_binary_options
 from xpulaunch.cli.params import ANY_PORT, HOST, POSITIVE_SECONDS, SECONDS, Size
 from xpulaunch.cli.render import print_plan
 from xpulaunch.cli.terminal import aligned
@@ -166,6 +166,8 @@ def serve(
     config = load_config(config_path)
     check_models(config)
     env = dict(os.environ)
+    from xpulaunch.llamacpp.launch import load_or_probe
+
     inventory = load_or_probe(options["inventory"], env)
     if options["dry_run"]:
         return _dry_run(config_path, inventory, env, options, as_json)

@@ -90,6 +90,7 @@ class Router:
         self._fronts: Fronts | None = None
         # API keys from outside the file (--api-key, $XPULAUNCH_API_KEY): a reload keeps them.
         self.extra_api_keys: tuple[str, ...] = ()
+        self._reloads: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
@@ -286,7 +287,19 @@ class Router:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.reload_now()))
+                loop.call_soon_threadsafe(self._start_reload)
+
+    def _start_reload(self) -> None:
+        """On the loop: a reload for a signal, whose task is kept until it ends."""
+        task = asyncio.ensure_future(self._reload_for_signal())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload_for_signal(self) -> None:
+        # A file that does not load was said in the output (reload_now); for a signal there
+        # is nobody else to tell, and the task must not end in an unretrieved exception.
+        with contextlib.suppress(UsageError):
+            await self.reload_now()
 
     async def reload_now(self) -> list[str]:
         """Read the config file again (on the loop) and take it: what changed, one line
