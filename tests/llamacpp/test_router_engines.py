@@ -71,7 +71,7 @@ def test_a_cmd_engine_with_env_and_memory_answers_streamed_and_not_on_its_gpu(
         str(tmp_path / "rec"),
         memory="6GiB",
         gpus="auto",
-        env={"ENGINE_SETTING": "on", "CUDA_VISIBLE_DEVICES": "7"},
+        env={"ENGINE_SETTING": "on", "CUDA_VISIBLE_DEVICES": "1"},  # pinned by hand
     )
     router, _ = serve(
         {"models": {"eng": table}}, tmp_path, inventory=load_inventory("2x-h200.json")
@@ -94,8 +94,9 @@ def test_a_cmd_engine_with_env_and_memory_answers_streamed_and_not_on_its_gpu(
         assert len(held) == 1  # a share of one GPU leased (its memory), as for a gguf model
     (env,) = records(tmp_path / "rec")
     assert env["ENGINE_SETTING"] == "on"
-    # The plan's mask wins over the model's env: the engine sees the GPU it was given.
-    assert env["CUDA_VISIBLE_DEVICES"] in GPU_UUIDS
+    # The mask its env pins keeps it on GPU 1, written (as every mask the router writes) by
+    # the GPU's UUID: what CUDA numbers 1 depends on CUDA_DEVICE_ORDER.
+    assert env["CUDA_VISIBLE_DEVICES"] == GPU_UUIDS[1]
     assert not leases_of(tmp_path)
 
 

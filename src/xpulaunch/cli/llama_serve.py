@@ -28,7 +28,12 @@ STATUS_TIMEOUT_S = 10.0
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--config", "config_path", metavar="FILE", help="models.toml: [models.ID] tables.")
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="models.toml ([models.ID] tables), or a llama-swap config.yaml as it is.",
+)
 @click.option(
     "--port",
     type=ANY_PORT,
@@ -164,6 +169,8 @@ def serve(
     from xpulaunch.llamacpp.router.router import check_models, load_config
 
     config = load_config(config_path)
+    for warning in config.warnings:  # a llama-swap config's keys the router does not take
+        click.echo(f"xpulaunch: warning: {warning}", err=True)
     check_models(config)
     env = dict(os.environ)
     from xpulaunch.llamacpp.launch import load_or_probe
@@ -187,6 +194,9 @@ def _router(
     from xpulaunch.llamacpp.server import HealthOptions
 
     health = HealthOptions(ready_timeout_s=options["ready_timeout"], ready_interval_s=0.1)
+    # --ready-timeout given wins over the config's (llama-swap's healthCheckTimeout).
+    source = click.get_current_context().get_parameter_source("ready_timeout")
+    given = source not in (None, click.core.ParameterSource.DEFAULT)
     return make_router(
         config_path,
         host=options["host"],
@@ -206,6 +216,7 @@ def _router(
         room_wait_s=options["room_wait"],
         yield_to_jobs=options["yield_to_jobs"],
         api_keys=options["api_keys"],
+        ready_timeout_s=options["ready_timeout"] if given else None,
         **extra,
     )
 

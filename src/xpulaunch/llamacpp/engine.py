@@ -28,6 +28,7 @@ PORT, MODEL = "${PORT}", "${MODEL}"
 # /health first (vLLM, SGLang, TEI, llama-server); an engine without it answers 404 there,
 # and then /v1/models says it is up (what every OpenAI-compatible server has).
 DEFAULT_CHECKS = ("/health", "/v1/models")
+NO_CHECK = "none"  # llama-swap's checkEndpoint: none
 _DEVICE_MAP_VARS = frozenset({"XPULAUNCH_DEVICE_MAP", "XPULAUNCH_MAX_MEMORY"})
 # Which build's habits (the CUDA settle after a crash, the replica words) a plan's backend has.
 _BUILD = {
@@ -54,6 +55,10 @@ class Engine:
 
     @property
     def checks(self) -> tuple[str, ...]:
+        """The paths to ask, in turn; none (``check = "none"``): ready once its port
+        accepts a connection."""
+        if self.check == NO_CHECK:
+            return ()
         return DEFAULT_CHECKS if self.check is None else (self.check,)
 
     def argv(self, port: int) -> tuple[str, ...]:
@@ -86,8 +91,10 @@ def split_cmd(value: object, where: str) -> tuple[str, ...]:
 
 
 def check_path(value: object, where: str) -> str:
+    if value == NO_CHECK:
+        return NO_CHECK
     if not isinstance(value, str) or not value.startswith("/") or any(c.isspace() for c in value):
-        raise UsageError(f'{where}: expected a path such as "/health", got {value!r}')
+        raise UsageError(f'{where}: expected a path such as "/health", or "none", got {value!r}')
     return value
 
 

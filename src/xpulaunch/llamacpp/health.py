@@ -32,7 +32,13 @@ def health_status(host: str, port: int, timeout_s: float, path: str = HEALTH_PAT
 
 def answers_checks(host: str, port: int, timeout_s: float, paths: Sequence[str]) -> bool:
     """Whether the first of ``paths`` the server has answers 200: a 404 moves on to the
-    next (an engine without ``/health`` has ``/v1/models``)."""
+    next (an engine without ``/health`` has ``/v1/models``). No paths: whether the port
+    accepts a connection (raises ``OSError`` when it does not)."""
+    if not paths:
+        import socket
+
+        socket.create_connection((url_host(host).strip("[]"), port), timeout=timeout_s).close()
+        return True
     for index, path in enumerate(paths):
         status = health_status(host, port, timeout_s, path)
         if status != 404 or index == len(paths) - 1:
@@ -74,9 +80,9 @@ def _request(
         connection.close()
 
 
-def free_port(host: str, exclude: Collection[int] = ()) -> int:
+def free_port(host: str, exclude: Collection[int] = (), start: int | None = None) -> int:
     """A free port for a replica on ``host``. If another process takes it first, llama-server
     fails with ``couldn't bind HTTP server socket`` and the runner moves that replica to
     another port (:mod:`xpulaunch.llamacpp.server`)."""
     hint = "give an address or name of this host"
-    return ports.free_port(host, option="host", hint=hint, exclude=exclude)
+    return ports.free_port(host, option="host", hint=hint, exclude=exclude, start=start)

@@ -47,6 +47,7 @@ class LlamaRequest:
     # instead of whole devices.
     share: DeviceShare | None = None
     topology: str = "prefer"  # --topology: how a replica's several GPUs are chosen
+    first_port: int | None = None  # free ports from here up (None: any free port)
 
     def __post_init__(self) -> None:
         for each in fields(self):

@@ -63,7 +63,7 @@ def choose_ports(request: LlamaRequest) -> list[int]:
         return list(range(request.port, last + 1))
     ports: list[int] = []
     for _ in range(count):
-        ports.append(free_port(request.host, exclude=ports))
+        ports.append(free_port(request.host, exclude=ports, start=request.first_port))
     return ports
 
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import Collection
 
 from xpulaunch.errors import UsageError
 
 
-def free_port(host: str, *, option: str, hint: str, exclude: Collection[int] = ()) -> int:
-    """A port nobody listens on now for ``host`` (IPv4 or IPv6), not in ``exclude``.
+def free_port(
+    host: str,
+    *,
+    option: str,
+    hint: str,
+    exclude: Collection[int] = (),
+    start: int | None = None,
+) -> int:
+    """A port nobody listens on now for ``host`` (IPv4 or IPv6), not in ``exclude``: any
+    (the kernel's choice), or with ``start`` the first from there up.
 
     Binding port 0 and closing it leaves a window in which another process may take the port
     (torchrun's own ``_get_free_port`` has the same race): whoever binds it must fail clearly,
@@ -18,20 +27,28 @@ def free_port(host: str, *, option: str, hint: str, exclude: Collection[int] = (
     """
     address = host.split(",", maxsplit=1)[0].strip() or "127.0.0.1"
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    for _ in range(100):
+    tries = range(100) if start is None else range(start, 65536)
+    for wanted in tries:
+        if start is not None and wanted in exclude:
+            continue
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             try:
-                sock.bind((address, 0))
-            except OSError as exc:  # unresolvable (socket.gaierror), or not this host's address
-                raise UsageError(
-                    f"cannot listen there ({exc.strerror or exc}); {hint}",
-                    option=option,
-                    value=host,
-                ) from exc
+                sock.bind((address, 0 if start is None else wanted))
+            except OSError as exc:
+                if start is None or exc.errno != errno.EADDRINUSE:
+                    raise _cannot_listen(exc, host, option, hint) from exc
+                continue  # someone listens there (or it waits in TIME_WAIT): the next one
             port: int = sock.getsockname()[1]
         if port not in exclude:
             return port
     raise OSError(f"no free port on {address} outside {sorted(exclude)}")
+
+
+def _cannot_listen(exc: OSError, host: str, option: str, hint: str) -> UsageError:
+    # Unresolvable (socket.gaierror), or not this host's address.
+    return UsageError(
+        f"cannot listen there ({exc.strerror or exc}); {hint}", option=option, value=host
+    )
 
 
 class PortOwner:

@@ -26,18 +26,32 @@ import difflib
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xpulaunch.core.selection import parse_gpus
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp import args as llama_args
+from xpulaunch.llamacpp.router.groups import Group, parse_groups
 from xpulaunch.llamacpp.router.options import ServeConfig, engine_fields, parse_serve
 
 # The keys of options.py: a model's own engine, its environment, preload and concurrency.
 ENGINE_KEYS = ("cmd", "check", "memory", "env", "preload", "max_concurrency", "max_queue")
 
-KEYS = ("model", "gpus", "topology", "replicas", "ttl", "pinned", "aliases", "args", *ENGINE_KEYS)
+KEYS = (
+    "model",
+    "gpus",
+    "topology",
+    "replicas",
+    "ttl",
+    "pinned",
+    "aliases",
+    "unlisted",
+    "args",
+    "binary",
+    *ENGINE_KEYS,
+)
+TOP_KEYS = ("models", "groups", "serve")
 # The router chooses where each server listens and what it serves: these would break routing.
 _RESERVED = {"model": "the model key", "host": "the router", "port": "the router"}
 MAX_REPLICAS = 64
@@ -65,6 +79,8 @@ class ModelConfig:
     preload: bool = False
     max_concurrency: int | None = None
     max_queue: int = 0
+    binary: str | None = None  # its own llama-server (None: the router's --binary)
+    unlisted: bool = False  # served, but not in GET /v1/models
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -84,6 +100,8 @@ class ModelConfig:
             "preload": self.preload,
             "max_concurrency": self.max_concurrency,
             "max_queue": self.max_queue,
+            "binary": self.binary,
+            "unlisted": self.unlisted,
         }
 
     @classmethod
@@ -101,6 +119,9 @@ class RouterConfig:
     source: str = "models.toml"
     names: Mapping[str, str] = field(default_factory=dict)  # id or alias -> id
     serve: ServeConfig = field(default_factory=ServeConfig)  # the [serve] table
+    groups: tuple[Group, ...] = ()  # the [groups.ID] tables
+    # What the file says that the router does not take (a llama-swap config's), a line each.
+    warnings: tuple[str, ...] = ()
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model a client names by id or alias (None: no such model)."""
@@ -120,13 +141,13 @@ def parse_config(
 ) -> RouterConfig:
     """Check a parsed ``models.toml``; relative model paths are relative to ``base_dir``
     (the file's folder)."""
-    unknown = sorted(set(document) - {"models", "serve"})
+    unknown = sorted(set(document) - set(TOP_KEYS))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], ("models", "serve"), n=1)
+        close = difflib.get_close_matches(unknown[0], TOP_KEYS, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UsageError(
-            f"{source}: unknown top-level key {unknown[0]!r}; {hint}expected [models.ID] "
-            "tables and a [serve] table"
+            f"{source}: unknown top-level key {unknown[0]!r}; {hint}expected [models.ID], "
+            "[groups.ID] and [serve] tables"
         )
     tables = document.get("models")
     if not isinstance(tables, Mapping) or not tables:
@@ -136,7 +157,8 @@ def parse_config(
         )
     models = tuple(_model(str(name), table, source, base_dir) for name, table in tables.items())
     serve = parse_serve(document.get("serve", {}), source)
-    return RouterConfig(models, source, _names(models, source), serve)
+    groups = parse_groups(document.get("groups", {}), (m.id for m in models), source)
+    return RouterConfig(models, source, _names(models, source), serve, groups)
 
 
 def _model(name: str, table: object, source: str, base_dir: str | None) -> ModelConfig:
@@ -152,6 +174,7 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
     engine = engine_fields(table, where)
     args = _strings(table.get("args", []), f"{where} args")
     model = None if "cmd" in engine else _model_path(table.get("model"), args, where, base_dir)
+    binary = _binary(table, where)
     return ModelConfig(
         id=name,
         model=model,
@@ -160,10 +183,23 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
         ttl_s=_ttl(table.get("ttl", 0), where),
         pinned=_bool(table.get("pinned", False), f"{where} pinned"),
         aliases=_strings(table.get("aliases", []), f"{where} aliases"),
+        unlisted=_bool(table.get("unlisted", False), f"{where} unlisted"),
+        binary=binary,
         args=args,
         topology=_topology(table.get("topology", "prefer"), where),
         **engine,
     )
+
+
+def _binary(table: Mapping[str, Any], where: str) -> str | None:
+    value = table.get("binary")
+    if value is None:
+        return None
+    if "cmd" in table:
+        raise UsageError(f"{where} binary: goes with llama-server; a cmd engine names its program")
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise UsageError(f"{where} binary: expected the path of a llama-server, got {value!r}")
+    return os.path.expanduser(value)
 
 
 def _topology(value: object, where: str) -> str:
@@ -260,18 +296,28 @@ def _names(models: Sequence[ModelConfig], source: str) -> dict[str, str]:
     return names
 
 
+YAML_SUFFIXES = (".yaml", ".yml")  # llama-swap's config.yaml
+
+
 def read_config(path: str | os.PathLike[str]) -> RouterConfig:
-    """Read and check a ``models.toml`` file (one-line :class:`UsageError` on any problem)."""
-    import sys
+    """Read and check a ``models.toml`` file, or a llama-swap ``config.yaml``
+    (:mod:`~xpulaunch.llamacpp.router.swap_yaml`): a one-line :class:`UsageError` on any
+    problem."""
+    shown = os.fspath(path)
+    try:
+        text = _read_text(path, shown)
+        if shown.endswith(YAML_SUFFIXES):
+            return _from_yaml(text, shown)
+        document = _parse_toml(text, shown)
+    except RecursionError as exc:  # arrays nested thousands deep
+        raise UsageError("nested too deeply", option="config", value=shown) from exc
+    base = os.path.dirname(os.path.abspath(shown))
+    return parse_config(document, source=shown, base_dir=base)
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
 
+def _read_text(path: str | os.PathLike[str], shown: str) -> str:
     from xpulaunch.textfiles import read_regular_file
 
-    shown = os.fspath(path)
     try:
         # A regular file of a sane size: a FIFO blocked the open for ever, /dev/zero never ended.
         data = read_regular_file(path, MAX_CONFIG_BYTES)
@@ -279,14 +325,47 @@ def read_config(path: str | os.PathLike[str]) -> RouterConfig:
             raise UsageError(
                 f"larger than {MAX_CONFIG_BYTES // 2**20} MiB", option="config", value=shown
             )
-        document = tomllib.loads(data.decode("utf-8"))
+        return data.decode("utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read it ({exc.strerror})", option="config", value=shown) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"not valid TOML: {exc}", option="config", value=shown) from exc
     except UnicodeDecodeError as exc:
         raise UsageError(f"not UTF-8 text ({exc.reason})", option="config", value=shown) from exc
-    except RecursionError as exc:  # arrays nested thousands deep
-        raise UsageError("nested too deeply", option="config", value=shown) from exc
-    base = os.path.dirname(os.path.abspath(shown))
-    return parse_config(document, source=shown, base_dir=base)
+
+
+def _parse_toml(text: str, shown: str) -> dict[str, Any]:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        document: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not valid TOML: {exc}", option="config", value=shown) from exc
+    return document
+
+
+def _from_yaml(text: str, shown: str) -> RouterConfig:
+    """A llama-swap config: its models, and a warning per key not taken. Relative paths in
+    its commands are the working folder's, as for llama-swap."""
+    from xpulaunch.llamacpp.router.swap_yaml import translate
+
+    try:
+        import yaml
+    except ImportError:
+        raise UsageError(
+            "reading llama-swap's YAML needs PyYAML: pip install 'xpulaunch[serve]'",
+            option="config",
+            value=shown,
+        ) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise UsageError(f"{at}{problem}", option="config", value=shown) from None
+    translated, warnings = translate(document, os.environ, source=shown, cwd=os.getcwd())
+    config = parse_config(translated, source=shown, base_dir=os.getcwd())
+    return replace(config, warnings=tuple(warnings))

@@ -31,6 +31,7 @@ from xpulaunch.llamacpp.router.events import (
     ModelLoading,
     ModelUnloaded,
 )
+from xpulaunch.llamacpp.router.groups import must_unload
 from xpulaunch.llamacpp.router.policy import (
     ModelState,
     Outcome,
@@ -41,7 +42,13 @@ from xpulaunch.llamacpp.router.policy import (
     no_room,
     with_readings,
 )
-from xpulaunch.llamacpp.router.setup import Setup, model_env, packed, prepare_model
+from xpulaunch.llamacpp.router.setup import (
+    Setup,
+    model_env,
+    packed,
+    placement_env,
+    prepare_model,
+)
 from xpulaunch.llamacpp.router.slot import LoadFailed, NoRoom, RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
@@ -292,16 +299,17 @@ class ModelManager:
         evicted: list[str] = []
         async with self._place_lock:
             for _ in range(PLACE_TRIES):
+                swapped = self._swapped_out(slot)
+                if swapped:
+                    await self._unload_all(swapped, "swapped", by=slot.id)
+                    evicted += swapped
+                    continue
                 await self._look()
                 wanted = packed(slot.config, prepared, self._inventory, self.setup.parent_env)
                 leases = await self._blocking(self._leases.view)
                 evict = self._evictions(slot, wanted, leases)
                 if evict:
-                    for victim in evict:
-                        self.slots[victim].state = ModelState.UNLOADING
-                    await asyncio.gather(
-                        *(self._unload(self.slots[v], "evicted", by=slot.id) for v in evict)
-                    )
+                    await self._unload_all(evict, "evicted", by=slot.id)
                     evicted += evict
                     continue
                 try:
@@ -311,6 +319,26 @@ class ModelManager:
                     continue  # another job took a device meanwhile: look again
                 return plan, lease, tuple(evicted)
         raise NoRoom(f"model {slot.id}: devices kept being taken by other jobs; try again")
+
+    async def _unload_all(self, ids: tuple[str, ...], reason: str, *, by: str) -> None:
+        for victim in ids:
+            self.slots[victim].state = ModelState.UNLOADING
+        await asyncio.gather(*(self._unload(self.slots[v], reason, by=by) for v in ids))
+
+    def _swapped_out(self, slot: Slot) -> tuple[str, ...]:
+        """The idle models its group's rules unload before it loads (:mod:`.groups`);
+        :class:`NoRoom` while one of them has requests in flight or loads."""
+        live = (ModelState.READY, ModelState.LOADING)
+        loaded = [s.id for s in self.slots.values() if s.state in live and s is not slot]
+        victims = tuple(must_unload(slot.id, self.config.groups, loaded))
+        for victim in victims:
+            other = self.slots[victim]
+            if other.in_flight or other.state is ModelState.LOADING:
+                raise NoRoom(
+                    f"model {slot.id} waits for {victim} to finish its requests: their groups "
+                    "do not let both stay loaded"
+                )
+        return victims
 
     def _evictions(self, slot: Slot, prepared: Prepared, leases: LeaseView) -> tuple[str, ...]:
         """Which of our idle models to evict now (on the loop: no request changes them while
@@ -327,7 +355,7 @@ class ModelManager:
             gone = {job_of[model] for model in evicted if model in job_of}
             left = {**leases.unavailable(share, ignoring=gone), **avoid}
             try:
-                planned = self._plan(prepared, left)
+                planned = self._plan(slot, prepared, left)
             except (SelectionError, DeviceBusyError) as exc:
                 errors.append(exc.message)
                 return Outcome.NONE
@@ -341,12 +369,11 @@ class ModelManager:
             raise NoRoom(no_room(slot.id, reason, views))
         return chosen
 
-    def _plan(self, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
+    def _plan(self, slot: Slot, prepared: Prepared, unavailable: Mapping[str, str]) -> LlamaPlan:
         from xpulaunch.llamacpp.prepare import plan_prepared
 
-        return plan_prepared(
-            prepared, self._inventory, self.setup.parent_env, unavailable=unavailable
-        )
+        env = placement_env(slot.config, self.setup)
+        return plan_prepared(prepared, self._inventory, env, unavailable=unavailable)
 
     async def _look(self) -> None:
         """A fresh probe (when the router probes), with the devices of our own loaded models
@@ -377,7 +404,7 @@ class ModelManager:
         from xpulaunch.llamacpp.launch import lease_plan
 
         command = ["xpulaunch", "llama", "serve", slot.id]
-        env = self.setup.parent_env  # a model's env does not steer where it goes: gpus does
+        env = placement_env(slot.config, self.setup)  # gpus, and a mask its env pins
         return lease_plan(
             prepared, self._inventory, env, self._leases, command=command, avoid=avoid
         )

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from xpulaunch.core.units import parse_size
 from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.engine import check_path, split_cmd
 
-SERVE_KEYS = ("api_keys", "cors", "yield_to_jobs")
+SERVE_KEYS = ("api_keys", "cors", "yield_to_jobs", "ready_timeout", "start_port")
 MAX_CONCURRENCY = 4096
 API_KEY_VAR = "XPULAUNCH_API_KEY"
 
@@ -45,13 +45,16 @@ class ServeConfig:
     # Unload idle models from the GPUs a waiting launch wants (False: never; the router's
     # --no-yield-to-jobs says the same).
     yield_to_jobs: bool = True
+    # How long a model may take to become ready (None: --ready-timeout's).
+    ready_timeout_s: float | None = None
+    # The first port tried for a server (None: any free port), as llama-swap's startPort.
+    start_port: int | None = None
 
     def __repr__(self) -> str:  # never a key, even in a traceback's locals
         return f"ServeConfig(api_keys=<{len(self.api_keys)} hidden>, cors={self.cors!r})"
 
     def with_keys(self, keys: tuple[str, ...]) -> ServeConfig:
-        keys = tuple(dict.fromkeys((*self.api_keys, *keys)))
-        return ServeConfig(keys, self.cors, self.yield_to_jobs)
+        return replace(self, api_keys=tuple(dict.fromkeys((*self.api_keys, *keys))))
 
 
 def parse_serve(table: object, source: str) -> ServeConfig:
@@ -74,7 +77,25 @@ def parse_serve(table: object, source: str) -> ServeConfig:
         tuple(check_key(k, f"{where} api_keys") for k in keys),
         tuple(_origin(o, f"{where} cors") for o in origins),
         yielding,
+        _seconds(table.get("ready_timeout"), f"{where} ready_timeout"),
+        _port(table.get("start_port"), f"{where} start_port"),
     )
+
+
+def _seconds(value: object, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10**7:
+        raise UsageError(f"{where}: expected seconds above 0, got {value!r}")
+    return float(value)
+
+
+def _port(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise UsageError(f"{where}: expected a port from 1 to 65535, got {value!r}")
+    return value
 
 
 def check_key(value: object, where: str) -> str:

@@ -553,7 +553,9 @@ class Proxy(Forwarder):
         }
 
     async def models_list(self, request: web.Request) -> web.Response:
-        data = [self._model_object(s) for s in self.manager.slots.values()]
+        # An unlisted model is served when named, but not listed (llama-swap's unlisted).
+        slots = self.manager.slots.values()
+        data = [self._model_object(s) for s in slots if not s.config.unlisted]
         return web.json_response({"object": "list", "data": data})
 
     async def one_model(self, request: web.Request) -> web.Response:

@@ -318,7 +318,8 @@ class Router:
         except UsageError as exc:
             self._on_message(f"reload: {exc.cli_message()}; serving the config before it")
             raise
-        said = manager.reconfigure(config) or ["no change"]
+        said = [f"warning: {w}" for w in config.warnings]
+        said += manager.reconfigure(config) or ["no change"]
         self.config = config
         if self._fronts is not None:
             self._fronts.reconfigure(config)

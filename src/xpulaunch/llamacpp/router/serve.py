@@ -69,6 +69,7 @@ def make_router(
     room_wait_s: float = 10.0,
     yield_to_jobs: bool = True,
     api_keys: Sequence[str] = (),
+    ready_timeout_s: float | None = None,
 ) -> Router:
     """A router, checked but not started (see :func:`serve_models`). Without an
     ``inventory`` (or with ``reprobe``) the host is probed again before each load, in a child
@@ -76,7 +77,9 @@ def make_router(
     ``room_wait_s``: how long a model's load waits for busy models of the router to become
     idle (and evictable) when they hold the devices it needs (0: a 503 at once).
     ``yield_to_jobs``: unload idle models from the GPUs a launch waiting in line wants.
-    ``api_keys``: keys a request may carry, beside the config's ``[serve] api_keys``."""
+    ``api_keys``: keys a request may carry, beside the config's ``[serve] api_keys``.
+    ``ready_timeout_s``: how long a model may take to become ready, over ``health``'s and the
+    config's ``[serve] ready_timeout`` (llama-swap's ``healthCheckTimeout``)."""
     require_aiohttp()
     checked = with_api_keys(load_config(config), api_keys)
     check_models(checked)
@@ -88,14 +91,16 @@ def make_router(
 
         inventory = probe_host(env=env)
     check_memory(checked, inventory)
+    check_pins(checked, inventory, env)
     if max_body_bytes < 1:
         raise UsageError("must be at least 1 byte", option="max_body_bytes", value=max_body_bytes)
     if not 0 <= room_wait_s < float("inf"):
         raise UsageError("expected seconds >= 0", option="room_wait_s", value=room_wait_s)
+    timeout = ready_timeout_s or checked.serve.ready_timeout_s
     setup = Setup(
         inventory=inventory,
         parent_env=env,
-        health=health,
+        health=health if timeout is None else replace(health, ready_timeout_s=timeout),
         policy=policy,
         binary=binary or env.get(BINARY_VAR) or None,
         llama_backend=parse_llama_backend(llama_backend),
@@ -106,6 +111,7 @@ def make_router(
         reprobe=reprobe,
         room_wait_s=room_wait_s,
         yield_to_jobs=bool(yield_to_jobs) and checked.serve.yield_to_jobs,
+        start_port=checked.serve.start_port,
     )
     router = Router(
         checked,
@@ -156,7 +162,7 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
     of a GPU when it is packed beside others, and the devices it would get."""
     from xpulaunch.leases.manager import LeaseManager, LeaseView
     from xpulaunch.llamacpp.prepare import plan_prepared
-    from xpulaunch.llamacpp.router.setup import packed
+    from xpulaunch.llamacpp.router.setup import packed, pin_note, placement_env
 
     setup = router.setup
     leases = LeaseManager(setup.lock_dir).view() if this_host else LeaseView({}, {})
@@ -165,9 +171,12 @@ def dry_run_plans(router: Router, *, this_host: bool) -> dict[str, LlamaPlan]:
         prepared = prepare_model(model, setup, dry_run=True)
         prepared = packed(model, prepared, setup.inventory, setup.parent_env)
         held = leases.unavailable(prepared.request.share)
-        plans[model.id] = plan_prepared(
-            prepared, setup.inventory, setup.parent_env, unavailable=held
-        )
+        env = placement_env(model, setup)
+        plan = plan_prepared(prepared, setup.inventory, env, unavailable=held)
+        note = pin_note(model)
+        if note is not None:
+            plan = replace(plan, plan=replace(plan.plan, notes=(note, *plan.plan.notes)))
+        plans[model.id] = plan
     return plans
 
 
@@ -187,3 +196,26 @@ def check_memory(config: RouterConfig, inventory: Inventory) -> None:
                 f"every GPU here together ({format_bytes(sum(totals))}; the largest has "
                 f"{format_bytes(max(totals))})"
             )
+
+
+def check_pins(config: RouterConfig, inventory: Inventory, env: Mapping[str, str]) -> None:
+    """A mask a model's ``env`` pins by hand must name a device of this host: one line at
+    start, not a failed load at its first request."""
+    from xpulaunch.core.visibility import VENDOR_VARS, parent_visible
+    from xpulaunch.errors import MaskError
+    from xpulaunch.llamacpp.router.setup import pinned_by_hand
+
+    for model in config.models:
+        pins = pinned_by_hand(model)
+        for vendor, names in VENDOR_VARS.items():
+            given = [f"{n}={pins[n]}" for n in names if n in pins]
+            if not given or not inventory.of(vendor):
+                continue
+            where = f"{config.source}: [models.{model.id}] env {' '.join(given)}"
+            try:
+                visible = parent_visible(inventory, vendor, {**env, **pins}, hierarchy=None)
+            except MaskError as exc:
+                raise UsageError(f"{where}: {exc.detail}") from None
+            if not visible.units:
+                have = ", ".join(d.label() for d in inventory.of(vendor))
+                raise UsageError(f"{where}: names no {vendor.value} device here (there are {have})")

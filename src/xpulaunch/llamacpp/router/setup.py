@@ -44,6 +44,7 @@ class Setup:
     # Probe the host again before each placement (the inventory is this host's, not a file):
     # other programs come and go on the GPUs while a router runs for days.
     reprobe: bool = False
+    start_port: int | None = None  # the first port tried for a server ([serve] start_port)
 
 
 def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
@@ -51,21 +52,49 @@ def model_request(model: ModelConfig, setup: Setup) -> LlamaRequest:
     return LlamaRequest(
         model=model.model,
         replicas=model.replicas,
-        binary=(model.cmd[0] if model.cmd else None) or setup.binary or "llama-server",
+        binary=(model.cmd[0] if model.cmd else model.binary) or setup.binary or "llama-server",
         llama_backend=setup.llama_backend,
         passthrough=() if model.cmd else _server_args(model),
         gpus=model.gpus,
         backend=setup.backend,
         topology=model.topology,
+        first_port=setup.start_port,
     )
 
 
 def model_env(model: ModelConfig, setup: Setup) -> dict[str, str]:
     """The environment the model's servers start from (and its estimate is asked in): the
     router's, with the model's ``env`` on top; the plan's own variables, the device masks, go
-    on top of both. It does not steer the placement (planned in the router's): ``gpus``
-    does."""
+    on top of both. Only the masks in it steer the placement (:func:`placement_env`)."""
     return {**setup.parent_env, **model.env}
+
+
+def pinned_by_hand(model: ModelConfig) -> dict[str, str]:
+    """The device masks a model's ``env`` sets by hand (``CUDA_VISIBLE_DEVICES=1``, as
+    llama-swap configs pin a model), with the variables that say how to read them."""
+    from xpulaunch.core.visibility import CUDA_ORDER_VAR, PCI_ORDER_VAR, VENDOR_VARS
+
+    masks = {v for names in VENDOR_VARS.values() for v in names}
+    if not masks & set(model.env):
+        return {}
+    return {k: v for k, v in model.env.items() if k in masks | {CUDA_ORDER_VAR, PCI_ORDER_VAR}}
+
+
+def placement_env(model: ModelConfig, setup: Setup) -> dict[str, str]:
+    """The environment a model is planned in: the router's, with the masks its ``env`` sets
+    by hand over the router's own. Such a mask keeps the model on the devices it names, as a
+    parent's mask keeps any launch there; the servers then get the masks of the devices
+    chosen among those, leased like any others (what ``status`` and ``top`` show)."""
+    return {**setup.parent_env, **pinned_by_hand(model)}
+
+
+def pin_note(model: ModelConfig) -> str | None:
+    """What the dry run says of a model pinned by hand (None: not pinned)."""
+    pins = pinned_by_hand(model)
+    if not pins:
+        return None
+    said = " ".join(f"{k}={v}" for k, v in pins.items())
+    return f"pinned by hand: its env sets {said}; it goes only on the devices that names"
 
 
 def prepare_model(model: ModelConfig, setup: Setup, *, dry_run: bool = False) -> Prepared:
