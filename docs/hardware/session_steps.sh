@@ -52,7 +52,7 @@ build_llama() {  # the CUDA llama-server and llama-fit-params (llama_serve_check
 router_wheels() {  # aiohttp and uvloop for the router, installed as users get them (bytecode
     # compiled), and the tests' tiny GGUF writer (numpy is the image's)
     python3 -m pip install -q --no-index --target /tmp/xpulaunch-site --find-links .whl \
-        aiohttp uvloop >>"$R/gpu_env.log" 2>&1
+        aiohttp uvloop prometheus-client >>"$R/gpu_env.log" 2>&1
     python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site \
         .whl/gguf-*.whl >>"$R/gpu_env.log" 2>&1
 }
