@@ -24,6 +24,7 @@ single line on stderr and its ``exit_code``; nothing else escapes as a traceback
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import TypeVar
 
@@ -105,6 +106,23 @@ def member_of(kind: type[E], option: str, value: object) -> E:
     except ValueError:
         words = ", ".join(m.value for m in kind)
         raise UsageError(f"expected one of {words}", option=option, value=value) from None
+
+
+def nearest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to a mistyped ``word`` (difflib's measure), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return close[0] if close else None
+
+
+def refuse_unknown_keys(given: Iterable[object], known: Sequence[str], where: str) -> None:
+    """A table's first unknown key, as one line naming the nearest known one and all of them."""
+    unknown = sorted(str(k) for k in given if k not in known)
+    if unknown:
+        close = nearest(unknown[0], known)
+        hint = f"did you mean {close!r}? " if close else ""
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}; {hint}expected {', '.join(known)}")
 
 
 class MaskError(UsageError):

@@ -22,7 +22,6 @@ Every error names the file, the table and the key, and says what would be valid.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xpulaunch.core.selection import parse_gpus
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import UsageError, nearest, refuse_unknown_keys
 from xpulaunch.llamacpp import args as llama_args
 from xpulaunch.llamacpp.router.groups import Group, parse_groups
 from xpulaunch.llamacpp.router.options import ServeConfig, engine_fields, parse_serve
@@ -143,8 +142,8 @@ def parse_config(
     (the file's folder)."""
     unknown = sorted(set(document) - set(TOP_KEYS))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], TOP_KEYS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = nearest(unknown[0], TOP_KEYS)
+        hint = f"did you mean {close!r}? " if close else ""
         raise UsageError(
             f"{source}: unknown top-level key {unknown[0]!r}; {hint}expected [models.ID], "
             "[groups.ID] and [serve] tables"
@@ -166,11 +165,7 @@ def _model(name: str, table: object, source: str, base_dir: str | None) -> Model
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}: expected a table of {', '.join(KEYS)}")
     check_id(name, where)
-    unknown = sorted(set(table) - set(KEYS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], KEYS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"{where}: unknown key {unknown[0]!r}; {hint}expected {', '.join(KEYS)}")
+    refuse_unknown_keys(table, KEYS, where)
     engine = engine_fields(table, where)
     args = _strings(table.get("args", []), f"{where} args")
     model = None if "cmd" in engine else _model_path(table.get("model"), args, where, base_dir)

@@ -16,11 +16,10 @@ one only when memory runs out (or a group's rule says so).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import UsageError, nearest, refuse_unknown_keys
 
 GROUP_KEYS = ("members", "swap", "exclusive", "persistent")
 
@@ -64,14 +63,14 @@ def parse_groups(tables: object, model_ids: Iterable[str], source: str) -> tuple
         where = f"{source}: [groups.{name}]"
         if not isinstance(table, Mapping):
             raise UsageError(f"{where}: expected a table of {', '.join(GROUP_KEYS)}")
-        _known_keys(table, where)
+        refuse_unknown_keys(table, GROUP_KEYS, where)
         members = table.get("members")
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise UsageError(f'{where} members: expected a list of model ids, e.g. ["qwen"]')
         for member in members:
             if member not in ids:
-                close = difflib.get_close_matches(member, ids, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                close = nearest(member, ids)
+                hint = f"; did you mean {close!r}?" if close else ""
                 raise UsageError(f"{where} members: {member!r} is not a model{hint}")
             if member in member_of:
                 raise UsageError(
@@ -85,16 +84,6 @@ def parse_groups(tables: object, model_ids: Iterable[str], source: str) -> tuple
 
 
 _DEFAULTS = {"swap": True, "exclusive": True, "persistent": False}
-
-
-def _known_keys(table: Mapping[str, object], where: str) -> None:
-    unknown = sorted(set(table) - set(GROUP_KEYS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], GROUP_KEYS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(
-            f"{where}: unknown key {unknown[0]!r}; {hint}expected {', '.join(GROUP_KEYS)}"
-        )
 
 
 def _flag(table: Mapping[str, object], key: str, default: bool, where: str) -> bool:

@@ -22,13 +22,12 @@ API keys are secrets: no message of this module shows one.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from xpulaunch.core.units import parse_size
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import UsageError, refuse_unknown_keys
 from xpulaunch.llamacpp.engine import check_path, split_cmd
 
 SERVE_KEYS = ("api_keys", "cors", "yield_to_jobs", "ready_timeout", "start_port")
@@ -61,13 +60,7 @@ def parse_serve(table: object, source: str) -> ServeConfig:
     where = f"{source}: [serve]"
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}: expected a table of {', '.join(SERVE_KEYS)}")
-    unknown = sorted(set(table) - set(SERVE_KEYS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], SERVE_KEYS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(
-            f"{where}: unknown key {unknown[0]!r}; {hint}expected {', '.join(SERVE_KEYS)}"
-        )
+    refuse_unknown_keys(table, SERVE_KEYS, where)
     keys = _list(table.get("api_keys", []), f"{where} api_keys")
     origins = _list(table.get("cors", []), f"{where} cors")
     yielding = table.get("yield_to_jobs", True)

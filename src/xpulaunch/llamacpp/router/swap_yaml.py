@@ -23,14 +23,13 @@ model; llama-swap does not read them.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpulaunch.errors import UsageError
+from xpulaunch.errors import UsageError, nearest
 
 # xpulaunch's own keys, taken as models.toml takes them.
 OWN_KEYS = ("memory", "gpus", "replicas", "pinned", "topology", "max_queue")
@@ -122,8 +121,8 @@ def _top_warnings(document: Mapping[str, Any], source: str) -> list[str]:
 def _not_taken(key: str, where: str, taken: Sequence[str], reasons: Mapping[str, str]) -> str:
     if key in reasons:
         return f"{where}: not taken ({reasons[key]})"
-    close = difflib.get_close_matches(key, [*taken, *reasons], n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = nearest(key, [*taken, *reasons])
+    hint = f"; did you mean {close!r}?" if close else ""
     return f"{where}: unknown key, ignored{hint}"
 
 
@@ -183,8 +182,8 @@ def expand(
     text = text.replace("${MODEL_ID}", model_id)
     unknown = [n for n in _MACRO.findall(text) if n != "PORT"]
     if strict and unknown:
-        close = difflib.get_close_matches(unknown[0], list(macros), n=1)
-        hint = f"; did you mean ${{{close[0]}}}?" if close else ""
+        close = nearest(unknown[0], macros)
+        hint = f"; did you mean ${{{close}}}?" if close else ""
         raise UsageError(f"{where}: ${{{unknown[0]}}} is not a macro{hint}")
     return text
 
@@ -367,8 +366,8 @@ def _preload(hooks: object, tables: Mapping[str, Any], source: str) -> list[str]
         raise UsageError(f"{where}: expected a list of model ids")
     for name in names:
         if name not in tables:
-            close = difflib.get_close_matches(name, list(tables), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = nearest(name, tables)
+            hint = f"; did you mean {close!r}?" if close else ""
             raise UsageError(f"{where}: {name!r} is not a model{hint}")
     return names
 
