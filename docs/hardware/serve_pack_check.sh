@@ -60,9 +60,10 @@ ask() {  # MODEL: the HTTP status of a whole chat answer
         -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 8}"
 }
 states() {  # id=state@devices for every model
-    curl -s "$URL/models/status" | python3 -c '
-import json, sys
-print(" ".join(f"{m[\"id\"]}={m[\"state\"]}@{\",\".join(m[\"devices\"]) or \"-\"}" for m in json.load(sys.stdin)["models"]))'
+    curl -s "$URL/models/status" | python3 -c 'import json, sys
+for m in json.load(sys.stdin)["models"]:
+    print(m["id"] + "=" + m["state"] + "@" + (",".join(m["devices"]) or "-"), end=" ")
+print()'
 }
 count_events() {  # FILE EVENT [REASON]
     python3 - "$@" <<'EOF'
