@@ -9,12 +9,14 @@
 #     bash docs/hardware/session18.sh s    # the build finished if it ran out of time, then
 #                                          # serve_pack_check.sh (two models on one GPU, a
 #                                          # training job taking it, a llama-swap config)
+#     bash docs/hardware/session18.sh x    # with router_holds_port.patch applied: the bench
+#                                          # with the router holding the port, against not
 #
 # Each phase's logs go into $OUT/phase_X.tar.gz and its verdict lines into
 # $OUT/phase_X_summary.txt. A warm machine keeps /tmp/llama-cuda between the two calls.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-PHASE=${1:?b or s}
+PHASE=${1:?b, s or x}
 SESSION=session18
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
@@ -46,6 +48,17 @@ b)
         grep -E 'added|p50|p99|lost' "$R/bench_router_$run/stdout.log" | tail -14 >>"$SUMMARY"
     done
     build_rest $((560 - SECONDS))
+    ;;
+x)  # the router holding the port (fronts take every connection) against serving a share:
+    # needs 2026-12-02-s18-h200x1/router_holds_port.patch applied (not kept: it did not help)
+    for held in 0 1 0 1; do
+        step "bench_held_$held" 100 env XPULAUNCH_ROUTER_HOLDS_PORT=$held python3 \
+            bench/bench_router.py --upstream stamped --front-processes 8 --client-processes 4 \
+            --rounds 4 --leavers 0
+        note "held=$held"
+        grep -E 'request reaches upstream' "$R/bench_held_$held/stdout.log" >>"$SUMMARY"
+        mv "$R/bench_held_$held" "$R/bench_held_${held}_$SECONDS"
+    done
     ;;
 s)
     build_rest 300

@@ -38,7 +38,7 @@ def model(tmp_path: Path, tiny_model: Path) -> Path:
         ('[models.a]\nmodel = "m.gguf"\nreplica = 2\n', "[models.a]: unknown key 'replica'"),
         ('[models.a]\nmodel = "nope.gguf"\n', "[models.a] model {dir}/nope.gguf: no such file"),
         ('[models.a]\nmodel = "m.gguf"\nttl = "10m"\n', "[models.a] ttl: expected seconds"),
-        ("[other]\n", "unknown top-level key 'other'; expected [models.ID] tables"),
+        ("[other]\n", "unknown top-level key 'other'; expected [models.ID], [groups.ID]"),
         # The id names its log folder: one that leads out of --log-dir is refused.
         ('[models."../../escaped"]\nmodel = "m.gguf"\n', "{dir}/models.toml: [models.../../e"),
         # The keys of other engines, env, preload, concurrency, and [serve].
