@@ -214,3 +214,58 @@ def test_bad_input_is_one_line_and_starts_nothing(tmp_path: Path, text: str, mes
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert __import__("re").search(message, lines[0]), lines[0]
     assert not LeaseManager(tmp_path / "locks").status().leases
+
+
+def test_a_group_member_waits_for_the_busy_one_it_would_swap_out(tmp_path: Path) -> None:
+    """[groups.ID] in models.toml: b may not load while a, in the same swapping group, has a
+    stream under way: b's request waits (up to --room-wait) and gets 503 naming a; once a's
+    stream ends, b's next request unloads a ("swapped") and loads. The group is exclusive (the
+    default): loading a unloaded c, in no group."""
+    import threading
+    import urllib.request
+
+    hold = tmp_path / "go"
+
+    def engine(*extra: str) -> dict[str, object]:
+        cmd = [sys.executable, ENGINE, "--port", "${PORT}", "--name", "${MODEL}", *extra]
+        return {"cmd": cmd, "gpus": "none"}
+
+    config = {
+        "models": {"a": engine("--hold", str(hold)), "b": engine(), "c": engine()},
+        "groups": {"pair": {"members": ["a", "b"]}},
+    }
+    seen = Seen()
+    router = xpulaunch.serve_models(
+        config, inventory=load_inventory("cpu-only.json"), lock_dir=tmp_path / "locks",
+        health=FAST, grace_s=5.0, room_wait_s=0.5, on_event=seen.on_event,
+        on_message=seen.messages.append,
+    )  # fmt: skip
+    with router:
+        for model in ("c", "a"):
+            assert call(router.url, "/v1/chat/completions", chat(model))[0] == 200
+        body = json.dumps(chat("a", stream=True)).encode()
+        request = urllib.request.Request(
+            router.url + "/v1/chat/completions", data=body,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        out: list[str] = []
+        streaming = threading.Thread(
+            target=lambda: out.append(urllib.request.urlopen(request, timeout=60).read().decode()),
+            daemon=True,
+        )
+        streaming.start()
+        deadline = time.monotonic() + 20
+        while {m["id"]: m for m in router.status()}["a"]["in_flight"] != 1:
+            assert time.monotonic() < deadline, "a's stream never began"
+            time.sleep(0.02)
+        status, answer, _ = call(router.url, "/v1/chat/completions", chat("b"))
+        assert status == 503, answer
+        assert "waits for a to finish its requests" in answer["error"]["message"]
+        hold.touch()
+        streaming.join(30)
+        assert "data: [DONE]" in out[0]
+        assert call(router.url, "/v1/chat/completions", chat("b"))[0] == 200
+        states = {m["id"]: m["state"] for m in router.status()}
+        assert states == {"a": "unloaded", "b": "ready", "c": "unloaded"}
+        unloaded = [(e.model, e.reason, e.by) for e in seen.of(ModelUnloaded)]
+        assert unloaded == [("c", "swapped", "a"), ("a", "swapped", "b")]
