@@ -193,6 +193,8 @@ def test_the_dry_run_says_the_hand_pin_and_each_key_not_taken(
     [
         ("models:\n  a:\n    cmd: /no/such/engine --port ${PORT}\n",
          "cmd: '/no/such/engine' is not an executable program"),
+        ("models:\n  a:\n    cmd: /no/llama-server --port ${PORT} -m config.yaml\n",
+         "binary: '/no/llama-server' is not an executable program"),
         ("models:\n  a:\n    cmd: x --port ${PORT} ${env.XPULAUNCH_TEST_UNSET}\n",
          "XPULAUNCH_TEST_UNSET is not set"),
         ('models:\n  a:\n    cmd: true --port ${PORT}\n    env: ["CUDA_VISIBLE_DEVICES=7"]\n',
@@ -269,3 +271,29 @@ def test_a_group_member_waits_for_the_busy_one_it_would_swap_out(tmp_path: Path)
         assert states == {"a": "unloaded", "b": "ready", "c": "unloaded"}
         unloaded = [(e.model, e.reason, e.by) for e in seen.of(ModelUnloaded)]
         assert unloaded == [("c", "swapped", "a"), ("a", "swapped", "b")]
+
+
+def test_a_llama_swap_config_reloads_and_keeps_a_loaded_models_server(tmp_path: Path) -> None:
+    """POST /models/reload reads the YAML again: a new model is served, the loaded one keeps
+    its server (the same pid), and the new file's key not taken is said again."""
+    engine = f"{sys.executable} {ENGINE} --port ${{PORT}} --name ${{MODEL_ID}}"
+    path = tmp_path / "config.yaml"
+    path.write_text(f"models:\n  a:\n    cmd: {engine}\n    gpus: none\n")
+    seen = Seen()
+    router = xpulaunch.serve_models(
+        path, inventory=load_inventory("cpu-only.json"), lock_dir=tmp_path / "locks",
+        health=FAST, grace_s=5.0, on_event=seen.on_event, on_message=seen.messages.append,
+    )  # fmt: skip
+    with router:
+        assert call(router.url, "/v1/chat/completions", chat("a"))[0] == 200
+        path.write_text(
+            f"models:\n  a:\n    cmd: {engine}\n    gpus: none\n"
+            f"  b:\n    cmd: {engine}\n    gpus: none\n    name: B\n"
+        )
+        status, body, _ = call(router.url, "/models/reload", {})
+        assert status == 200, body
+        assert call(router.url, "/v1/chat/completions", chat("b"))[0] == 200
+        assert any("models.b.name: not taken" in line for line in seen.messages), seen.messages
+        assert not seen.of(ModelUnloaded)  # a kept its server: started once
+        started = [model for e, model in seen.events if type(e).__name__ == "Started"]
+        assert started == ["a", "b"]

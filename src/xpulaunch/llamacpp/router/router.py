@@ -403,18 +403,19 @@ def check_models(config: RouterConfig) -> None:
 
 
 def check_engines(config: RouterConfig, env: Mapping[str, str]) -> None:
-    """Every ``cmd`` engine's program can be run (on the model's PATH): checked once, when
-    the router starts, so a typo is one line then, not a 502 at the model's first request."""
+    """Every ``cmd`` engine's program, and every model's own ``binary``, can be run (on the
+    model's PATH): checked once, when the router starts, so a typo is one line then, not a 502
+    at the model's first request."""
     import shutil
 
     for model in config.models:
-        if not model.cmd:
-            continue
-        program = model.cmd[0]
+        key, program = ("cmd", model.cmd[0]) if model.cmd else ("binary", model.binary)
+        if program is None:
+            continue  # the router's --binary, checked as for `xpulaunch llama`
         path = {**env, **model.env}.get("PATH", os.defpath)
         if shutil.which(program, path=path) is None:
             where = "" if "/" in program else " on PATH"
             raise UsageError(
-                f"{config.source}: [models.{model.id}] cmd: {program!r} is not an executable "
+                f"{config.source}: [models.{model.id}] {key}: {program!r} is not an executable "
                 f"program{where} (checked when the router starts)"
             )
