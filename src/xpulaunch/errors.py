@@ -116,6 +116,13 @@ def nearest(word: str, choices: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
+def not_one_of(word: str, choices: Iterable[str], what: str, where: str) -> UsageError:
+    """``where: 'word' is not a WHAT; did you mean 'nearest'?`` as one error."""
+    close = nearest(word, choices)
+    hint = f"; did you mean {close!r}?" if close else ""
+    return UsageError(f"{where}: {word!r} is not a {what}{hint}")
+
+
 def refuse_unknown_keys(given: Iterable[object], known: Sequence[str], where: str) -> None:
     """A table's first unknown key, as one line naming the nearest known one and all of them."""
     unknown = sorted(str(k) for k in given if k not in known)

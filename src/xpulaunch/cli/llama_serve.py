@@ -21,6 +21,7 @@ from xpulaunch.errors import UsageError
 if TYPE_CHECKING:
     from xpulaunch.events import Event
     from xpulaunch.joblog.event_stream import EventStream
+    from xpulaunch.llamacpp.router.config import RouterConfig
     from xpulaunch.llamacpp.router.router import Router
     from xpulaunch.model import Inventory
 
@@ -177,14 +178,14 @@ def serve(
 
     inventory = load_or_probe(options["inventory"], env)
     if options["dry_run"]:
-        return _dry_run(config_path, inventory, env, options, as_json)
+        return _dry_run(config, inventory, env, options, as_json)
     if as_json:
         raise UsageError("--json goes with --dry-run or --status")
-    return _serve(config_path, inventory, env, options)
+    return _serve(config, inventory, env, options)
 
 
 def _router(
-    config_path: str,
+    config: RouterConfig,
     inventory: Inventory,
     env: dict[str, str],
     options: dict[str, Any],
@@ -198,7 +199,7 @@ def _router(
     source = click.get_current_context().get_parameter_source("ready_timeout")
     given = source not in (None, click.core.ParameterSource.DEFAULT)
     return make_router(
-        config_path,
+        config,  # read once, here as in a reload (its source is the file)
         host=options["host"],
         port=options["port"],
         binary=options["binary"],
@@ -222,7 +223,7 @@ def _router(
 
 
 def _dry_run(
-    config_path: str,
+    config: RouterConfig,
     inventory: Inventory,
     env: dict[str, str],
     options: dict[str, Any],
@@ -231,7 +232,7 @@ def _dry_run(
     from xpulaunch import api
     from xpulaunch.llamacpp.router.serve import dry_run_plans
 
-    router = _router(config_path, inventory, env, options)
+    router = _router(config, inventory, env, options)
     plans = dry_run_plans(router, this_host=not options["inventory"])
     if as_json:
         documents = {model: api.plan_document(plan.plan) for model, plan in plans.items()}
@@ -245,14 +246,14 @@ def _dry_run(
 
 
 def _serve(
-    config_path: str, inventory: Inventory, env: dict[str, str], options: dict[str, Any]
+    config: RouterConfig, inventory: Inventory, env: dict[str, str], options: dict[str, Any]
 ) -> int:
     from xpulaunch.launch.operations import open_events
     from xpulaunch.processes import sd_notify
     from xpulaunch.processes.signals import FORWARDED, forwarding
 
     stream = open_events(options["events"])
-    router = _router(config_path, inventory, env, options, on_event=_writer(stream))
+    router = _router(config, inventory, env, options, on_event=_writer(stream))
     stopping = tuple(s for s in FORWARDED if s != signal.SIGHUP)  # SIGHUP: read the config again
     try:
         with (

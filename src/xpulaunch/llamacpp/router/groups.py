@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from xpulaunch.errors import UsageError, nearest, refuse_unknown_keys
+from xpulaunch.errors import UsageError, not_one_of, refuse_unknown_keys
 
 GROUP_KEYS = ("members", "swap", "exclusive", "persistent")
 
@@ -69,9 +69,7 @@ def parse_groups(tables: object, model_ids: Iterable[str], source: str) -> tuple
             raise UsageError(f'{where} members: expected a list of model ids, e.g. ["qwen"]')
         for member in members:
             if member not in ids:
-                close = nearest(member, ids)
-                hint = f"; did you mean {close!r}?" if close else ""
-                raise UsageError(f"{where} members: {member!r} is not a model{hint}")
+                raise not_one_of(member, ids, "model", f"{where} members")
             if member in member_of:
                 raise UsageError(
                     f"{where} members: {member!r} is in [groups.{member_of[member]}] already; "

@@ -29,7 +29,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpulaunch.errors import UsageError, nearest
+from xpulaunch.errors import UsageError, nearest, not_one_of
 
 # xpulaunch's own keys, taken as models.toml takes them.
 OWN_KEYS = ("memory", "gpus", "replicas", "pinned", "topology", "max_queue")
@@ -366,9 +366,7 @@ def _preload(hooks: object, tables: Mapping[str, Any], source: str) -> list[str]
         raise UsageError(f"{where}: expected a list of model ids")
     for name in names:
         if name not in tables:
-            close = nearest(name, tables)
-            hint = f"; did you mean {close!r}?" if close else ""
-            raise UsageError(f"{where}: {name!r} is not a model{hint}")
+            raise not_one_of(name, tables, "model", where)
     return names
 
 
