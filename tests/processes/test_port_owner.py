@@ -3,10 +3,13 @@ the llama servers' readiness trusts. Real sockets, and a real other process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+
+import pytest
 
 from xpulaunch.processes import procfs
 from xpulaunch.processes.ports import PortOwner, reaching, taken
@@ -30,6 +33,31 @@ def test_our_own_listening_socket_is_ours() -> None:
         PortOwner().problem("127.0.0.1", port, os.getpid())
         == f"nothing listens on 127.0.0.1:{port} now"
     )
+
+
+def test_netlink_and_proc_name_the_same_listening_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """netlink (sock_diag, asked for listening sockets only) and /proc/net/tcp agree; the
+    connections on the port (established, then closing) are not listening sockets."""
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(socket.create_server(("127.0.0.1", 0), backlog=64))
+        port = server.getsockname()[1]
+        expected = {"127.0.0.1"}
+        with contextlib.suppress(OSError):  # a host without IPv6
+            stack.enter_context(socket.create_server(("::1", port), family=socket.AF_INET6))
+            expected.add("::1")
+        for _ in range(40):
+            stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+            stack.enter_context(server.accept()[0])
+        by_netlink = procfs._listening_by_netlink(port)
+        assert set(by_netlink.values()) == expected
+        assert by_netlink == procfs._listening_in_proc(port) == procfs.listening_sockets(port)
+        assert set(by_netlink) <= procfs.socket_inodes(os.getpid())
+        # Where netlink cannot be had (a sandbox's kernel refuses the family), /proc is read.
+        monkeypatch.setattr(socket, "AF_NETLINK", -1)
+        with pytest.raises(OSError):
+            procfs._listening_by_netlink(port)
+        assert procfs.listening_sockets(port) == by_netlink
+    assert procfs.listening_sockets(port) == {}
 
 
 def test_another_process_on_the_port_is_named() -> None:
