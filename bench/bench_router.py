@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -49,8 +50,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NamedTuple
 
 import aiohttp
 
@@ -216,17 +218,26 @@ async def router_cpu(
 
 
 # -- 1b. added latency against the stamped stand-in --------------------------------------------
-async def stamped_stream(
-    session: aiohttp.ClientSession, url: str
-) -> tuple[float, list[float], bool]:
-    """Seconds from sending to the upstream's start; each event's seconds from the upstream's
-    write to our read; whether it ended with [DONE]."""
+class Stream(NamedTuple):
+    request_s: float  # from the client's send to the upstream handler's start
+    delays: list[float]  # each event's, from the upstream's write to the client's read
+    ok: bool  # ended with [DONE]
+    via: str  # the process that forwarded it (the answer's Via: the router or a front)
+    port: int  # the client's port (the connection as a front sees it)
+    sent_s: float  # CLOCK_MONOTONIC at the send
+
+
+async def stamped_stream(session: aiohttp.ClientSession, url: str) -> Stream:
+    """One streamed request (:class:`Stream`)."""
     sent = time.monotonic()
     delays: list[float] = []
     recv = None
     buffer = b""
     ended = False
     async with session.post(url + "/v1/chat/completions", json=CHAT) as answer:
+        via = answer.headers.get("Via", "").removeprefix("1.1 ")
+        assert answer.connection is not None and answer.connection.transport is not None
+        port = answer.connection.transport.get_extra_info("sockname")[1]
         async for chunk in answer.content.iter_any():
             now = time.monotonic()
             buffer += chunk
@@ -242,14 +253,14 @@ async def stamped_stream(
     ok = answer.status == 200 and ended and recv is not None and len(delays) == CHAT["max_tokens"]
     if not ok:
         LOST.append(f"{url}: HTTP {answer.status}, {len(delays)} events, ended {ended}")
-    return (recv - sent if recv is not None else float("nan")), delays, ok
+    return Stream(recv - sent if recv is not None else float("nan"), delays, ok, via, port, sent)
 
 
-def burst_at(url: str, count: int, start_at: float) -> list[tuple[float, list[float], bool]]:
+def burst_at(url: str, count: int, start_at: float) -> list[Stream]:
     """In a client process: ``count`` stamped streams at once, from ``start_at`` on the one
     clock of the host (so that several client processes send their share together)."""
 
-    async def run() -> list[tuple[float, list[float], bool]]:
+    async def run() -> list[Stream]:
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
             await asyncio.sleep(max(0.0, start_at - time.monotonic()))
@@ -259,7 +270,12 @@ def burst_at(url: str, count: int, start_at: float) -> list[tuple[float, list[fl
 
 
 async def stamped(
-    router: str, direct: str, rounds: int, count: int, clients: int = 1
+    router: str,
+    direct: str,
+    rounds: int,
+    count: int,
+    clients: int = 1,
+    trace: IO[str] | None = None,
 ) -> dict[str, object]:
     """``clients`` > 1: each burst is sent by that many client processes, ``count / clients``
     streams each, so that the bench's own event loop does not space the requests out."""
@@ -271,9 +287,7 @@ async def stamped(
         spawn = multiprocessing.get_context("spawn")
         pool = concurrent.futures.ProcessPoolExecutor(clients, mp_context=spawn)
 
-    async def burst(
-        session: aiohttp.ClientSession, url: str
-    ) -> list[tuple[float, list[float], bool]]:
+    async def burst(session: aiohttp.ClientSession, url: str) -> list[Stream]:
         if pool is None:
             return list(await asyncio.gather(*(stamped_stream(session, url) for _ in range(count))))
         start_at = time.monotonic() + 0.3
@@ -282,18 +296,22 @@ async def stamped(
         return [row for f in futures for row in await asyncio.wrap_future(f)]
 
     try:
-        return await _stamped(router, direct, rounds, burst)
+        return await _stamped(router, direct, rounds, burst, trace)
     finally:
         if pool is not None:
             pool.shutdown()
 
 
-async def _stamped(router: str, direct: str, rounds: int, burst: Any) -> dict[str, object]:
+async def _stamped(
+    router: str, direct: str, rounds: int, burst: Any, trace: IO[str] | None
+) -> dict[str, object]:
+    """``trace``: each burst request's round, way, client port, process (Via) and times."""
     ways = {"direct": direct, "router": router}
     requests: dict[str, list[float]] = {"direct": [], "router": []}
     events: dict[str, list[float]] = {"direct": [], "router": []}
     alone: dict[str, list[float]] = {"direct": [], "router": []}
     lost = {"direct": 0, "router": 0}
+    busiest: list[int] = []  # per router burst: the requests of the process that took most
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(connector=connector) as session:
         for url in ways.values():  # warm both paths
@@ -301,16 +319,30 @@ async def _stamped(router: str, direct: str, rounds: int, burst: Any) -> dict[st
         for round_ in range(rounds):
             order = ["direct", "router"] if round_ % 2 == 0 else ["router", "direct"]
             for way in order:
-                for request_s, delays, ok in await burst(session, ways[way]):
-                    requests[way].append(request_s * 1e3)
-                    events[way] += [d * 1e3 for d in delays]
-                    lost[way] += not ok
+                streams = await burst(session, ways[way])
+                for stream in streams:
+                    requests[way].append(stream.request_s * 1e3)
+                    events[way] += [d * 1e3 for d in stream.delays]
+                    lost[way] += not stream.ok
+                if way == "router":
+                    busiest.append(max(Counter(s.via for s in streams).values()))
+                if trace is not None:
+                    for stream in streams:
+                        row = {
+                            "round": round_,
+                            "way": way,
+                            "port": stream.port,
+                            "via": stream.via,
+                            "sent": stream.sent_s,
+                            "upstream": stream.sent_s + stream.request_s,
+                        }
+                        trace.write(json.dumps(row) + "\n")  # fmt: skip
             for way in order:
                 for _ in range(SEQUENTIAL):
-                    request_s, _delays, ok = await stamped_stream(session, ways[way])
-                    alone[way].append(request_s * 1e3)
-                    lost[way] += not ok
-    return {
+                    stream = await stamped_stream(session, ways[way])
+                    alone[way].append(stream.request_s * 1e3)
+                    lost[way] += not stream.ok
+    return {"busiest": busiest} | {
         way: {"requests": len(requests[way]), "events": len(events[way]), "lost": lost[way],
               "request_p50_ms": pct(requests[way], 50), "request_p99_ms": pct(requests[way], 99),
               "event_p50_ms": pct(events[way], 50), "event_p99_ms": pct(events[way], 99),
@@ -327,6 +359,9 @@ def report_stamped(summary: dict[str, object], count: int) -> None:
     print_added(direct, router, (("request", "request reaches upstream"),
                                  ("event", "event reaches the client"),
                                  ("alone", "one at a time, request")))  # fmt: skip
+    busiest = summary["busiest"]
+    assert isinstance(busiest, list)
+    print(f"  router: the process that forwarded most of a burst took {busiest} of {count}")
     for line in LOST:
         print(f"  lost: {line}")
     print(json.dumps(summary))
@@ -416,6 +451,12 @@ def main() -> None:
         default="llama-server",
         help="stamped: the stand-in of bench/stamped_upstream.py",
     )
+    parser.add_argument(
+        "--trace",
+        default=None,
+        help="with --upstream stamped: write each burst request's port, send and upstream "
+        "times (CLOCK_MONOTONIC) to this file, a JSON line each",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp:
         if args.upstream == "stamped":
@@ -435,8 +476,10 @@ def main() -> None:
                 f"router with --front-processes {args.front_processes}"
             )
             if args.upstream == "stamped":
-                summary = asyncio.run(stamped(router, direct, args.rounds, args.requests,
-                                              args.client_processes))  # fmt: skip
+                with contextlib.ExitStack() as stack:
+                    trace = stack.enter_context(open(args.trace, "w")) if args.trace else None
+                    summary = asyncio.run(stamped(router, direct, args.rounds, args.requests,
+                                                  args.client_processes, trace))  # fmt: skip
                 print(f"each burst sent by {args.client_processes} client process(es)")
                 report_stamped(summary, args.requests)
                 print(f"load average {os.getloadavg()[0]:.1f} at the end")
