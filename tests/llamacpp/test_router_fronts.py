@@ -5,15 +5,21 @@ that forwarded it, so the tests see that the fronts really serve."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -23,7 +29,10 @@ from test_router import long_stream, metric_samples, processing, servers
 from helpers import inventory_path, process_gone, wait_for
 from xpulaunch.errors import UsageError
 from xpulaunch.leases import LeaseManager
+from xpulaunch.llamacpp.plan import Replica
 from xpulaunch.llamacpp.router import fronts
+from xpulaunch.llamacpp.router.models import ModelManager
+from xpulaunch.llamacpp.router.slot import Slot
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -108,6 +117,129 @@ def test_a_request_held_by_a_front_keeps_its_model_and_leaving_cancels_it(
         wait_for(lambda: call(served.url, "/models/status")[1]["models"][0]["in_flight"] == 0,
                  "the fronts to release the requests")  # fmt: skip
         assert call(served.url, "/models/unload", {"model": "m"})[0] == 200
+
+
+def test_fronts_route_a_loaded_model_themselves_and_the_router_counts_it(
+    llama_server: str, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded model's requests that reach a front go to its replica without waiting for the
+    router (the front only tells it: "use"); those that reach the router, or a model not
+    loaded, are acquired there. The counts of both agree with where the answers came from."""
+    asked: Counter[str] = Counter()
+    acquire, use = ModelManager.acquire, ModelManager.use
+
+    async def acquired(self: ModelManager, slot: Slot) -> Replica:
+        asked["acquire"] += 1
+        return await acquire(self, slot)
+
+    def used(self: ModelManager, slot: Slot) -> None:
+        asked["use"] += 1
+        use(self, slot)
+
+    monkeypatch.setattr(ModelManager, "acquire", acquired)
+    monkeypatch.setattr(ModelManager, "use", used)
+    config = models_in(tmp_path, tiny_model, a={}, b={"max_concurrency": 4})
+    with router(config, llama_server, tmp_path, front_processes=2) as (served, _):
+        assert call(served.url, "/models/load", {"model": "a"})[0] == 200
+        wait_for(lambda: via(served.url, "/v1/chat/completions", chat("a"))[1]
+                 .startswith("1.1 xpulaunch-front"), "a front to forward")  # fmt: skip
+        asked.clear()
+        answers = [via(served.url, "/v1/chat/completions", chat("a"))[1] for _ in range(40)]
+        by_fronts = sum(name.startswith("1.1 xpulaunch-front") for name in answers)
+        assert by_fronts > 0
+        assert asked == Counter(use=by_fronts, acquire=40 - by_fronts)
+        # A model with max_concurrency is never routed by the fronts: its turns are the
+        # router's to give.
+        asked.clear()
+        limited = [via(served.url, "/v1/chat/completions", chat("b")) for _ in range(20)]
+        assert {status for status, _ in limited} == {200}
+        assert any(name.startswith("1.1 xpulaunch-front") for _, name in limited)
+        assert asked == Counter(acquire=20)
+        status = {m["id"]: m for m in call(served.url, "/models/status")[1]["models"]}
+        assert status["a"]["in_flight"] == status["b"]["in_flight"] == 0
+
+
+def test_an_unload_never_meets_a_request_a_front_sent(
+    llama_server: str, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients keep the fronts busy with a loaded model while it is unloaded again and again,
+    and the router reads what its fronts say late (20 ms a line, as its loop may in a burst):
+    a front's request is then on its way to the replica before the router knows of it. Each
+    unload either finds requests in flight (409) or has every front stop routing the model
+    first (and so learns of every request sent before), so none is sent to a server being
+    stopped; every answer is 200 (the next request loads the model again)."""
+    serve = fronts.Fronts._serve
+
+    async def read_late(self: fronts.Fronts, front: Any, reader: asyncio.StreamReader) -> None:
+        class Late:
+            async def readline(self) -> bytes:
+                await asyncio.sleep(0.02)
+                return await reader.readline()
+
+        await serve(self, front, Late())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fronts.Fronts, "_serve", read_late)
+    config = models_in(tmp_path, tiny_model, a={})
+    with router(config, llama_server, tmp_path, front_processes=3) as (served, seen):
+        assert call(served.url, "/models/load", {"model": "a"})[0] == 200
+        stop = threading.Event()
+        answers: list[tuple[int, str]] = []
+
+        def client(number: int) -> None:
+            pause = random.Random(number)
+            while not stop.is_set():
+                answers.append(via(served.url, "/v1/chat/completions", chat("a")))
+                time.sleep(pause.uniform(0, 0.1))  # moments when the model may be idle
+
+        clients = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+        for thread in clients:
+            thread.start()
+        unloads: Counter[int] = Counter()
+        try:
+            deadline = time.monotonic() + 60
+            while (unloads[200] < 20 or unloads[409] < 5) and time.monotonic() < deadline:
+                unloads[call(served.url, "/models/unload", {"model": "a"})[0]] += 1
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for thread in clients:
+                thread.join()
+        assert unloads[200] >= 20 and unloads[409] >= 5, unloads
+        assert set(unloads) == {200, 409}
+        assert {status for status, _ in answers} == {200}, Counter(s for s, _ in answers)
+        assert any(name.startswith("1.1 xpulaunch-front") for _, name in answers)
+        loads = [m for m in seen.messages if m.startswith("model a ready in")]
+        assert len(loads) >= unloads[200]  # loaded again after each unload (but the last)
+        wait_for(lambda: call(served.url, "/models/status")[1]["models"][0]["in_flight"] == 0,
+                 "the last releases to be read")  # fmt: skip
+
+
+def test_an_unload_goes_on_without_a_front_that_does_not_answer(
+    llama_server: str, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopped front cannot say it dropped a model's replicas: the unload waits for it
+    SYNC_TIMEOUT_S at most, says so, and goes on."""
+    monkeypatch.setattr(fronts, "SYNC_TIMEOUT_S", 1.0)
+    config = models_in(tmp_path, tiny_model, a={})
+    with router(config, llama_server, tmp_path, front_processes=2) as (served, seen):
+        assert call(served.url, "/models/load", {"model": "a"})[0] == 200
+        stopped, _ = fronts_of(os.getpid())
+        number = stopped.cmdline()[-1]
+        stopped.send_signal(signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            assert call(served.url, "/models/unload", {"model": "a"})[0] == 200
+            took = time.monotonic() - began
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+        assert 1.0 <= took < 10, took
+        said = [m for m in seen.messages if f"router front {number} did not answer" in m]
+        assert said == [f"router front {number} did not answer within 1 s; unloading a without it"]
+        assert servers(tmp_path) == []
+        # It runs again: it had no replicas of a since, and asks the router, which loads a.
+        again = (200, f"1.1 xpulaunch-front{number}")
+        wait_for(lambda: via(served.url, "/v1/chat/completions", chat("a")) == again,
+                 "the front to forward again")  # fmt: skip
 
 
 @pytest.mark.parametrize("respawn_after_s", [0.0, 3600.0])

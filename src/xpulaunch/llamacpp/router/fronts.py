@@ -6,23 +6,34 @@ every streamed answer), so the last of 64 requests sent at once waits for the 63
 With N front processes the port has N + 1 listening sockets (``SO_REUSEPORT``): the kernel
 spreads new connections over the router and its fronts, and each forwards on its own core.
 
-The router keeps every decision. A front asks it, over a socket pair, for a replica of the
-model a request names (which may load the model, as for the router's own requests), and says
-when the request is answered; a request that waits in a front counts as in flight, so it is
-never evicted from under it. What is not a model request (``/health``, ``/v1/models``,
-``/metrics``, ``/models/...``) the front forwards to the router's private port. A front
-ends when its pipe closes: when the router stops, and when the router's process dies, even by
-SIGKILL (the kernel closes the pipe). A front that dies is started again on a new socket of the
-same port (unless it died within :data:`RESPAWN_AFTER_S` of its start); what its requests held
-is released at once.
+The router keeps every decision. It tells each front, over a socket pair, the replicas that
+answer of every loaded model, as they change. A front sends a request for such a model to one
+of them itself (round robin, as the router does) and tells the router, which counts it in
+flight, without waiting for an answer: asking the router and waiting, as every request once
+did, made the router's one event loop the queue of a burst (a mean 1.5-3.9 ms per request of
+a burst of 64, traced on an H200 host; ``docs/hardware/2026-12-02-s19-h200x1/``). For a model
+the front has no replicas of (not loaded, loading, restarting, or with ``max_concurrency``,
+whose queue is the router's), it asks the router for one and waits, which may load the model,
+as for the router's own requests. Before the router unloads a model (an eviction, a group's
+swap, its ttl, a yield to a job, a reload, ``/models/unload``) it has every front drop its
+replicas and waits until each has (:data:`SYNC_TIMEOUT_S` at most): a request that a front
+sent meanwhile is counted by then, and the model stays. A request in a front counts as in
+flight until it is answered, so it is never evicted from under it. What is not a model
+request (``/health``, ``/v1/models``, ``/metrics``, ``/models/...``) the front forwards to
+the router's private port. A front ends when its pipe closes: when the router stops, and when
+the router's process dies, even by SIGKILL (the kernel closes the pipe). A front that dies is
+started again on a new socket of the same port (unless it died within :data:`RESPAWN_AFTER_S`
+of its start); what its requests held is released at once.
 
 Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": ID}``,
-``{"op": "release", "model": ID}``, ``{"op": "count", "model": ID, "replica": NAME, "status":
-S, "seconds": T}``, ``{"op": "ready"}``, ``{"op": "pong"}``. Router -> front: first
-``{"config": ..., "private": URL, "max_body_bytes": N}``, then ``{"id": N, "name": ..., "host":
-..., "port": ...}`` or
-``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}``, and
-``{"op": "config", "config": ...}`` after a reload, ``{"op": "ping"}`` every
+``{"op": "use", "model": ID}``, ``{"op": "release", "model": ID}``, ``{"op": "count", "model":
+ID, "replica": NAME, "status": S, "seconds": T}``, ``{"op": "synced", "sync": N}``, ``{"op":
+"ready"}``, ``{"op": "pong"}``. Router -> front: first ``{"config": ..., "private": URL,
+"max_body_bytes": N}``, then ``{"id": N, "name": ..., "host": ..., "port": ...}`` or
+``{"id": N, "error": {"status": S, "message": ..., "kind": ..., "retry_after_s": ...}}`` (the
+answer to an acquire), ``{"op": "route", "model": ID, "replicas": [[NAME, HOST, PORT], ...]}``
+(none: ask the router), ``{"op": "sync", "sync": N}`` (after routes dropped: answer
+``synced`` once read), ``{"op": "config", "config": ...}`` after a reload, ``{"op": "ping"}`` every
 :data:`PING_EVERY_S` (a front silent for :data:`STALLED_AFTER_S` is killed and started again),
 and
 ``{"op": "drain"}`` when the router stops: the front stops accepting, its answers under way go
@@ -49,12 +60,16 @@ from xpulaunch.errors import UsageError
 from xpulaunch.llamacpp.plan import Replica
 from xpulaunch.llamacpp.router.config import ModelConfig, RouterConfig
 from xpulaunch.llamacpp.router.options import ServeConfig
+from xpulaunch.llamacpp.router.policy import ModelState
 from xpulaunch.llamacpp.router.slot import RouteError, Slot, Unavailable
 
 if TYPE_CHECKING:
     from xpulaunch.llamacpp.router.models import ModelManager
 
 READY_TIMEOUT_S = 30.0
+# How long an unload waits for every front to drop a model's replicas (one that does not
+# answer is stuck or ending: the router kills a stuck one, and its requests fail with it).
+SYNC_TIMEOUT_S = 5.0
 # A front that ends after this long is started again; one that ends sooner is not (a front
 # that cannot run would otherwise be started over and over).
 RESPAWN_AFTER_S = 5.0
@@ -115,6 +130,7 @@ class _Front:
     writer: asyncio.StreamWriter
     ready: asyncio.Future[None]  # done when the front listens
     held: Counter[str] = field(default_factory=Counter)  # model -> requests acquired
+    syncs: dict[int, asyncio.Future[None]] = field(default_factory=dict)  # sent, unanswered
     closed: bool = False
     started_s: float = field(default_factory=time.monotonic)
     heard_s: float = field(default_factory=time.monotonic)  # its last message
@@ -137,6 +153,9 @@ class Fronts:
         self._hello = b""
         self._private, self._max_body_bytes = "", 0
         self._address: tuple[int, tuple[Any, ...]] | None = None  # family, address
+        self._routes: dict[str, list[tuple[str, str, int]]] = {}  # as the fronts have them
+        self._sync = 0
+        manager.published, manager.withdraw = self.publish, self.withdraw
 
     async def start(
         self, sockets: Sequence[socket.socket], *, private_url: str, max_body_bytes: int
@@ -175,6 +194,9 @@ class Fronts:
         front = _Front(number, process, writer, asyncio.get_running_loop().create_future())
         writer.write(self._hello)
         self._fronts.append(front)
+        for model, replicas in self._routes.items():
+            if replicas:
+                self._reply(front, {"op": "route", "model": model, "replicas": replicas})
         self._keep(self._serve(front, reader))
         self._keep(self._watch(front))
 
@@ -211,9 +233,16 @@ class Fronts:
                     self._reply(front, {"id": message["id"], "error": missing})
                 elif op == "acquire" and slot is not None:
                     self._keep(self._acquire(front, message["id"], slot))
+                elif op == "use" and slot is not None:
+                    front.held[message["model"]] += 1
+                    self._manager.use(slot)
                 elif op == "release" and slot is not None:
                     front.held[message["model"]] -= 1
                     self._manager.release(slot)
+                elif op == "synced":
+                    synced = front.syncs.pop(message["sync"], None)
+                    if synced is not None and not synced.done():
+                        synced.set_result(None)
                 elif op == "count" and slot is not None:
                     self._on_request(
                         slot, message["replica"], message["status"], message["seconds"]
@@ -245,6 +274,42 @@ class Fronts:
             front, {"id": ident, "name": replica.name, "host": replica.host, "port": replica.port}
         )
 
+    def publish(self, slot: Slot) -> None:
+        """Tell every front the replicas of ``slot`` that answer now: none unless it is
+        loaded, and none for a model with ``max_concurrency`` (its turns are the router's)."""
+        replicas = []
+        if slot.state is ModelState.READY and slot.config.max_concurrency is None:
+            replicas = [(r.name, r.host, r.port) for r in slot.replicas if slot.up.get(r.name)]
+        if replicas != self._routes.get(slot.id, []):
+            self._routes[slot.id] = replicas
+            for front in self._fronts:
+                self._reply(front, {"op": "route", "model": slot.id, "replicas": replicas})
+
+    async def withdraw(self, slots: Sequence[Slot]) -> None:
+        """Every front drops the replicas of ``slots``; returns once each has read that (or
+        after :data:`SYNC_TIMEOUT_S`): whatever it sent before, the router has read then."""
+        self._sync += 1
+        sync, waits = self._sync, []
+        for slot in slots:
+            self._routes[slot.id] = []
+        for front in self._fronts:
+            if front.closed:
+                continue
+            for slot in slots:
+                self._reply(front, {"op": "route", "model": slot.id, "replicas": []})
+            front.syncs[sync] = asyncio.get_running_loop().create_future()
+            waits.append(front.syncs[sync])
+            self._reply(front, {"op": "sync", "sync": sync})
+        if not waits:
+            return
+        _, late = await asyncio.wait(waits, timeout=SYNC_TIMEOUT_S)
+        for front in self._fronts:
+            if front.syncs.pop(sync, None) in late:
+                self._say(
+                    f"router front {front.number} did not answer within {SYNC_TIMEOUT_S:g} s; "
+                    f"unloading {', '.join(s.id for s in slots)} without it"
+                )
+
     def _reply(self, front: _Front, message: Mapping[str, Any]) -> None:
         if not front.closed:
             front.writer.write(json.dumps(message).encode() + b"\n")
@@ -258,6 +323,9 @@ class Fronts:
             if model in slots:
                 self._manager.release(slots[model])
         front.held.clear()
+        for sync in front.syncs.values():
+            sync.cancel()  # nothing more comes from it
+        front.syncs.clear()
         front.writer.close()
         if not front.ready.done():
             front.ready.set_exception(ConnectionError(f"front {front.number} ended at start"))
@@ -326,10 +394,14 @@ class RemoteModels:
         self._writer = writer
         self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], str]] = {}
         self._next = 0
+        self._routes: dict[str, list[Replica]] = {}  # the router's: the replicas that answer
+        self._turns: dict[str, int] = {}
 
     def reconfigure(self, config: RouterConfig) -> None:
         """Names resolve with ``config`` from now on (requests under way keep their slot)."""
         self.config = config
+        for gone in set(self._routes) - set(config.ids):
+            del self._routes[gone]
         for model in config.models:
             if model.id in self.slots:
                 self.slots[model.id].config = model
@@ -340,7 +412,16 @@ class RemoteModels:
         if not self._writer.is_closing():
             self._writer.write(json.dumps(message).encode() + b"\n")
 
+    def drop_routes(self) -> None:
+        """Ask the router for every request from now on (it stops: each gets its 503)."""
+        self._routes.clear()
+
     async def acquire(self, slot: Slot) -> Replica:
+        replicas = self._routes.get(slot.id)
+        if replicas:  # loaded: the next replica here, round robin, and the router counts it
+            turn = self._turns[slot.id] = (self._turns.get(slot.id, -1) + 1) % len(replicas)
+            self._send({"op": "use", "model": slot.id})
+            return replicas[turn]
         self._next += 1
         ident = self._next
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -354,7 +435,20 @@ class RemoteModels:
             raise exc
         return Replica(reply["name"], reply["host"], reply["port"], port_fixed=True)
 
-    def answered(self, reply: dict[str, Any]) -> None:
+    def read(self, message: dict[str, Any]) -> None:
+        """A model message of the router's: a model's replicas, a sync, an acquire's answer."""
+        op = message.get("op")
+        if op == "route":
+            self._routes[message["model"]] = [
+                Replica(name, host, port, port_fixed=True)
+                for name, host, port in message["replicas"]
+            ]
+        elif op == "sync":
+            self._send({"op": "synced", "sync": message["sync"]})
+        else:
+            self._answered(message)
+
+    def _answered(self, reply: dict[str, Any]) -> None:
         answer, model = self._pending.pop(reply["id"], (None, ""))
         if answer is None:
             return
@@ -464,6 +558,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
             while line := await reader.readline():
                 message = json.loads(line)
                 if message.get("op") == "drain":
+                    models.drop_routes()
                     forwarder.drain()
                     await _stop(site)  # no new connections
                 elif message.get("op") == "config":  # the router reloaded its config
@@ -471,7 +566,7 @@ async def _front(listen_fd: int, pipe_fd: int, number: int) -> None:
                 elif message.get("op") == "ping":  # the router checks that we answer
                     writer.write(b'{"op": "pong"}\n')
                 else:
-                    models.answered(message)
+                    models.read(message)
     finally:
         models.stop_waiting()
         forwarder.cut("the router stopped, and ended this answer")

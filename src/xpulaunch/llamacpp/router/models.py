@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -93,6 +93,11 @@ class ModelManager:
         self._waiters: set[asyncio.Future[None]] = set()  # told when a model may have gone idle
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closing = False
+        # Front processes route a loaded model's requests by their own copy of its replicas
+        # (fronts.py): ``published`` tells them of a change, and ``withdraw`` has them stop
+        # routing models, returning once each has, before those are unloaded.
+        self.published: Callable[[Slot], None] = lambda slot: None
+        self.withdraw: Callable[[Sequence[Slot]], Awaitable[None]] = _no_fronts
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
@@ -134,6 +139,12 @@ class ModelManager:
         except BaseException:
             self.release(slot)
             raise
+
+    def use(self, slot: Slot) -> None:
+        """A front process sent a request to a replica of its copy of the model's routes: in
+        flight until :meth:`release`, as after :meth:`acquire`."""
+        slot.in_flight += 1
+        slot.last_used_s = self.clock()
 
     def release(self, slot: Slot) -> None:
         slot.in_flight -= 1
@@ -200,6 +211,7 @@ class ModelManager:
             await self._unload(slot, "stop")
             raise Unavailable("the router is stopping")
         slot.set_loaded(server)
+        self.published(slot)
         self._retire_if_idle(slot)  # a reload while it loaded
         took = self.clock() - began
         slot.counters.loads += 1
@@ -300,17 +312,15 @@ class ModelManager:
         async with self._place_lock:
             for _ in range(PLACE_TRIES):
                 swapped = self._swapped_out(slot)
-                if swapped:
-                    await self._unload_all(swapped, "swapped", by=slot.id)
-                    evicted += swapped
+                if swapped:  # one that got a request meanwhile stays: the next look sees it
+                    evicted += await self._unload_all(swapped, "swapped", by=slot.id)
                     continue
                 await self._look()
                 wanted = packed(slot.config, prepared, self._inventory, self.setup.parent_env)
                 leases = await self._blocking(self._leases.view)
                 evict = self._evictions(slot, wanted, leases)
                 if evict:
-                    await self._unload_all(evict, "evicted", by=slot.id)
-                    evicted += evict
+                    evicted += await self._unload_all(evict, "evicted", by=slot.id)
                     continue
                 try:
                     lease_it = partial(self._lease, slot, wanted, self._wanted(leases))
@@ -320,10 +330,11 @@ class ModelManager:
                 return plan, lease, tuple(evicted)
         raise NoRoom(f"model {slot.id}: devices kept being taken by other jobs; try again")
 
-    async def _unload_all(self, ids: tuple[str, ...], reason: str, *, by: str) -> None:
-        for victim in ids:
-            self.slots[victim].state = ModelState.UNLOADING
-        await asyncio.gather(*(self._unload(self.slots[v], reason, by=by) for v in ids))
+    async def _unload_all(self, ids: tuple[str, ...], reason: str, *, by: str) -> list[str]:
+        """Unload those of ``ids`` that are still idle (:meth:`_claim`); the ones unloaded."""
+        claimed = await self._claim([self.slots[v] for v in ids])
+        await asyncio.gather(*(self._unload(v, reason, by=by) for v in claimed))
+        return [v.id for v in claimed]
 
     def _swapped_out(self, slot: Slot) -> tuple[str, ...]:
         """The idle models its group's rules unload before it loads (:mod:`.groups`);
@@ -421,9 +432,9 @@ class ModelManager:
             return
         while not self.closing:
             leases = await self._blocking(self._leases.view)
-            for slot, waiter in yielding(self.slots.values(), leases):
-                slot.state = ModelState.UNLOADING
-                self._spawn(self._unload(slot, "yielded", by=waiter))
+            waiters = {slot.id: waiter for slot, waiter in yielding(self.slots.values(), leases)}
+            for slot in await self._claim([self.slots[m] for m in waiters]) if waiters else ():
+                self._spawn(self._unload(slot, "yielded", by=waiters[slot.id]))
             await asyncio.sleep(self.setup.yield_interval_s)
 
     def _server(self, slot: Slot, plan: LlamaPlan, lease: Lease) -> LlamaServer:
@@ -471,8 +482,21 @@ class ModelManager:
             slot.last_error = f"model {slot.id}: every replica failed for good"
             slot.state = ModelState.UNLOADING
             self._spawn(self._unload(slot, "failed"))
+        self.published(slot)  # the replicas that answer now
 
     # -- unloading ---------------------------------------------------------------------------
+    async def _claim(self, slots: Sequence[Slot]) -> list[Slot]:
+        """Those of ``slots`` that are loaded and idle, now UNLOADING (for the caller to
+        unload). The front processes stop routing them first: a request one of them sent
+        meanwhile is counted by then, and its model stays (routed by the fronts again)."""
+        await self.withdraw(slots)
+        claimed = [s for s in slots if s.state is ModelState.READY and not s.in_flight]
+        for slot in slots:
+            if slot in claimed:
+                slot.state = ModelState.UNLOADING
+            self.published(slot)
+        return claimed
+
     async def _unload(self, slot: Slot, reason: str, by: str | None = None) -> None:
         """Stop the model's servers and free its devices (the state is UNLOADING already)."""
         server, lease, plan, settle = slot.server, slot.lease, slot.plan, slot.settle
@@ -485,6 +509,7 @@ class ModelManager:
         if lease is not None:
             lease.release()
         slot.set_unloaded()
+        self.published(slot)
         self._changed()
         slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
         self._emit(ModelUnloaded(self.clock(), slot.id, reason, by), None)
@@ -500,9 +525,11 @@ class ModelManager:
             return True
         if slot.in_flight:
             return False
-        slot.state = ModelState.UNLOADING
-        await self._unload(slot, reason)
-        return True
+        if await self._claim([slot]):
+            await self._unload(slot, reason)
+            return True
+        # A front sent it a request meanwhile, or another unload claimed it first.
+        return False if slot.in_flight else await self.unload(slot, reason)
 
     # -- a new config (reload) ---------------------------------------------------------------
     def reconfigure(self, config: RouterConfig) -> list[str]:
@@ -534,15 +561,20 @@ class ModelManager:
         """Apply a reload's news to a model that nothing uses now."""
         if not (slot.removed or slot.next_config is not None) or slot.in_flight:
             return
-        if slot.state is ModelState.READY:
-            slot.state = ModelState.UNLOADING
+        if slot.state is ModelState.READY and not slot.retiring:
+            slot.retiring = True
             self._spawn(self._retire(slot))
         elif slot.state is ModelState.UNLOADED:
             self._renew(slot)
 
     async def _retire(self, slot: Slot) -> None:
-        await self._unload(slot, "removed" if slot.removed else "reloaded")
-        self._renew(slot)
+        try:
+            claimed = await self._claim([slot])
+        finally:
+            slot.retiring = False
+        if claimed:  # else it is busy again (a front's request): retired at its release
+            await self._unload(slot, "removed" if slot.removed else "reloaded")
+            self._renew(slot)
 
     def _renew(self, slot: Slot) -> None:
         if slot.removed:
@@ -557,9 +589,8 @@ class ModelManager:
         """Unload idle models whose ttl has run out, waking when the next one is due."""
         while not self.closing:
             views = [s.view() for s in self.slots.values()]
-            for model in expired(views, self.clock()):
-                slot = self.slots[model]
-                slot.state = ModelState.UNLOADING
+            due_now = [self.slots[model] for model in expired(views, self.clock())]
+            for slot in await self._claim(due_now) if due_now else ():
                 self._spawn(self._unload(slot, "ttl"))
             due = next_expiry([s.view() for s in self.slots.values()])
             timeout = None if due is None else max(0.0, due - self.clock())
@@ -628,3 +659,7 @@ def yielding(slots: Iterable[Slot], leases: LeaseView) -> list[tuple[Slot, str]]
         for job_id in set().union(*holders):
             chosen.setdefault(job_id, (idle[job_id], who))
     return list(chosen.values())
+
+
+async def _no_fronts(slots: Sequence[Slot]) -> None:
+    """No front process routes by its own copy: nothing to wait for."""

@@ -79,6 +79,7 @@ class Slot:
         # A reload's news, applied once the model is idle: its new table, or its removal.
         self.next_config: ModelConfig | None = None
         self.removed = False
+        self.retiring = False  # unloaded for that once the fronts stop routing it
         self.state = ModelState.UNLOADED
         self.in_flight = 0  # answered now, or waiting for the load
         self.last_used_s = 0.0
