@@ -20,9 +20,7 @@ PHASE=${1:?b, s or x}
 SESSION=session18
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
-router_wheels
-python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
-    | tee -a "$SUMMARY"
+router_wheels  # and says their versions
 LLAMA_BUILD_DIR=/tmp/llama-cuda
 
 build_rest() {  # LIMIT_S: build (or finish building) llama-server and llama-fit-params

@@ -26,9 +26,7 @@ PHASE=${1:?a, b or t}
 SESSION=session19
 # shellcheck source=docs/hardware/session_steps.sh
 source docs/hardware/session_steps.sh
-router_wheels
-python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
-    | tee -a "$SUMMARY"
+router_wheels  # and says their versions
 BEFORE=/tmp/before NETLINK=/tmp/netlink
 mkdir -p "$BEFORE" "$NETLINK"
 tar -xf .device-carry/before.tar -C "$BEFORE" && tar -xf .device-carry/netlink.tar -C "$NETLINK"

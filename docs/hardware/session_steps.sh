@@ -55,6 +55,8 @@ router_wheels() {  # aiohttp and uvloop for the router, installed as users get t
         aiohttp uvloop prometheus-client >>"$R/gpu_env.log" 2>&1
     python3 -m pip install -q --no-index --no-deps --target /tmp/xpulaunch-site \
         .whl/gguf-*.whl >>"$R/gpu_env.log" 2>&1
+    python3 -c 'import aiohttp, uvloop; print("aiohttp", aiohttp.__version__, "uvloop", uvloop.__version__)' \
+        | tee -a "$SUMMARY"
 }
 
 probe_bench_and_phases() {  # LIMIT_S: bench_probe.py (40 runs, no torch) and probe_phases.py

@@ -226,9 +226,13 @@ def test_an_unload_goes_on_without_a_front_that_does_not_answer(
         stopped, _ = fronts_of(os.getpid())
         number = stopped.cmdline()[-1]
         stopped.send_signal(signal.SIGSTOP)
+        # Asked at the router's private port: on the public one, a connection that the kernel
+        # gave the stopped front would wait for it (until the router kills it as stuck).
+        assert served._fronts is not None
+        private = served._fronts._private
         try:
             began = time.monotonic()
-            assert call(served.url, "/models/unload", {"model": "a"})[0] == 200
+            assert call(private, "/models/unload", {"model": "a"})[0] == 200
             took = time.monotonic() - began
         finally:
             stopped.send_signal(signal.SIGCONT)

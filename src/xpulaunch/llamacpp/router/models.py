@@ -510,6 +510,7 @@ class ModelManager:
             lease.release()
         slot.set_unloaded()
         self.published(slot)
+        self._renew(slot)  # a reload's news, whichever unload came first
         self._changed()
         slot.counters.unloads[reason] = slot.counters.unloads.get(reason, 0) + 1
         self._emit(ModelUnloaded(self.clock(), slot.id, reason, by), None)
@@ -572,9 +573,10 @@ class ModelManager:
             claimed = await self._claim([slot])
         finally:
             slot.retiring = False
-        if claimed:  # else it is busy again (a front's request): retired at its release
+        # Else it is busy again (a front's request: retired at its release), or another
+        # unload took it (its ttl, an eviction), which applied the news (_unload).
+        if claimed:
             await self._unload(slot, "removed" if slot.removed else "reloaded")
-            self._renew(slot)
 
     def _renew(self, slot: Slot) -> None:
         if slot.removed:
