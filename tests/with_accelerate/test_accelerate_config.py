@@ -14,6 +14,11 @@ from accelerate_configs import CONFIGS, config_text
 
 from xpulaunch.errors import UsageError
 from xpulaunch.integrations.accelerate_config import translate
+from xpulaunch.integrations.accelerate_env import launch_env
+from xpulaunch.integrations.accelerate_files import installed_release
+
+RELEASE = installed_release()  # whose launch functions the expectations come from
+assert RELEASE is not None, "the dev extra installs accelerate"
 
 # Set by our plan, not by the accelerate env: masks and the rendezvous address. accelerate's
 # NCCL_* for RTX 4000 cards come from its launcher, not from these functions.
@@ -55,7 +60,9 @@ def test_the_same_variables_as_accelerate_launch(
     path = write_config(tmp_path, name)
     _, expected = accelerate_launch(path)
     config = yaml.safe_load(path.read_text())
-    ours = translate(config, dict(os.environ), source=str(path), cwd=os.path.abspath("."))
+    ours = translate(
+        config, dict(os.environ), source=str(path), cwd=os.path.abspath("."), accelerate=RELEASE
+    )
     assert ours.env == expected
 
 
@@ -181,7 +188,9 @@ def test_one_thread_per_process_without_omp_num_threads(
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     path = write_config(tmp_path, "multi-gpu-dynamo")
     _, expected = accelerate_launch(path)
-    ours = translate(yaml.safe_load(path.read_text()), dict(os.environ), source=str(path))
+    ours = translate(
+        yaml.safe_load(path.read_text()), dict(os.environ), source=str(path), accelerate=RELEASE
+    )
     assert ours.env["OMP_NUM_THREADS"] == expected["OMP_NUM_THREADS"] == "1"
 
 
@@ -233,7 +242,30 @@ def test_use_cpu_under_multi_gpu_gets_what_multi_cpu_gets(
     )
     _, expected = accelerate_launch(as_multi_cpu)
     assert expected["ACCELERATE_USE_CPU"] == "True"
-    ours = translate(yaml.safe_load(text), dict(os.environ), source="c.yaml")
+    ours = translate(yaml.safe_load(text), dict(os.environ), source="c.yaml", accelerate=RELEASE)
     assert ours.env == expected
     assert (ours.options["nproc_per_node"], ours.options["gpus"]) == ("2", "none")
     assert any("one MULTI_CPU job" in w for w in ours.warnings)
+
+
+@pytest.mark.parametrize(
+    ("release", "configured", "expected"),
+    [
+        ((1, 15), None, "False"),  # 1.15's parser default: static shapes
+        ((1, 16), None, None),  # 1.16 leaves it to torch.compile: no variable
+        ((1, 15), True, "True"),
+        ((1, 16), False, "False"),
+    ],
+)
+def test_dynamo_use_dynamic_follows_the_workers_accelerate(
+    release: tuple[int, int], configured: bool | None, expected: str | None
+) -> None:
+    """The installed accelerate is compared above; the other release's default is the one its
+    launch.py wrote (ACCELERATE_DYNAMO_USE_DYNAMIC always until 1.15, only when set from 1.16)."""
+    args = {
+        "distributed_type": "MULTI_GPU",
+        "mixed_precision": "no",
+        "dynamo_use_dynamic": configured,
+    }
+    env = launch_env(args, "multi_gpu", {}, accelerate=release)
+    assert env.get("ACCELERATE_DYNAMO_USE_DYNAMIC") == expected

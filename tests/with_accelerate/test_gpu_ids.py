@@ -29,8 +29,8 @@ XPULAUNCH = str(Path(sys.executable).parent / "xpulaunch")
 
 def accelerate_child_env(gpu_ids: str, parent: dict[str, str]) -> dict[str, str]:
     """The visibility part of what accelerate's multi-GPU launcher gives its children, from
-    accelerate's own function (prepare_multi_gpu_env), with is_xpu_available answered as on
-    an XPU host."""
+    accelerate's own function (prepare_multi_gpu_env), with the accelerator answered as on an
+    XPU host (is_xpu_available until 1.15; torch's accelerator type from 1.16)."""
     from unittest import mock
 
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
@@ -38,7 +38,13 @@ def accelerate_child_env(gpu_ids: str, parent: dict[str, str]) -> dict[str, str]
 
     argv = ["--multi_gpu", "--num_processes", "2", "--gpu_ids", gpu_ids, "train.py"]
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args(argv))
-    with mock.patch.object(accelerate_utils, "is_xpu_available", return_value=True):
+    if hasattr(accelerate_utils, "get_torch_accelerator_backend"):
+        on_xpu = mock.patch.object(
+            accelerate_utils, "get_torch_accelerator_backend", return_value=("xpu", None)
+        )
+    else:
+        on_xpu = mock.patch.object(accelerate_utils, "is_xpu_available", return_value=True)
+    with on_xpu:
         env = accelerate_utils.prepare_multi_gpu_env(args)
     return {**parent, "ZE_AFFINITY_MASK": env["ZE_AFFINITY_MASK"]}
 

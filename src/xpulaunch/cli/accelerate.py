@@ -25,14 +25,26 @@ def apply_accelerate_config(values: dict[str, Any], env: Mapping[str, str]) -> N
     """Fill ``values`` (a command's converted keyword arguments) from ``accelerate_config``,
     and add the workers' variables (``extra_env``) and a note (``notes``)."""
     from xpulaunch.integrations.accelerate_config import translate
-    from xpulaunch.integrations.accelerate_files import default_config_path, read_config
+    from xpulaunch.integrations.accelerate_env import NEWEST
+    from xpulaunch.integrations.accelerate_files import (
+        default_config_path,
+        installed_release,
+        read_config,
+    )
 
     value = values["accelerate_config"]
     path = default_config_path(env) if value == "default" else Path(value)
     source = f"--accelerate-config {path}"
     sources = click.get_current_context().get_parameter_source
     nproc = values["nproc_per_node"] if sources("nproc_per_node") in _SET_BY_USER else None
-    launch = translate(read_config(path), env, source=source, cwd=os.getcwd(), nproc_per_node=nproc)
+    launch = translate(
+        read_config(path),
+        env,
+        source=source,
+        cwd=os.getcwd(),
+        nproc_per_node=nproc,
+        accelerate=installed_release() or NEWEST,
+    )
     _fill(values, launch.options, str(path))
     if launch.ignored:
         _warn(f"{path}: not honoured: {', '.join(launch.ignored)}")

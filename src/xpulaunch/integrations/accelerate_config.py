@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from xpulaunch.core.masks import CUDA_VAR, HIP_VAR, ODS_VAR, ROCR_VAR, ZE_MASK_VAR
 from xpulaunch.errors import UsageError
-from xpulaunch.integrations.accelerate_env import launch_env
+from xpulaunch.integrations.accelerate_env import NEWEST, launch_env
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -123,11 +123,13 @@ def translate(
     source: str,
     cwd: str = "",
     nproc_per_node: int | None = None,
+    accelerate: tuple[int, int] = NEWEST,
 ) -> AccelerateLaunch:
     """Map a parsed config file (``source`` names it in errors) onto ``run``; ``cwd`` is the
     directory DeepSpeed jobs get on their ``PYTHONPATH``, as under accelerate launch.
     ``nproc_per_node``: the user's own count, which wins over the file's, as accelerate
-    launch's ``--num_processes`` does (and so sets how many devices ``gpu_ids: all`` takes)."""
+    launch's ``--num_processes`` does (and so sets how many devices ``gpu_ids: all`` takes).
+    ``accelerate``: the release (major, minor) the workers import, whose defaults apply."""
     args = _launch_args(config, source)
     launcher = LAUNCHERS[args["distributed_type"]]
     warnings = _mask_clash(args, parent_env)
@@ -140,7 +142,7 @@ def translate(
             f"{args['num_processes']} is for a distributed type (MULTI_GPU, MULTI_XPU, MULTI_CPU)",
         )
     try:
-        env = launch_env(args, launcher, parent_env, cwd=cwd)
+        env = launch_env(args, launcher, parent_env, cwd=cwd, accelerate=accelerate)
     except UsageError as exc:  # a value of the file's: say which file, as for every key
         raise UsageError(f"{source}: {exc.detail}") from exc
     return AccelerateLaunch(

@@ -34,6 +34,9 @@ DYNAMO_BACKENDS = [
     "TVM",
     "HPU_BACKEND",
 ]
+# The accelerate release whose launch functions these blocks mirror; older ones differ where
+# ``launch_env`` says so (its ``accelerate`` argument).
+NEWEST = (1, 16)
 # The launch parser's defaults that the blocks below read (commands/launch.py).
 DEFAULTS: dict[str, Any] = {
     "debug": False,
@@ -41,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "dynamo_backend": "no",
     "dynamo_mode": "default",
     "dynamo_use_fullgraph": False,
-    "dynamo_use_dynamic": False,
+    "dynamo_use_dynamic": None,  # torch.compile's own choice; False before 1.16 (below)
     "dynamo_use_regional_compilation": False,
     "fsdp_version": "1",
     "fsdp_sharding_strategy": "FULL_SHARD",
@@ -142,10 +145,21 @@ DEEPSPEED_OPTIONAL = {
 
 
 def launch_env(
-    config_args: Mapping[str, Any], launcher: str, parent_env: Mapping[str, str], cwd: str = ""
+    config_args: Mapping[str, Any],
+    launcher: str,
+    parent_env: Mapping[str, str],
+    cwd: str = "",
+    *,
+    accelerate: tuple[int, int] = NEWEST,
 ) -> dict[str, str]:
-    """The variables of ``launcher`` (simple, multi_gpu or deepspeed) for these arguments."""
-    args = {**DEFAULTS, **{k: v for k, v in config_args.items() if v is not None}}
+    """The variables of ``launcher`` (simple, multi_gpu or deepspeed) for these arguments, as
+    the ``accelerate`` release (major, minor) that the workers import would set them."""
+    defaults = dict(DEFAULTS)
+    if accelerate < (1, 16):
+        # Until 1.16 the flag defaulted to False, which a worker's TorchDynamoPlugin reads as
+        # "static shapes"; from 1.16 the variable is left out and torch.compile decides.
+        defaults["dynamo_use_dynamic"] = False
+    args = {**defaults, **{k: v for k, v in config_args.items() if v is not None}}
     env: dict[str, str] = {}
     if launcher == "simple":
         env["ACCELERATE_USE_CPU"] = str(bool(args["use_cpu"]))
@@ -205,7 +219,8 @@ def _dynamo_env(args: Mapping[str, Any]) -> dict[str, str]:
         )
     env = {"ACCELERATE_DYNAMO_BACKEND": backend, "ACCELERATE_DYNAMO_MODE": str(args["dynamo_mode"])}
     for flag in ("fullgraph", "dynamic", "regional_compilation"):
-        env[f"ACCELERATE_DYNAMO_USE_{flag.upper()}"] = str(args[f"dynamo_use_{flag}"])
+        if args[f"dynamo_use_{flag}"] is not None:
+            env[f"ACCELERATE_DYNAMO_USE_{flag.upper()}"] = str(args[f"dynamo_use_{flag}"])
     return env
 
 

@@ -6,6 +6,7 @@ on it, so whoever has accelerate configs has it too.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 from pathlib import Path
@@ -33,6 +34,21 @@ def default_config_path(env: Mapping[str, str]) -> Path:
             f"--accelerate-config default: cannot look for {exc.filename} ({exc.strerror}); "
             "check HF_HOME, or give the file"
         ) from exc
+
+
+def installed_release() -> tuple[int, int] | None:
+    """The (major, minor) of the accelerate that this interpreter's workers import, read from
+    its package metadata (accelerate itself is not imported: it imports torch); None when it
+    is not installed or its version is not ``major.minor...``."""
+    try:
+        version = importlib.metadata.version("accelerate")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    major, _, rest = version.partition(".")
+    minor = rest.split(".")[0]
+    if not (major.isdigit() and minor.isdigit()):
+        return None
+    return int(major), int(minor)
 
 
 MAX_CONFIG_BYTES = 4 * 2**20  # accelerate writes a few hundred bytes
