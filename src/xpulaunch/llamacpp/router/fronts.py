@@ -6,24 +6,24 @@ every streamed answer), so the last of 64 requests sent at once waits for the 63
 With N front processes the port has N + 1 listening sockets (``SO_REUSEPORT``): the kernel
 spreads new connections over the router and its fronts, and each forwards on its own core.
 
-The router keeps every decision. It tells each front, over a socket pair, the replicas that
-answer of every loaded model, as they change. A front sends a request for such a model to one
-of them itself (round robin, as the router does) and tells the router, which counts it in
-flight, without waiting for an answer: asking the router and waiting, as every request once
-did, made the router's one event loop the queue of a burst (a mean 1.5-3.9 ms per request of
-a burst of 64, traced on an H200 host; ``docs/hardware/2026-12-02-s19-h200x1/``). For a model
-the front has no replicas of (not loaded, loading, restarting, or with ``max_concurrency``,
-whose queue is the router's), it asks the router for one and waits, which may load the model,
-as for the router's own requests. Before the router unloads a model (an eviction, a group's
-swap, its ttl, a yield to a job, a reload, ``/models/unload``) it has every front drop its
-replicas and waits until each has (:data:`SYNC_TIMEOUT_S` at most): a request that a front
-sent meanwhile is counted by then, and the model stays. A request in a front counts as in
-flight until it is answered, so it is never evicted from under it. What is not a model
-request (``/health``, ``/v1/models``, ``/metrics``, ``/models/...``) the front forwards to
-the router's private port. A front ends when its pipe closes: when the router stops, and when
-the router's process dies, even by SIGKILL (the kernel closes the pipe). A front that dies is
-started again on a new socket of the same port (unless it died within :data:`RESPAWN_AFTER_S`
-of its start); what its requests held is released at once.
+The router keeps every decision about models (loads, unloads, queues). It tells each front, over
+a socket pair, the replicas that answer of every loaded model, as they change. A front sends a
+request for such a model to one of them itself (round robin, as the router does) and tells the
+router, which counts it in flight, without waiting for an answer: asking the router and waiting,
+as every request once did, made the router's one event loop the queue of a burst (a mean 1.5-3.9
+ms per request of a burst of 64, traced on an H200 host;
+``docs/hardware/2026-12-02-s19-h200x1/``). For a model the front has no replicas of (not loaded,
+loading, restarting, or with ``max_concurrency``, whose queue is the router's), it asks the
+router for one and waits, which may load the model, as for the router's own requests. Before the
+router unloads a model (an eviction, a group's swap, its ttl, a yield to a job, a reload,
+``/models/unload``) it has every front drop its replicas and waits until each has
+(:data:`SYNC_TIMEOUT_S` at most): a request that a front sent meanwhile is counted by then, and
+the model stays. A request in a front counts as in flight until it is answered, so it is never
+evicted from under it. What is not a model request (``/health``, ``/v1/models``, ``/metrics``,
+``/models/...``) the front forwards to the router's private port. A front ends when its pipe
+closes: when the router stops, and when the router's process dies, even by SIGKILL (the kernel
+closes the pipe). A front that dies is started again on a new socket of the same port (unless it
+died within :data:`RESPAWN_AFTER_S` of its start); what its requests held is released at once.
 
 Messages are JSON lines. Front -> router: ``{"op": "acquire", "id": N, "model": ID}``,
 ``{"op": "use", "model": ID}``, ``{"op": "release", "model": ID}``, ``{"op": "count", "model":
