@@ -99,6 +99,22 @@ deepspeed_config:
 mixed_precision: fp16
 num_processes: 2
 """,
+    # The keys `accelerate config` writes for Transformer Engine (commands/config/cluster.py).
+    "fp8-te": """distributed_type: MULTI_GPU
+gpu_ids: all
+mixed_precision: fp8
+num_processes: 2
+use_cpu: false
+fp8_config:
+  backend: TE
+  use_autocast_during_eval: false
+  margin: 0
+  interval: 1
+  fp8_format: HYBRID
+  amax_history_length: 16
+  amax_compute_algorithm: max
+  override_linear_precision: [false, false, true]
+""",
     "two-machines": """distributed_type: MULTI_GPU
 gpu_ids: all
 main_process_ip: 10.0.0.1

@@ -7,6 +7,7 @@ import argparse
 import os
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -27,20 +28,24 @@ OURS = {"MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"
 
 def accelerate_launch(path: Path) -> tuple[argparse.Namespace, dict[str, str]]:
     """What `accelerate launch --config_file path train.py` computes, up to starting torchrun:
-    its launch arguments and the variables it adds to the children's environment."""
+    its launch arguments and the variables it adds to the children's environment. FP8 is
+    answered as available (it needs Transformer Engine or torchao, for accelerate launch as
+    for the job; what it sets does not depend on them)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils import launch as accelerate_utils
 
     parsed = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
     args, defaults, precision_from_file = _validate_launch_command(parsed)
-    if args.use_deepspeed:
-        fields = [*defaults.deepspeed_config, *(["mixed_precision"] if precision_from_file else [])]
-        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
-        _, env = accelerate_utils.prepare_deepspeed_cmd_env(args)
-    elif args.use_fsdp or args.use_megatron_lm or args.multi_gpu:
-        env = accelerate_utils.prepare_multi_gpu_env(args)
-    else:
-        _, env = accelerate_utils.prepare_simple_launcher_cmd_env(args)
+    with mock.patch.object(accelerate_utils, "is_fp8_available", return_value=True):
+        if args.use_deepspeed:
+            fields = [*defaults.deepspeed_config]
+            fields += ["mixed_precision"] if precision_from_file else []
+            args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+            _, env = accelerate_utils.prepare_deepspeed_cmd_env(args)
+        elif args.use_fsdp or args.use_megatron_lm or args.multi_gpu:
+            env = accelerate_utils.prepare_multi_gpu_env(args)
+        else:
+            _, env = accelerate_utils.prepare_simple_launcher_cmd_env(args)
     added = {k: v for k, v in env.items() if os.environ.get(k) != v and k not in OURS}
     return args, added
 

@@ -73,7 +73,6 @@ DEFAULTS: dict[str, Any] = {
     "fp8_format": "HYBRID",
     "fp8_interval": 1,
     "fp8_margin": 0,
-    "fp8_opt_level": "O2",
     "fp8_override_linear_precision": (False, False, False),
     "fp8_pad_inner_dim": 1,
     "fp8_use_autocast_during_eval": False,
@@ -159,6 +158,9 @@ def launch_env(
         # Until 1.16 the flag defaulted to False, which a worker's TorchDynamoPlugin reads as
         # "static shapes"; from 1.16 the variable is left out and torch.compile decides.
         defaults["dynamo_use_dynamic"] = False
+        # MS-AMP's level, a launch option until 1.16 dropped MS-AMP (a file's value still
+        # reaches the workers, as under accelerate launch).
+        defaults["fp8_opt_level"] = "O2"
     args = {**defaults, **{k: v for k, v in config_args.items() if v is not None}}
     env: dict[str, str] = {}
     if launcher == "simple":
