@@ -274,3 +274,23 @@ def test_dynamo_use_dynamic_follows_the_workers_accelerate(
     }
     env = launch_env(args, "multi_gpu", {}, accelerate=release)
     assert env.get("ACCELERATE_DYNAMO_USE_DYNAMIC") == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "release"),
+    [("1.16.0", (1, 16)), ("1.15.0.dev0", (1, 15)), ("2.0rc1", None), ("1", None), (None, None)],
+)
+def test_the_installed_release_is_read_from_package_metadata(
+    version: str | None, release: tuple[int, int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """None (not installed, or a version we cannot order) makes the CLI take NEWEST."""
+    import importlib.metadata
+
+    def installed(name: str) -> str:
+        assert name == "accelerate"
+        if version is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return version
+
+    monkeypatch.setattr(importlib.metadata, "version", installed)
+    assert installed_release() == release
