@@ -365,3 +365,32 @@ def test_fronts_listen_on_one_address(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fronts.socket, "getaddrinfo", lambda *a, **k: both)
     with pytest.raises(UsageError, match=r"localhost is 2 addresses \(::1, 127.0.0.1\)"):
         fronts.listening_sockets("localhost", 0, 2)
+
+
+def test_a_front_takes_the_routed_replicas_in_turn_and_tells_the_router() -> None:
+    """A front's own routing: the router's replicas of a loaded model in turn (round robin,
+    as the router's Slot.pick), one ``use`` to the router for each request; a model without
+    routes is asked of the router."""
+    from xpulaunch.llamacpp.router.config import parse_config
+
+    config = parse_config({"models": {"m": {"model": "m.gguf"}, "n": {"model": "n.gguf"}}})
+
+    async def scenario() -> tuple[list[int], list[dict[str, Any]]]:
+        ours, theirs = socket.socketpair()
+        _, writer = await asyncio.open_unix_connection(sock=ours)
+        their_reader, their_writer = await asyncio.open_unix_connection(sock=theirs)
+        models = fronts.RemoteModels(config, writer)
+        replicas = [["m-0", "127.0.0.1", 4001], ["m-1", "127.0.0.1", 4002]]
+        models.read({"op": "route", "model": "m", "replicas": replicas})
+        ports = [(await models.acquire(models.slots["m"])).port for _ in range(5)]
+        asking = asyncio.ensure_future(models.acquire(models.slots["n"]))  # no routes: asks
+        sent = [json.loads(await their_reader.readline()) for _ in range(6)]
+        asking.cancel()
+        writer.close()
+        their_writer.close()
+        return ports, sent
+
+    ports, sent = asyncio.run(scenario())
+    assert ports == [4001, 4002, 4001, 4002, 4001]
+    assert sent[:5] == [{"op": "use", "model": "m"}] * 5
+    assert sent[5] == {"op": "acquire", "id": 1, "model": "n"}

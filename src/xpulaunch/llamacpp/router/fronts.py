@@ -395,7 +395,6 @@ class RemoteModels:
         self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], str]] = {}
         self._next = 0
         self._routes: dict[str, list[Replica]] = {}  # the router's: the replicas that answer
-        self._turns: dict[str, int] = {}
 
     def reconfigure(self, config: RouterConfig) -> None:
         """Names resolve with ``config`` from now on (requests under way keep their slot)."""
@@ -419,9 +418,10 @@ class RemoteModels:
     async def acquire(self, slot: Slot) -> Replica:
         replicas = self._routes.get(slot.id)
         if replicas:  # loaded: the next replica here, round robin, and the router counts it
-            turn = self._turns[slot.id] = (self._turns.get(slot.id, -1) + 1) % len(replicas)
+            index = slot.turn % len(replicas)  # every one listed answers (Slot.pick's turn)
+            slot.turn = index + 1
             self._send({"op": "use", "model": slot.id})
-            return replicas[turn]
+            return replicas[index]
         self._next += 1
         ident = self._next
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
